@@ -1,0 +1,85 @@
+"""One evaluation of one candidate kernel on one problem: what was run, where, and what came of it."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+__all__ = ["Evaluation", "Status", "STATUSES", "MEASURED"]
+
+Status = Literal[
+    "ok",  # correct and timed
+    "invalid",  # rejected before compiling (validity rules)
+    "compile_error",  # Triton or ptxas failed
+    "out_of_resources",  # shared memory / registers beyond the target, at compile time or launch
+    "wrong",  # ran, but the output does not match the reference
+    "nan",  # ran, output holds NaN/Inf (including never-written elements)
+    "crashed",  # the CUDA context was lost (illegal address, ...), or the worker died
+    "timeout",  # the kernel (or its compile) did not finish in time
+    "error",  # anything else, with the message
+]
+STATUSES: tuple[str, ...] = Status.__args__  # type: ignore[attr-defined]
+# Statuses that are a property of the kernel on that GPU, so they are served from the store, not re-run.
+MEASURED = ("ok", "compile_error", "out_of_resources", "wrong", "nan", "crashed", "timeout")
+
+
+@dataclass
+class Evaluation:
+    operator: str
+    problem_key: str  # Problem.key, e.g. "gemm:4096x4096x4096:bf16"
+    problem: str  # Problem.to_json()
+    genome: str  # Genome.canonical()
+    genome_hash: str
+    source_hash: str  # sha256 of the rendered module
+    status: str
+    reason: str = ""
+    gpu: str = ""  # device name, e.g. "NVIDIA H200"; "cpu-interpreter" for smoke runs
+    versions: dict[str, str] = field(default_factory=dict)  # triton, torch, cuda
+    median_ms: float | None = None
+    spread_ms: float | None = None  # inter-quartile range of the timed runs
+    times_ms: list[float] = field(default_factory=list)
+    baseline: str = ""  # name of the primary baseline, e.g. "cublas"
+    baseline_ms: float | None = None
+    baseline_spread_ms: float | None = None
+    max_rel_error: float | None = None
+    resources: dict[str, Any] = field(default_factory=dict)  # shared, registers, spills, from compilation
+    compile_s: float | None = None
+    origin: str = ""  # how the genome was made: seed, random, mutate, crossover, transfer, ...
+    parents: list[str] = field(default_factory=list)  # genome hashes
+    run_id: str = ""
+    worker: str = ""
+    started_at: float = field(default_factory=time.time)
+    finished_at: float = field(default_factory=time.time)
+    id: int | None = None  # row id, set by the store
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"unknown status {self.status!r}; expected one of {STATUSES}")
+
+    @property
+    def ratio(self) -> float | None:
+        """Speed relative to the primary baseline timed in the same process: > 1 is faster."""
+        if self.status != "ok" or not self.median_ms or not self.baseline_ms:
+            return None
+        return self.baseline_ms / self.median_ms
+
+    @property
+    def versions_key(self) -> str:
+        return json.dumps(self.versions, sort_keys=True)
+
+    def to_row(self) -> dict[str, Any]:
+        row = asdict(self)
+        for k in ("versions", "times_ms", "resources", "parents"):
+            row[k] = json.dumps(row[k], sort_keys=True)
+        row.pop("id")
+        return row
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Evaluation:
+        row = dict(row)
+        for k in ("versions", "times_ms", "resources", "parents"):
+            row[k] = json.loads(row[k]) if row.get(k) else ({} if k in ("versions", "resources") else [])
+        row.pop("versions_key", None)
+        return cls(**row)

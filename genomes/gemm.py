@@ -1,0 +1,243 @@
+"""The GEMM genome: C[M, N] = A[M, K] @ B[K, N].
+
+Genes cover the tile shape, launch shape (warps, stages), the program-id swizzle, the K loop's own
+pipelining (prefetch depth and unroll), warp specialization, and the structure around the loop: a
+persistent grid, the memory path (plain pointers or in-kernel tensor descriptors, i.e. TMA on Hopper),
+split-K, and a subtiled epilogue. Validity encodes the limits of the target (shared memory, registers,
+tensor-descriptor alignment) and what Triton cannot compile (see ../shared/TRITON_NOTES.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from evo.problem import Problem, Target
+from genomes.base import Descriptor, Genome, GenomeFamily, InvalidGenome
+from genomes.genes import Boolean, Categorical, Gene, IntChoice, PowerOfTwo
+
+__all__ = ["GemmFamily", "TUTORIAL_CONFIGS", "smem_estimate", "acc_regs_per_thread"]
+
+ELEM_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
+MAX_ACC_REGS = 128  # fp32 accumulator registers per thread beyond which spills are near certain
+
+# The Triton matmul tutorial's 16 CUDA configurations: (BM, BN, BK, GROUP_M, num_stages, num_warps).
+TUTORIAL_CONFIGS = (
+    (128, 256, 64, 8, 3, 8), (64, 256, 32, 8, 4, 4), (128, 128, 32, 8, 4, 4), (128, 64, 32, 8, 4, 4),
+    (64, 128, 32, 8, 4, 4), (128, 32, 32, 8, 4, 4), (64, 32, 32, 8, 5, 2), (32, 64, 32, 8, 5, 2),
+    (128, 256, 128, 8, 3, 8), (256, 128, 128, 8, 3, 8), (256, 64, 128, 8, 4, 4), (64, 256, 128, 8, 4, 4),
+    (128, 128, 128, 8, 4, 4), (128, 64, 64, 8, 4, 4), (64, 128, 64, 8, 4, 4), (128, 32, 64, 8, 4, 4),
+)
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def smem_estimate(g: Mapping[str, Any], dtype: str) -> int:
+    """Bytes of shared memory the kernel needs: the pipelined A and B tiles, plus the output staging
+    tile when the epilogue goes through a tensor descriptor (halved by epilogue subtiling)."""
+    e = ELEM_BYTES[dtype]
+    stages = max(g["num_stages"], g["loop_stages"], 1)
+    operands = stages * (g["BLOCK_M"] * g["BLOCK_K"] + g["BLOCK_K"] * g["BLOCK_N"]) * e
+    epilogue = 0
+    if g["memory"] == "descriptor":
+        epilogue = g["BLOCK_M"] * g["BLOCK_N"] * e // (2 if g["epilogue_subtile"] else 1)
+    return operands + epilogue
+
+
+def acc_regs_per_thread(g: Mapping[str, Any]) -> int:
+    return g["BLOCK_M"] * g["BLOCK_N"] // (32 * g["num_warps"])
+
+
+def _descriptor_ok(problem: Problem, target: Target) -> bool:
+    """Tensor descriptors need Hopper or later and 16-byte aligned row strides for A, B and C."""
+    e = ELEM_BYTES[problem.dtype]
+    d = problem.dims
+    return target.arch >= 90 and (d["K"] * e) % 16 == 0 and (d["N"] * e) % 16 == 0
+
+
+class GemmFamily(GenomeFamily):
+    name = "gemm"
+
+    def _genes(self) -> list[Gene]:
+        return [
+            PowerOfTwo("BLOCK_M", 16, 256, group="tile", doc="rows of C per program"),
+            PowerOfTwo("BLOCK_N", 16, 256, group="tile", doc="columns of C per program"),
+            PowerOfTwo("BLOCK_K", 16, 256, group="tile", doc="depth of one K step"),
+            IntChoice("num_warps", (2, 4, 8), group="launch", doc="warps per program"),
+            IntChoice("num_stages", (2, 3, 4, 5), group="launch", doc="software pipeline depth of tl.dot loads"),
+            IntChoice("GROUP_M", (1, 4, 8, 16), group="swizzle", doc="tiles per program-id group (L2 reuse)"),
+            Categorical("raster", ("row", "col"), group="swizzle",
+                        doc="grouped row-major or grouped column-major tile order"),
+            IntChoice("loop_stages", (0, 2, 3, 4), group="loop",
+                      doc="prefetch depth of the K loop (tl.range num_stages); 0 = compiler default"),
+            IntChoice("loop_unroll", (1, 2, 4), group="loop", doc="unroll factor of the K loop; 1 = none"),
+            Boolean("warp_specialize", group="loop", doc="producer/consumer warp roles for the K loop"),
+            Boolean("persistent", group="structure", doc="one program per SM looping over tiles"),
+            Categorical("memory", ("pointer", "descriptor"), group="structure",
+                        doc="plain pointer loads or in-kernel tensor descriptors (TMA)"),
+            IntChoice("split_k", (1, 2, 4, 8, 16), group="structure",
+                      doc="programs sharing one output tile along K (1 = off)"),
+            Boolean("epilogue_subtile", group="structure", doc="store the output tile in two halves"),
+        ]
+
+    # -- validity -------------------------------------------------------------------------------------
+    def violations(self, genome: Genome, problem: Problem, target: Target) -> list[str]:
+        g = genome.as_dict()
+        d = problem.dims
+        out = []
+        for gene, dim in (("BLOCK_M", "M"), ("BLOCK_N", "N"), ("BLOCK_K", "K")):
+            if g[gene] > max(16, _next_pow2(d[dim])):
+                out.append(f"{gene}={g[gene]} exceeds {dim}={d[dim]} rounded up to a power of two")
+        if g["split_k"] > -(-d["K"] // g["BLOCK_K"]):
+            out.append(f"split_k={g['split_k']} exceeds the {-(-d['K'] // g['BLOCK_K'])} K steps")
+        if g["split_k"] > 1 and g["persistent"]:
+            out.append("split_k > 1 is not combined with a persistent grid")
+        if g["memory"] == "descriptor" and not _descriptor_ok(problem, target):
+            out.append("tensor descriptors need sm_90+ and row strides that are multiples of 16 bytes")
+        if g["warp_specialize"]:
+            if target.arch != 90:
+                out.append("warp specialization is only enabled for sm_90")
+            if g["memory"] != "descriptor":
+                out.append("warp specialization needs tensor descriptors (pointer loads fail to compile)")
+            if g["num_warps"] != 4:
+                out.append("warp specialization needs num_warps=4 on Hopper (8 is silently ignored)")
+            if g["persistent"]:
+                out.append("warp specialization is not combined with a persistent grid")
+            if (g["BLOCK_M"], g["BLOCK_N"]) == (64, 256):
+                out.append("warp specialization fails to compile 64x256 tiles")
+        if g["epilogue_subtile"] and g["BLOCK_N"] < 32:
+            out.append("epilogue subtiling needs BLOCK_N >= 32")
+        if acc_regs_per_thread(g) > MAX_ACC_REGS:
+            out.append(f"accumulator needs {acc_regs_per_thread(g)} registers per thread (> {MAX_ACC_REGS})")
+        smem = smem_estimate(g, problem.dtype)
+        if smem > target.smem_bytes:
+            out.append(f"needs ~{smem} bytes of shared memory (> {target.smem_bytes})")
+        return out
+
+    # -- repair ---------------------------------------------------------------------------------------
+    def _step_down(self, g: dict[str, Any], name: str) -> bool:
+        """Move gene `name` to the next smaller value of its domain; False when already at the bottom."""
+        smaller = [v for v in self.genes[name].values if v < g[name]]
+        if not smaller:
+            return False
+        g[name] = max(smaller)
+        return True
+
+    def _step_up(self, g: dict[str, Any], name: str) -> bool:
+        larger = [v for v in self.genes[name].values if v > g[name]]
+        if not larger:
+            return False
+        g[name] = min(larger)
+        return True
+
+    def _set(self, g: dict[str, Any], name: str, value: Any) -> bool:
+        if value in self.genes[name].values:
+            g[name] = value
+            return True
+        return False
+
+    def repair(self, genome: Genome, problem: Problem, target: Target, rng: np.random.Generator) -> Genome:
+        g = genome.as_dict()
+        d = problem.dims
+        for gene, dim in (("BLOCK_M", "M"), ("BLOCK_N", "N"), ("BLOCK_K", "K")):
+            while g[gene] > max(16, _next_pow2(d[dim])) and self._step_down(g, gene):
+                pass
+        while g["split_k"] > -(-d["K"] // g["BLOCK_K"]) and self._step_down(g, "split_k"):
+            pass
+        if g["split_k"] > 1 and g["persistent"]:
+            # keep whichever structure the coin favours, if the domain allows dropping the other
+            if rng.random() < 0.5 and self._set(g, "persistent", False):
+                pass
+            elif not self._set(g, "split_k", 1):
+                self._set(g, "persistent", False)
+        if g["memory"] == "descriptor" and not _descriptor_ok(problem, target):
+            self._set(g, "memory", "pointer")
+        if g["warp_specialize"]:
+            ws_ok = (target.arch == 90 and g["memory"] == "descriptor" and g["num_warps"] == 4
+                     and not g["persistent"] and (g["BLOCK_M"], g["BLOCK_N"]) != (64, 256))
+            if not ws_ok:
+                self._set(g, "warp_specialize", False)
+        if g["epilogue_subtile"] and g["BLOCK_N"] < 32:
+            self._set(g, "epilogue_subtile", False)
+        while acc_regs_per_thread(g) > MAX_ACC_REGS:
+            if not g["warp_specialize"] and self._step_up(g, "num_warps"):
+                continue
+            big = "BLOCK_M" if g["BLOCK_M"] >= g["BLOCK_N"] else "BLOCK_N"
+            if not (self._step_down(g, big) or self._step_down(g, "BLOCK_M" if big == "BLOCK_N" else "BLOCK_N")):
+                break
+        for name in ("num_stages", "loop_stages", "BLOCK_K", "BLOCK_N", "BLOCK_M"):
+            while smem_estimate(g, problem.dtype) > target.smem_bytes:
+                if name == "loop_stages" and g["loop_stages"] == 0:
+                    break
+                if not self._step_down(g, name):
+                    break
+        if g["split_k"] > -(-d["K"] // g["BLOCK_K"]):
+            while g["split_k"] > -(-d["K"] // g["BLOCK_K"]) and self._step_down(g, "split_k"):
+                pass
+        if g["epilogue_subtile"] and g["BLOCK_N"] < 32:
+            self._set(g, "epilogue_subtile", False)
+        repaired = self.make(g)
+        reasons = self.violations(repaired, problem, target)
+        if reasons:
+            raise InvalidGenome(f"cannot repair {genome} for {problem.key}: {'; '.join(reasons)}")
+        return repaired
+
+    # -- seeds and descriptors ------------------------------------------------------------------------
+    def base(self, **values: Any) -> dict[str, Any]:
+        """A plain tutorial-like genome dict (pointer loads, no persistence, no split-K) updated by `values`."""
+        g = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 4, "num_stages": 3, "GROUP_M": 8,
+             "raster": "row", "loop_stages": 0, "loop_unroll": 1, "warp_specialize": False,
+             "persistent": False, "memory": "pointer", "split_k": 1, "epilogue_subtile": False}
+        g.update(values)
+        return g
+
+    def seeds(self, problem: Problem, target: Target) -> list[Genome]:
+        raw = [self.base(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=gm, num_stages=s, num_warps=w)
+               for bm, bn, bk, gm, s, w in TUTORIAL_CONFIGS]
+        raw += [
+            self.base(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_stages=3, num_warps=8, persistent=True,
+                      memory="descriptor", epilogue_subtile=True),
+            self.base(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_stages=4, num_warps=4, memory="descriptor",
+                      warp_specialize=True),
+            self.base(BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, num_stages=4, num_warps=4, split_k=4),
+            self.base(BLOCK_M=16, BLOCK_N=128, BLOCK_K=128, num_stages=4, num_warps=4, split_k=8,
+                      memory="descriptor"),
+        ]
+        out: dict[str, Genome] = {}
+        rng = np.random.default_rng(0)  # repair only consults the rng on a tie; seeds stay deterministic
+        for values in raw:
+            values = {k: self.genes[k].nearest(v) for k, v in values.items()}
+            try:
+                genome = self.repair(self.make(values), problem, target, rng)
+            except InvalidGenome:
+                continue
+            out.setdefault(genome.hash, genome)
+        return list(out.values())
+
+    def descriptors(self) -> dict[str, Descriptor]:
+        log2 = lambda x: float(np.log2(x))  # noqa: E731
+        return {
+            "tile_area": Descriptor("tile_area", lambda g, r: log2(g["BLOCK_M"] * g["BLOCK_N"]),
+                                    tuple(float(x) for x in range(8, 17)), "log2(BLOCK_M * BLOCK_N)"),
+            "block_k": Descriptor("block_k", lambda g, r: log2(g["BLOCK_K"]),
+                                  tuple(float(x) for x in range(4, 9)), "log2(BLOCK_K)"),
+            "num_stages": Descriptor("num_stages", lambda g, r: g["num_stages"], (2.0, 3.0, 4.0, 5.0),
+                                     "kernel pipeline depth"),
+            "num_warps": Descriptor("num_warps", lambda g, r: g["num_warps"], (2.0, 4.0, 8.0), "warps"),
+            "split_k": Descriptor("split_k", lambda g, r: log2(g["split_k"]), (0.0, 1.0, 2.0, 3.0, 4.0),
+                                  "log2(split_k)"),
+            "structure": Descriptor(
+                "structure",
+                lambda g, r: (2 * (g["memory"] == "descriptor") + g["warp_specialize"]) * 2 + g["persistent"],
+                tuple(float(x) for x in range(6)),
+                "0 pointer, 1 pointer+persistent, 4 TMA, 5 TMA+persistent, 6 TMA+warp-specialized"),
+            "smem_kib": Descriptor("smem_kib", lambda g, r: r["shared"] / 1024,
+                                   (0.0, 32.0, 64.0, 96.0, 128.0, 160.0, 192.0), "shared memory (KiB)",
+                                   needs_resources=True),
+            "registers": Descriptor("registers", lambda g, r: r["registers"],
+                                    (0.0, 64.0, 96.0, 128.0, 168.0, 200.0, 232.0), "registers per thread",
+                                    needs_resources=True),
+        }

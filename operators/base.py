@@ -1,0 +1,82 @@
+"""The operator interface: everything the engine needs to search kernels for one operator.
+
+An operator pairs a genome family with code generation and the facts to judge a kernel by: a torch
+reference in higher precision, a seeded input factory, the baselines users would pick instead, a
+tolerance per dtype, and FLOP and byte counts for rooflines. The engine calls only what is declared here,
+so adding an operator never changes the engine.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from evo.problem import Problem, Target
+from genomes.base import Genome, GenomeFamily
+
+__all__ = ["Operator", "Baseline"]
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """A contender users would pick instead of an evo kernel. `make(problem)` returns a callable over
+    the operator's inputs (so a baseline that needs set-up, e.g. torch.compile, does it once)."""
+
+    name: str
+    make: Callable[[Problem], Callable[..., Any]]
+    doc: str = ""
+
+
+class Operator(ABC):
+    name: str = ""
+    dims: tuple[str, ...] = ()  # shape dimension names, e.g. ("M", "N", "K")
+    dtypes: tuple[str, ...] = ("fp16", "bf16", "fp32")
+    entry: str = ""  # name of the launcher function in a rendered module, e.g. "matmul"
+    throughput_unit: str = ""  # "TFLOP/s" or "GB/s": what `throughput` returns
+
+    def __init__(self, overrides: dict[str, list[Any]] | None = None) -> None:
+        self.family: GenomeFamily = self.make_family(overrides)
+
+    @abstractmethod
+    def make_family(self, overrides: dict[str, list[Any]] | None) -> GenomeFamily: ...
+
+    def problem(self, sizes: tuple[int, ...] | list[int], dtype: str) -> Problem:
+        if dtype not in self.dtypes:
+            raise ValueError(f"{self.name} does not support dtype {dtype!r}; supported: {list(self.dtypes)}")
+        return Problem.make(self.name, self.dims, sizes, dtype)
+
+    # -- code generation ----------------------------------------------------------------------------
+    @abstractmethod
+    def render(self, genome: Genome, problem: Problem, target: Target) -> str:
+        """Source of a standalone Triton module (imports only triton and torch) exposing `self.entry`."""
+
+    # -- judging a kernel ---------------------------------------------------------------------------
+    @abstractmethod
+    def make_inputs(self, problem: Problem, seed: int, device: str = "cuda") -> tuple[Any, ...]:
+        """Fresh random inputs (never zeros), deterministic in `seed`."""
+
+    @abstractmethod
+    def reference(self, *inputs: Any) -> Any:
+        """The exact result in float32 or better, computed with torch."""
+
+    @abstractmethod
+    def tolerance(self, problem: Problem) -> float:
+        """Largest accepted relative error ||out - ref|| / ||ref|| for this problem's dtype and size."""
+
+    @abstractmethod
+    def baselines(self) -> list[Baseline]:
+        """Contenders timed beside the kernel; the first is the primary one that ratios are taken against."""
+
+    @abstractmethod
+    def flops(self, problem: Problem) -> int: ...
+
+    @abstractmethod
+    def bytes(self, problem: Problem) -> int:
+        """Fewest bytes the operator must move: each input read once, each output written once."""
+
+    def throughput(self, problem: Problem, ms: float) -> float:
+        """Throughput in `throughput_unit` for a run of `ms` milliseconds."""
+        if self.throughput_unit == "TFLOP/s":
+            return self.flops(problem) / (ms * 1e-3) / 1e12
+        return self.bytes(problem) / (ms * 1e-3) / 1e9
