@@ -39,8 +39,13 @@ def smem_estimate(g: Mapping[str, Any], dtype: str) -> int:
     """Bytes of shared memory the kernel needs: the pipelined A and B tiles, plus the output staging
     tile when the epilogue goes through a tensor descriptor (halved by epilogue subtiling)."""
     e = ELEM_BYTES[dtype]
-    stages = max(g["num_stages"], g["loop_stages"], 1)
-    operands = stages * (g["BLOCK_M"] * g["BLOCK_K"] + g["BLOCK_K"] * g["BLOCK_N"]) * e
+    # a K loop with its own depth (loop_stages > 0) replaces the kernel's num_stages for that loop; a
+    # persistent kernel keeps one more stage in flight across tile boundaries (both seen in sm_90 compiles)
+    stages = (g["loop_stages"] or g["num_stages"]) + (1 if g["persistent"] else 0)
+    # an unrolled, pipelined K loop keeps a set of stage buffers per unrolled copy of its loads (seen in sm_90
+    # compiles: loop_unroll=4 allocated four times the shared memory of the same genome unrolled once)
+    per_stage = (g["BLOCK_M"] * g["BLOCK_K"] + g["BLOCK_K"] * g["BLOCK_N"]) * e
+    operands = stages * per_stage * g["loop_unroll"]
     epilogue = 0
     if g["memory"] == "descriptor":
         epilogue = g["BLOCK_M"] * g["BLOCK_N"] * e // (2 if g["epilogue_subtile"] else 1)
@@ -108,6 +113,14 @@ class GemmFamily(GenomeFamily):
                 out.append("warp specialization is not combined with a persistent grid")
             if (g["BLOCK_M"], g["BLOCK_N"]) == (64, 256):
                 out.append("warp specialization fails to compile 64x256 tiles")
+            if g["split_k"] > 1:
+                # Hopper warp specialization copies the split-K arrival atomic into each consumer partition
+                # (seen in Triton 3.9's TTGIR), so a program would count as two arrivals
+                out.append("warp specialization is not combined with split-K")
+            if g["loop_unroll"] > 1:  # Triton 3.9: UNREACHABLE in WSDataPartition
+                out.append("warp specialization fails to compile an unrolled K loop")
+            if problem.dtype == "fp32":  # Triton 3.9: "WGMMA type or shape is not supported" for tf32
+                out.append("warp specialization fails to compile fp32 (tf32) dots")
         if g["epilogue_subtile"] and g["BLOCK_N"] < 32:
             out.append("epilogue subtiling needs BLOCK_N >= 32")
         if acc_regs_per_thread(g) > MAX_ACC_REGS:
@@ -157,7 +170,8 @@ class GemmFamily(GenomeFamily):
             self._set(g, "memory", "pointer")
         if g["warp_specialize"]:
             ws_ok = (target.arch == 90 and g["memory"] == "descriptor" and g["num_warps"] == 4
-                     and not g["persistent"] and (g["BLOCK_M"], g["BLOCK_N"]) != (64, 256))
+                     and not g["persistent"] and (g["BLOCK_M"], g["BLOCK_N"]) != (64, 256) and g["split_k"] == 1
+                     and g["loop_unroll"] == 1 and problem.dtype != "fp32")
             if not ws_ok:
                 self._set(g, "warp_specialize", False)
         if g["epilogue_subtile"] and g["BLOCK_N"] < 32:
@@ -168,7 +182,7 @@ class GemmFamily(GenomeFamily):
             big = "BLOCK_M" if g["BLOCK_M"] >= g["BLOCK_N"] else "BLOCK_N"
             if not (self._step_down(g, big) or self._step_down(g, "BLOCK_M" if big == "BLOCK_N" else "BLOCK_N")):
                 break
-        for name in ("num_stages", "loop_stages", "BLOCK_K", "BLOCK_N", "BLOCK_M"):
+        for name in ("loop_unroll", "num_stages", "loop_stages", "BLOCK_K", "BLOCK_N", "BLOCK_M"):
             while smem_estimate(g, problem.dtype) > target.smem_bytes:
                 if name == "loop_stages" and g["loop_stages"] == 0:
                     break
@@ -231,9 +245,9 @@ class GemmFamily(GenomeFamily):
                                   "log2(split_k)"),
             "structure": Descriptor(
                 "structure",
-                lambda g, r: (2 * (g["memory"] == "descriptor") + g["warp_specialize"]) * 2 + g["persistent"],
-                tuple(float(x) for x in range(6)),
-                "0 pointer, 1 pointer+persistent, 4 TMA, 5 TMA+persistent, 6 TMA+warp-specialized"),
+                lambda g, r: 4.0 if g["warp_specialize"] else 2.0 * (g["memory"] == "descriptor") + g["persistent"],
+                (0.0, 1.0, 2.0, 3.0, 4.0),
+                "0 pointer, 1 pointer+persistent, 2 TMA, 3 TMA+persistent, 4 TMA+warp-specialized"),
             "smem_kib": Descriptor("smem_kib", lambda g, r: r["shared"] / 1024,
                                    (0.0, 32.0, 64.0, 96.0, 128.0, 160.0, 192.0), "shared memory (KiB)",
                                    needs_resources=True),

@@ -11,6 +11,8 @@ __all__ = ["Operator", "Baseline", "get", "names"]
 
 _REGISTRY = {
     "gemm": "operators.gemm:GemmOperator",
+    "softmax": "operators.softmax:SoftmaxOperator",
+    "rmsnorm": "operators.rmsnorm:RMSNormOperator",
 }
 
 

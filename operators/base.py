@@ -17,6 +17,10 @@ from genomes.base import Genome, GenomeFamily
 
 __all__ = ["Operator", "Baseline"]
 
+# Nominal peaks (dense bf16 FLOP/s, HBM bytes/s of an H100) for the CPU smoke mode's model estimate only.
+SMOKE_PEAK_FLOPS = 989e12
+SMOKE_PEAK_BYTES = 3.35e12
+
 
 @dataclass(frozen=True)
 class Baseline:
@@ -68,6 +72,12 @@ class Operator(ABC):
     def baselines(self) -> list[Baseline]:
         """Contenders timed beside the kernel; the first is the primary one that ratios are taken against."""
 
+    def bench_baselines(self) -> list[Baseline]:
+        """Contenders for `evo bench` (which runs each once, with its own tuning, and times them side by
+        side): by default `baselines()`; an operator may add slower-to-set-up ones (autotuners, compilers)
+        that would be too costly beside every candidate of a search. The first stays the primary one."""
+        return self.baselines()
+
     @abstractmethod
     def flops(self, problem: Problem) -> int: ...
 
@@ -75,8 +85,33 @@ class Operator(ABC):
     def bytes(self, problem: Problem) -> int:
         """Fewest bytes the operator must move: each input read once, each output written once."""
 
+    # -- exported modules -----------------------------------------------------------------------------
+    def selfcheck_source(self, problem: Problem) -> str | None:
+        """Plain-torch code that `evo export` appends to a kernel so the module can check and time itself.
+
+        None means the operator offers none (the export then has no self-check). The code is self-contained
+        (it imports what it uses: torch and the standard library only) and must define at module level:
+          selfcheck_inputs(device) -> tuple: fresh random inputs of `problem` (never zeros), as passed to
+                                             the rendered module's entry function;
+          selfcheck_reference(*inputs): the exact result, in float32 or better;
+          selfcheck_baseline(*inputs): the primary baseline's result (what the kernel is timed against);
+          SELFCHECK_TOLERANCE: the largest accepted ||out - ref|| / ||ref|| (as `tolerance(problem)`);
+          problem_sizes(*inputs) -> tuple[int, ...]: the problem sizes the inputs form, in `dims` order.
+        """
+        return None
+
     def throughput(self, problem: Problem, ms: float) -> float:
         """Throughput in `throughput_unit` for a run of `ms` milliseconds."""
         if self.throughput_unit == "TFLOP/s":
             return self.flops(problem) / (ms * 1e-3) / 1e12
         return self.bytes(problem) / (ms * 1e-3) / 1e9
+
+    # -- CPU smoke mode only ------------------------------------------------------------------------
+    def smoke_cost(self, genome: Genome, problem: Problem) -> float:
+        """A deterministic model estimate in milliseconds, used as fitness ONLY by the CPU smoke mode
+        (evo.smoke), never in a real run: it is not a timing. The generic model is the roofline time at
+        nominal Hopper peaks, stretched by a factor in [1.25, 2.25) drawn from the genome's hash so that a
+        smoke search has a fixed order to follow. An operator may override it with a model that knows its
+        genome (e.g. tile efficiency)."""
+        roofline = max(self.flops(problem) / SMOKE_PEAK_FLOPS, self.bytes(problem) / SMOKE_PEAK_BYTES) * 1e3
+        return roofline * (1.25 + int(genome.hash[:8], 16) / 2**32)

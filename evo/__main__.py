@@ -1,0 +1,7 @@
+"""`python -m evo` runs the command line (same as the `evo` console script)."""
+
+import sys
+
+from evo.cli import main
+
+sys.exit(main())

@@ -1,0 +1,233 @@
+"""A MAP-Elites grid archive: the fastest correct kernel in each cell of a grid over behaviour descriptors.
+
+The grid has one axis per descriptor chosen by the experiment (a genome family's `Descriptor`, with its
+default bin edges unless the experiment gives its own). A correct evaluation falls in one cell; it becomes
+that cell's elite if the cell is empty or if it beats the elite's objective by the relative noise margin,
+so that timing the same kernel twice never flips the elite back and forth. The archive is a pure function
+of the sequence of evaluations offered to it, so replaying a store in row order rebuilds it exactly.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+
+from evo.archive.metrics import ArchiveMetrics, History
+from evo.archive.status import AddResult, AddStatus
+from evo.experiment import DescriptorSpec
+from evo.problem import Problem
+from evo.record import Evaluation
+from genomes.base import Descriptor, Genome, GenomeFamily
+
+__all__ = ["Axis", "Elite", "ELITE_FIELDS", "GridArchive", "Objective", "throughput_objective",
+           "default_descriptors", "make_axes"]
+
+Objective = Callable[[Evaluation], "float | None"]
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One dimension of the grid: a descriptor and its bin edges (cell i holds edges[i] <= v < edges[i+1];
+    values below the first edge fall in cell 0, above the last in the last cell)."""
+
+    name: str
+    descriptor: Descriptor
+    edges: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if not self.edges:
+            raise ValueError(f"descriptor {self.name!r} has no bin edges")
+        if any(b <= a for a, b in zip(self.edges, self.edges[1:], strict=False)):
+            raise ValueError(f"descriptor {self.name!r}: bin edges must increase strictly, got {self.edges}")
+
+    @property
+    def cells(self) -> int:
+        return len(self.edges)
+
+    def index(self, value: float) -> int:
+        i = int(np.searchsorted(np.asarray(self.edges), value, side="right")) - 1
+        return min(max(i, 0), len(self.edges) - 1)
+
+
+@dataclass(frozen=True)
+class Elite:
+    """The archive's record of one cell. These fields are the archive's schema, declared here only."""
+
+    cell: tuple[int, ...]
+    objective: float  # higher is better: the operator's throughput at the measured median time
+    descriptors: tuple[float, ...]  # the raw descriptor values, in axis order
+    genome: str  # Genome.canonical()
+    genome_hash: str
+    source_hash: str
+    evaluation_id: int | None  # row id in the store
+    index: int  # 1-based position of its evaluation among all evaluations offered to the archive
+    median_ms: float | None
+    ratio: float | None  # speed relative to the primary baseline (> 1 is faster)
+    origin: str
+
+
+ELITE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Elite))
+
+
+def throughput_objective(operator: Any, problem: Problem) -> Objective:
+    """The archive's objective: the operator's throughput for a correct, timed evaluation, else None."""
+
+    def objective(ev: Evaluation) -> float | None:
+        if ev.status != "ok" or not ev.median_ms or ev.median_ms <= 0:
+            return None
+        return float(operator.throughput(problem, ev.median_ms))
+
+    return objective
+
+
+def default_descriptors(family: GenomeFamily) -> tuple[DescriptorSpec, ...]:
+    """Used when an experiment names none: the family's first two descriptors computed from the genome
+    alone (families list their most telling descriptors first), so the default needs no compile step."""
+    names = [name for name, d in family.descriptors().items() if not d.needs_resources][:2]
+    if not names:
+        raise ValueError(f"genome family {family.name!r} offers no descriptor; an archive needs at least one")
+    return tuple(DescriptorSpec(n) for n in names)
+
+
+def make_axes(family: GenomeFamily, specs: Sequence[DescriptorSpec]) -> tuple[Axis, ...]:
+    available = family.descriptors()
+    axes = []
+    for spec in specs or default_descriptors(family):
+        if spec.name not in available:
+            raise ValueError(f"unknown descriptor {spec.name!r} for genome family {family.name!r}; "
+                             f"available: {', '.join(available)}")
+        d = available[spec.name]
+        axes.append(Axis(spec.name, d, tuple(float(e) for e in (spec.edges or d.edges))))
+    if len({a.name for a in axes}) != len(axes):
+        raise ValueError(f"descriptor named twice in {[a.name for a in axes]}")
+    return tuple(axes)
+
+
+def _genome_of(canonical: str) -> Genome:
+    # Descriptors read gene values only; skipping the family's domain check lets an archive place genomes
+    # stored under other gene overrides (a resumed run whose experiment restricted a gene differently).
+    d = json.loads(canonical)
+    return Genome(d["family"], tuple(sorted(d["genes"].items())))
+
+
+class GridArchive:
+    """Fastest correct kernel per cell of a grid over `axes`, for one problem."""
+
+    def __init__(self, axes: Sequence[Axis], objective: Objective, noise_margin: float = 0.01) -> None:
+        if not axes:
+            raise ValueError("an archive needs at least one descriptor axis")
+        if not 0.0 <= noise_margin < 1.0:
+            raise ValueError(f"noise_margin must be in [0, 1), got {noise_margin}")
+        self.axes = tuple(axes)
+        self.objective = objective
+        self.noise_margin = float(noise_margin)
+        self.shape = tuple(a.cells for a in self.axes)
+        self.cells = int(np.prod(self.shape))
+        self._elites: dict[tuple[int, ...], Elite] = {}
+        self._best: Elite | None = None
+        self._qd_score = 0.0
+        self.evaluations = 0
+        self.status_counts: dict[str, int] = {}
+        self.best_index = 0  # evaluation count at which the best last rose beyond the noise margin
+        self.history = History()
+
+    @classmethod
+    def for_problem(cls, operator: Any, problem: Problem, descriptors: Sequence[DescriptorSpec] = (),
+                    noise_margin: float = 0.01) -> GridArchive:
+        return cls(make_axes(operator.family, descriptors), throughput_objective(operator, problem), noise_margin)
+
+    @classmethod
+    def from_store(cls, store: Any, problem: Problem, operator: Any, descriptors: Sequence[DescriptorSpec] = (),
+                   noise_margin: float = 0.01, run_ids: Iterable[str] | None = None) -> GridArchive:
+        """The archive built by offering the store's evaluations of `problem` in row order: identical to the
+        one built live, since the live search offers each evaluation right after storing it.
+        `run_ids` limits the replay to rows of those runs (None: every row of the problem)."""
+        archive = cls.for_problem(operator, problem, descriptors, noise_margin)
+        keep = None if run_ids is None else set(run_ids)
+        archive.add(ev for ev in store.iter(problem.key) if keep is None or ev.run_id in keep)
+        return archive
+
+    # -- inserting ------------------------------------------------------------------------------------
+    def place(self, genome: Genome, resources: Mapping[str, Any] | None = None) -> tuple[tuple[int, ...],
+                                                                                        tuple[float, ...]]:
+        """The cell of `genome` and its raw descriptor values. Raises ValueError when a descriptor needs
+        compile-time resources that are missing."""
+        values = tuple(a.descriptor(genome, resources) for a in self.axes)
+        return tuple(a.index(v) for a, v in zip(self.axes, values, strict=True)), values
+
+    def add(self, batch: Iterable[Evaluation]) -> list[AddResult]:
+        """Offer evaluations in order; one AddResult per item. Every item counts as one evaluation."""
+        return [self._add_one(ev) for ev in batch]
+
+    def _add_one(self, ev: Evaluation) -> AddResult:
+        self.evaluations += 1
+        self.status_counts[ev.status] = self.status_counts.get(ev.status, 0) + 1
+        result = self._insert(ev)
+        self.history.append(self.evaluations, self.best_objective, self._qd_score, self.coverage)
+        return result
+
+    def _insert(self, ev: Evaluation) -> AddResult:
+        value = self.objective(ev)
+        if value is None:
+            return AddResult(AddStatus.NOT_ADDED, reason=f"status {ev.status}")
+        try:
+            cell, desc = self.place(_genome_of(ev.genome), ev.resources)
+        except (ValueError, KeyError, TypeError) as e:
+            return AddResult(AddStatus.NOT_ADDED, objective=value, reason=f"cannot place: {e}")
+        current = self._elites.get(cell)
+        if current is not None and value <= current.objective * (1.0 + self.noise_margin):
+            return AddResult(AddStatus.NOT_ADDED, cell, value, reason="not faster than the elite by the margin")
+        elite = Elite(cell=cell, objective=value, descriptors=desc, genome=ev.genome, genome_hash=ev.genome_hash,
+                      source_hash=ev.source_hash, evaluation_id=ev.id, index=self.evaluations,
+                      median_ms=ev.median_ms, ratio=ev.ratio, origin=ev.origin)
+        self._elites[cell] = elite
+        self._qd_score += value - (current.objective if current is not None else 0.0)
+        if self._best is None or value > self._best.objective:
+            if self._best is None or value > self._best.objective * (1.0 + self.noise_margin):
+                self.best_index = self.evaluations
+            self._best = elite
+        return AddResult(AddStatus.NEW if current is None else AddStatus.IMPROVED, cell, value)
+
+    # -- reading --------------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._elites)
+
+    def __contains__(self, cell: object) -> bool:
+        return cell in self._elites
+
+    def get(self, cell: tuple[int, ...]) -> Elite | None:
+        return self._elites.get(tuple(cell))
+
+    def elites(self) -> list[Elite]:
+        """Every elite, ordered by cell (a stable order, independent of insertion order)."""
+        return [self._elites[c] for c in sorted(self._elites)]
+
+    @property
+    def best(self) -> Elite | None:
+        return self._best
+
+    @property
+    def best_objective(self) -> float | None:
+        return self._best.objective if self._best is not None else None
+
+    @property
+    def qd_score(self) -> float:
+        return self._qd_score
+
+    @property
+    def coverage(self) -> float:
+        return len(self._elites) / self.cells
+
+    def metrics(self) -> ArchiveMetrics:
+        return ArchiveMetrics(evaluations=self.evaluations, cells=self.cells, filled=len(self._elites),
+                              coverage=self.coverage, qd_score=self._qd_score,
+                              norm_qd_score=self._qd_score / self.cells, best=self.best_objective,
+                              best_elite=self._best)
+
+    def data(self) -> list[dict[str, Any]]:
+        """The elites as plain dicts (one per cell, keys ELITE_FIELDS), e.g. for a pandas DataFrame."""
+        return [{f: getattr(e, f) for f in ELITE_FIELDS} for e in self.elites()]

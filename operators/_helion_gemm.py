@@ -1,0 +1,43 @@
+"""A Helion matmul, the GEMM contender written in Helion. Importing this module imports helion.
+
+Helion reads the kernel's Python source, so the body lives at module level; `make_helion_matmul` wraps it
+with the settings of one benchmark. With `static_shapes=True` Helion specialises (and autotunes) once per
+shape, on the first call with that shape.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import helion
+import helion.language as hl
+import torch
+
+__all__ = ["make_helion_matmul", "matmul_body"]
+
+
+def matmul_body(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    m, k = x.size()
+    _, n = y.size()
+    out = torch.empty([m, n], dtype=x.dtype, device=x.device)
+    for tile_m, tile_n in hl.tile([m, n]):
+        acc = hl.zeros([tile_m, tile_n], dtype=torch.float32)
+        for tile_k in hl.tile(k):
+            acc = torch.addmm(acc, x[tile_m, tile_k], y[tile_k, tile_n])
+        out[tile_m, tile_n] = acc.to(x.dtype)
+    return out
+
+
+def make_helion_matmul(effort: str = "quick", seed: int = 0, config: dict[str, Any] | None = None
+                       ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """The Helion matmul as C = f(A, B). `effort` is Helion's autotune_effort ("none", "quick", "full");
+    `config` pins one helion.Config instead of autotuning (tests)."""
+    if effort not in ("none", "quick", "full"):
+        raise ValueError(f"helion autotune effort must be 'none', 'quick' or 'full', got {effort!r}")
+    settings: dict[str, Any] = dict(static_shapes=True, autotune_effort=effort, autotune_random_seed=seed,
+                                    autotune_progress_bar=False, autotune_log_level=logging.WARNING)
+    if config is not None:
+        return helion.kernel(matmul_body, config=helion.Config(**config), **settings)
+    return helion.kernel(matmul_body, **settings)

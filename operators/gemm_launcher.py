@@ -1,0 +1,127 @@
+"""The launcher of a rendered GEMM module: input checks, buffers, grid, and the one kernel launch.
+
+Like the kernel, it holds only what the genome turns on: a persistent grid asks the device for its SM count,
+tensor descriptors install Triton's scratch allocator and check alignment, split-K allocates fp32 partial
+tiles and keeps per-tile arrival counters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from operators._template import block as _block
+from operators._template import wrap as _wrap
+
+__all__ = ["launcher_source", "constexpr_names", "KERNEL_NAME", "ENTRY_NAME", "CPU_NUM_SMS"]
+
+KERNEL_NAME = "matmul_kernel"
+ENTRY_NAME = "matmul"
+CPU_NUM_SMS = 4  # persistent grid size under the CPU interpreter: a few programs still loop over tiles
+
+
+def constexpr_names(g: Mapping[str, Any]) -> list[str]:
+    """Names of the kernel's compile-time parameters: the genome's constants that its features use."""
+    optional = (("GROUP_M", g["GROUP_M"] > 1), ("ROW_ALIGN", bool(g.get("aligned_dims"))),
+                ("LOOP_STAGES", g["loop_stages"] > 0), ("LOOP_UNROLL", g["loop_unroll"] > 1),
+                ("SPLIT_K", g["split_k"] > 1))
+    return ["BLOCK_M", "BLOCK_N", "BLOCK_K"] + [name for name, on in optional if on]
+
+
+def launcher_source(g: Mapping[str, Any]) -> str:
+    """Source of the module's tail: private helpers, then `matmul(a, b, out=None)` launching the kernel."""
+    split, persistent, desc = g["split_k"] > 1, g["persistent"], g["memory"] == "descriptor"
+    out = "_DTYPES = (torch.float16, torch.bfloat16, torch.float32)\n"
+    if split:
+        out += "_COUNTERS = {}  # (device, number of tiles) -> int32 arrival counters, all zero between launches\n"
+    if persistent:
+        out += "\n\n" + _block(f"""
+            def _num_sms(device):
+                if device.type == "cuda":
+                    return torch.cuda.get_device_properties(device).multi_processor_count
+                return {CPU_NUM_SMS}  # CPU interpreter: a few programs still loop over several tiles
+        """, 0)
+    if desc:
+        out += "\n\n" + _block("""
+            def _scratch(device):
+                # in-kernel tensor descriptors are written to global scratch memory that Triton asks for
+                def alloc(size, alignment, stream):
+                    return torch.empty(size, dtype=torch.int8, device=device)
+
+                return alloc
+        """, 0)
+    if split:
+        out += "\n\n" + _block("""
+            def _arrival_counters(device, num_tiles):
+                # Allocated zeroed once; each tile's last program resets its counter. Like cuBLAS's workspace,
+                # one entry must not serve launches running concurrently on different streams.
+                key = (str(device), num_tiles)
+                if key not in _COUNTERS:
+                    _COUNTERS[key] = torch.zeros(num_tiles, dtype=torch.int32, device=device)
+                return _COUNTERS[key]
+        """, 0)
+    out += "\n\n" + _block('''
+        def matmul(a, b, out=None):
+            """C = A @ B for row-major contiguous A[M, K] and B[K, N] of one dtype (fp16, bf16 or fp32).
+
+            C has the inputs' dtype (accumulation is fp32) and is written into `out` when given.
+            """
+            if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.ndim == 2 and b.ndim == 2):
+                raise ValueError("matmul expects two 2-D tensors A[M, K] and B[K, N]")
+            if a.shape[1] != b.shape[0]:
+                raise ValueError(f"inner dimensions differ: A is {tuple(a.shape)}, B is {tuple(b.shape)}")
+            if a.dtype != b.dtype or a.dtype not in _DTYPES:
+                raise ValueError(f"A and B must share one dtype of fp16, bf16, fp32; got {a.dtype} and {b.dtype}")
+            if a.device != b.device:
+                raise ValueError(f"A is on {a.device} but B is on {b.device}")
+            if not (a.is_contiguous() and b.is_contiguous()):
+                raise ValueError("A and B must be row-major contiguous (call .contiguous() first)")
+            M, K = a.shape
+            N = b.shape[1]
+            if max(M * K, K * N, M * N) >= 2**31:
+                raise ValueError(f"{M}x{N}x{K} needs 64-bit offsets; this kernel computes them in 32 bits")
+            if out is None:
+                out = torch.empty((M, N), device=a.device, dtype=a.dtype)
+            elif (tuple(out.shape), out.dtype, out.device) != ((M, N), a.dtype, a.device) or not out.is_contiguous():
+                raise ValueError(f"out must be a contiguous {M}x{N} {a.dtype} tensor on {a.device}")
+            if M == 0 or N == 0:
+                return out
+            if K == 0:
+                return out.zero_()
+    ''', 0)
+    if desc:
+        out += _block("""
+            if (K * a.element_size()) % 16 or (N * a.element_size()) % 16:
+                raise ValueError(f"tensor descriptors need rows of 16-byte multiples; K={K}, N={N} in {a.dtype}")
+            if any(t.data_ptr() % 16 for t in (a, b, out)):
+                raise ValueError("tensor descriptors need A, B and out to start at 16-byte aligned addresses")
+            triton.set_allocator(_scratch(a.device))
+        """, 1)
+    if g.get("aligned_dims"):
+        cond = " or ".join(f"{d} % ROW_ALIGN" for d in g["aligned_dims"])
+        dims = " and ".join(g["aligned_dims"])
+        out += _block(f"""
+            if {cond}:
+                raise ValueError(f"rendered for {dims} divisible by {{ROW_ALIGN}}; got K={{K}}, N={{N}}")
+        """, 1)
+    out += _block("num_tiles = triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N)", 1)
+    args = "a, b, out, M, N, K,"
+    if persistent:
+        args = "a, b, out, M, N, K, num_sms,"
+        out += _block("""
+            num_sms = _num_sms(a.device)
+            grid = (min(num_sms, num_tiles),)
+        """, 1)
+    elif split:
+        out += _block("""
+            grid = (num_tiles * SPLIT_K,)
+            partials = torch.empty(num_tiles * SPLIT_K * BLOCK_M * BLOCK_N, dtype=torch.float32, device=a.device)
+            counters = _arrival_counters(a.device, num_tiles)
+        """, 1)
+        args = "a, b, out, partials, counters, M, N, K,"
+    else:
+        out += _block("grid = (num_tiles,)", 1)
+    kwargs = _wrap([f"{c}={c}" for c in constexpr_names(g)])
+    kwargs += ["num_warps=NUM_WARPS, num_stages=NUM_STAGES,"]
+    out += _block(f"{KERNEL_NAME}[grid](", 1) + _block("\n".join([args] + kwargs), 2) + _block(")\nreturn out", 1)
+    return out

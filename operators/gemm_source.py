@@ -1,0 +1,296 @@
+"""Triton source for one GEMM genome, assembled from small template pieces.
+
+Each genome feature contributes its own lines (persistent tile loop, tensor descriptors, split-K
+reduction, subtiled epilogue, K-loop hints), so a rendered module holds only the code its genome turns on
+and reads like a hand-written kernel. The kernel accepts any M, N, K; the genome decides how it runs.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Mapping
+from typing import Any
+
+from operators._template import block as _block
+from operators._template import wrap as _wrap
+from operators.gemm_launcher import ENTRY_NAME, KERNEL_NAME, constexpr_names, launcher_source
+
+__all__ = ["gemm_source", "KERNEL_NAME", "ENTRY_NAME"]
+
+
+# -- program-id swizzle -----------------------------------------------------------------------------------
+def _tile_coords(g: Mapping[str, Any]) -> str:
+    grouped = g["GROUP_M"] > 1
+    params = "tile_id, num_pid_m, num_pid_n" + (", GROUP_M: tl.constexpr" if grouped else "")
+    if g["raster"] == "row" and grouped:
+        doc = "Grouped row-major order: GROUP_M tile-rows walk N together, so their B tiles are reused from L2."
+        body = """
+            tiles_per_group = GROUP_M * num_pid_n
+            first_m = (tile_id // tiles_per_group) * GROUP_M
+            group_rows = tl.minimum(num_pid_m - first_m, GROUP_M)
+            local = tile_id % tiles_per_group
+            pid_m = first_m + local % group_rows
+            pid_n = local // group_rows
+        """
+    elif g["raster"] == "col" and grouped:
+        doc = "Grouped column-major order: GROUP_M tile-columns walk M together, so their A tiles are reused."
+        body = """
+            tiles_per_group = GROUP_M * num_pid_m
+            first_n = (tile_id // tiles_per_group) * GROUP_M
+            group_cols = tl.minimum(num_pid_n - first_n, GROUP_M)
+            local = tile_id % tiles_per_group
+            pid_n = first_n + local % group_cols
+            pid_m = local // group_cols
+        """
+    elif g["raster"] == "row":
+        doc = "Row-major tile order."
+        body = """
+            pid_m = tile_id // num_pid_n
+            pid_n = tile_id % num_pid_n
+        """
+    else:
+        doc = "Column-major tile order."
+        body = """
+            pid_n = tile_id // num_pid_m
+            pid_m = tile_id % num_pid_m
+        """
+    return (f"@triton.jit\ndef tile_coords({params}):\n    \"\"\"{doc}\"\"\"\n" + _block(body, 1)
+            + "    return pid_m, pid_n\n")
+
+
+def _coords_call(g: Mapping[str, Any], tile: str) -> str:
+    extra = ", GROUP_M" if g["GROUP_M"] > 1 else ""
+    return f"pid_m, pid_n = tile_coords({tile}, num_pid_m, num_pid_n{extra})"
+
+
+# -- main loop ------------------------------------------------------------------------------------------
+def _k_range(g: Mapping[str, Any], lo: str, hi: str) -> str:
+    hints = []
+    if g["loop_stages"] > 0:
+        hints.append("num_stages=LOOP_STAGES")
+    if g["loop_unroll"] > 1:
+        hints.append("loop_unroll_factor=LOOP_UNROLL")
+    if g["warp_specialize"]:
+        hints.append("warp_specialize=True")
+    if hints:
+        return f"tl.range({lo}, {hi}, {', '.join(hints)})"
+    return f"range({lo}, {hi})"
+
+
+def _main_loop(g: Mapping[str, Any], depth: int) -> str:
+    lo, hi = ("k_lo", "k_hi") if g["split_k"] > 1 else ("0", "k_tiles")
+    loop = _k_range(g, lo, hi)
+    if g["memory"] == "descriptor":
+        return _block(f"""
+            off_m = pid_m * BLOCK_M
+            off_n = pid_n * BLOCK_N
+            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for ki in {loop}:
+                a = a_desc.load([off_m, ki * BLOCK_K])
+                b = b_desc.load([ki * BLOCK_K, off_n])
+                acc = tl.dot(a, b, acc)
+        """, depth)
+    return _block(f"""
+        offs_am = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_bn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        # Rows and columns past the edge read row/column 0 instead (their results are never stored), so
+        # loads are masked along K only; the hints let the compiler vectorize them.
+        offs_am = tl.max_contiguous(tl.multiple_of(tl.where(offs_am < M, offs_am, 0), BLOCK_M), BLOCK_M)
+        offs_bn = tl.max_contiguous(tl.multiple_of(tl.where(offs_bn < N, offs_bn, 0), BLOCK_N), BLOCK_N)
+        a_ptrs = a_ptr + offs_am[:, None] * K + offs_k[None, :]
+        b_ptrs = b_ptr + offs_k[:, None] * N + offs_bn[None, :]
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for ki in {loop}:
+            k_left = K - ki * BLOCK_K
+            a = tl.load(a_ptrs + ki * BLOCK_K, mask=offs_k[None, :] < k_left, other=0.0)
+            b = tl.load(b_ptrs + ki * BLOCK_K * N, mask=offs_k[:, None] < k_left, other=0.0)
+            acc = tl.dot(a, b, acc)
+    """, depth)
+
+
+# -- epilogue -------------------------------------------------------------------------------------------
+def _store_c(g: Mapping[str, Any], tile: str, depth: int) -> str:
+    """Convert the fp32 tile held in `tile` to C's dtype and store it at (pid_m, pid_n)."""
+    pieces = []
+    if g["epilogue_subtile"]:
+        pieces.append(f"""
+            # Subtiled epilogue: the tile leaves in two halves along N (half the staging buffer).
+            halves = tl.permute(tl.reshape({tile}, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
+            {tile}_left, {tile}_right = tl.split(halves)
+        """)
+    if g["memory"] == "descriptor" and g["epilogue_subtile"]:
+        pieces.append(f"""
+            c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], {tile}_left.to(c_ptr.dtype.element_ty))
+            c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N + BLOCK_N // 2], {tile}_right.to(c_ptr.dtype.element_ty))
+        """)
+    elif g["memory"] == "descriptor":
+        pieces.append(f"c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], {tile}.to(c_ptr.dtype.element_ty))")
+    elif g["epilogue_subtile"]:
+        pieces.append(f"""
+            offs_cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+            offs_cn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N // 2)
+            c_ptrs = c_ptr + offs_cm[:, None] * N + offs_cn[None, :]
+            row_ok = offs_cm[:, None] < M
+            tl.store(c_ptrs, {tile}_left.to(c_ptr.dtype.element_ty), mask=row_ok & (offs_cn[None, :] < N))
+            tl.store(c_ptrs + BLOCK_N // 2, {tile}_right.to(c_ptr.dtype.element_ty),
+                     mask=row_ok & (offs_cn[None, :] + BLOCK_N // 2 < N))
+        """)
+    else:
+        pieces.append(f"""
+            offs_cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+            offs_cn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+            c_ptrs = c_ptr + offs_cm[:, None] * N + offs_cn[None, :]
+            c_mask = (offs_cm[:, None] < M) & (offs_cn[None, :] < N)
+            tl.store(c_ptrs, {tile}.to(c_ptr.dtype.element_ty), mask=c_mask)
+        """)
+    return "".join(_block(piece, depth) for piece in pieces)
+
+
+def _split_k_epilogue(g: Mapping[str, Any]) -> str:
+    return _block("""
+        # Publish this program's fp32 partial tile in its slot; the program that arrives last at the tile's
+        # counter sums all SPLIT_K partials in split order (deterministic) and writes C.
+        offs_tm = tl.arange(0, BLOCK_M)
+        offs_tn = tl.arange(0, BLOCK_N)
+        slots = ws_ptr + tile_id.to(tl.int64) * (SPLIT_K * BLOCK_M * BLOCK_N)
+        slots += offs_tm[:, None] * BLOCK_N + offs_tn[None, :]
+        tl.store(slots + split * (BLOCK_M * BLOCK_N), acc)
+        # One thread issues the atomic: the barrier puts every thread's partial before it, and acq_rel makes
+        # those writes visible to the program that reads them after its own increment.
+        tl.debug_barrier()
+        arrived = tl.atomic_add(counter_ptr + tile_id, 1, sem="acq_rel", scope="gpu")
+        if arrived == SPLIT_K - 1:
+            # .cg reads L2 directly: this SM's L1 must not serve lines other programs have since rewritten
+            total = tl.load(slots, cache_modifier=".cg")
+            for s in range(1, SPLIT_K):
+                total += tl.load(slots + s * (BLOCK_M * BLOCK_N), cache_modifier=".cg")
+    """, 1) + _store_c(g, "total", 2) + _block("""
+        # reset the counter so the next launch needs no zeroing pass
+        tl.atomic_xchg(counter_ptr + tile_id, 0, sem="relaxed", scope="gpu")
+    """, 2)
+
+
+# -- kernel ---------------------------------------------------------------------------------------------
+def _kernel(g: Mapping[str, Any]) -> str:
+    split = g["split_k"] > 1
+    params = ["a_ptr, b_ptr, c_ptr,  # A[M, K], B[K, N], C[M, N]: row-major, contiguous"]
+    if split:
+        params.append("ws_ptr, counter_ptr,  # fp32 partial-tile slots, per-tile arrival counters")
+    params.append("M, N, K, num_sms," if g["persistent"] else "M, N, K,")
+    params += _wrap([f"{c}: tl.constexpr" for c in constexpr_names(g)])
+    out = f"@triton.jit\ndef {KERNEL_NAME}(\n" + "".join(f"    {p}\n" for p in params) + "):\n"
+    if g.get("aligned_dims"):
+        dims = " and ".join(g["aligned_dims"])
+        out += _block(f"""
+            # {dims}: multiples of ROW_ALIGN here (the launcher checks). Triton learns only divisibility by 16
+            # from integer arguments; restating it lets 16-byte loads and stores of whole rows vectorize.
+        """, 1) + "".join(_block(f"{d} = {d} // ROW_ALIGN * ROW_ALIGN", 1) for d in g["aligned_dims"])
+    out += _block("""
+        num_pid_m = tl.cdiv(M, BLOCK_M)
+        num_pid_n = tl.cdiv(N, BLOCK_N)
+        k_tiles = tl.cdiv(K, BLOCK_K)
+    """, 1)
+    if g["memory"] == "descriptor":
+        c_block = "BLOCK_N // 2" if g["epilogue_subtile"] else "BLOCK_N"
+        out += _block(f"""
+            # In-kernel tensor descriptors (TMA on Hopper): out-of-bounds reads return zeros and
+            # out-of-bounds writes are dropped, so ragged edges need no masks.
+            a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[K, 1], block_shape=[BLOCK_M, BLOCK_K])
+            b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[N, 1], block_shape=[BLOCK_K, BLOCK_N])
+            c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[N, 1], block_shape=[BLOCK_M, {c_block}])
+        """, 1)
+    else:
+        out += _block("offs_k = tl.arange(0, BLOCK_K)", 1)
+    if g["persistent"]:
+        out += _block(f"""
+            # Persistent grid: one program per SM strides over the tiles; flatten=True lets the compiler
+            # pipeline the loads of the next tile under the epilogue of the current one. num_sms is a
+            # runtime argument so that one compiled kernel serves every GPU model.
+            num_tiles = num_pid_m * num_pid_n
+            # The epilogue derives its tile from a second counter (as upstream does), so no value has to
+            # live across the flattened loop from the loads to the stores.
+            tile_id_c = tl.program_id(0) - num_sms
+            for tile_id in tl.range(tl.program_id(0), num_tiles, num_sms, flatten=True):
+                {_coords_call(g, "tile_id")}
+        """, 1)
+        out += _main_loop(g, 2)
+        out += _block(f"""
+            tile_id_c += num_sms
+            {_coords_call(g, "tile_id_c")}
+        """, 2)
+        out += _store_c(g, "acc", 2)
+    elif split:
+        out += _block(f"""
+            # SPLIT_K programs share each output tile; split s takes K steps
+            # [s * k_tiles // SPLIT_K, (s + 1) * k_tiles // SPLIT_K): balanced, none empty when SPLIT_K <= k_tiles.
+            tile_id = tl.program_id(0) // SPLIT_K
+            split = tl.program_id(0) % SPLIT_K
+            {_coords_call(g, "tile_id")}
+            k_lo = split * k_tiles // SPLIT_K
+            k_hi = (split + 1) * k_tiles // SPLIT_K
+        """, 1)
+        out += _main_loop(g, 1)
+        out += _split_k_epilogue(g)
+    else:
+        out += _block(_coords_call(g, "tl.program_id(0)"), 1)
+        out += _main_loop(g, 1)
+        out += _store_c(g, "acc", 1)
+    return out
+
+
+# -- module ---------------------------------------------------------------------------------------------
+def _summary(g: Mapping[str, Any]) -> str:
+    parts = [f"{g['BLOCK_M']}x{g['BLOCK_N']}x{g['BLOCK_K']} tiles, {g['num_warps']} warps, {g['num_stages']} stages",
+             ("tensor descriptors (TMA)" if g["memory"] == "descriptor" else "pointer loads"),
+             (f"grouped {g['raster']}-major tile order (GROUP_M={g['GROUP_M']})" if g["GROUP_M"] > 1
+              else f"{g['raster']}-major tile order")]
+    if g["persistent"]:
+        parts.append("persistent grid")
+    if g["split_k"] > 1:
+        parts.append(f"split-K={g['split_k']} reduced in one launch")
+    hints = [f"{k}={g[k]}" for k, off in (("loop_stages", 0), ("loop_unroll", 1)) if g[k] != off]
+    if g["warp_specialize"]:
+        hints.append("warp_specialize")
+    if hints:
+        parts.append("K loop " + ", ".join(hints))
+    if g["epilogue_subtile"]:
+        parts.append("subtiled epilogue")
+    return "; ".join(parts)
+
+
+def _constants(g: Mapping[str, Any]) -> str:
+    rows = [("BLOCK_M", g["BLOCK_M"], "rows of C per program"),
+            ("BLOCK_N", g["BLOCK_N"], "columns of C per program"),
+            ("BLOCK_K", g["BLOCK_K"], "depth of one K step")]
+    if g["GROUP_M"] > 1:
+        unit = "rows" if g["raster"] == "row" else "columns"
+        rows.append(("GROUP_M", g["GROUP_M"], f"tile-{unit} per swizzle group"))
+    if g.get("aligned_dims"):
+        dims = " and ".join(g["aligned_dims"])
+        rows.append(("ROW_ALIGN", g["row_align"], f"{dims} of the problem: multiples of this many elements"))
+    if g["loop_stages"] > 0:
+        rows.append(("LOOP_STAGES", g["loop_stages"], "prefetch depth of the K loop"))
+    if g["loop_unroll"] > 1:
+        rows.append(("LOOP_UNROLL", g["loop_unroll"], "unroll factor of the K loop"))
+    if g["split_k"] > 1:
+        rows.append(("SPLIT_K", g["split_k"], "programs sharing one output tile along K"))
+    rows += [("NUM_WARPS", g["num_warps"], "warps per program"),
+             ("NUM_STAGES", g["num_stages"], "software pipeline depth of the loads feeding tl.dot")]
+    width = max(len(f"{n} = {v}") for n, v, _ in rows)
+    return "".join(f"{f'{n} = {v}':<{width}}  # {why}\n" for n, v, why in rows)
+
+
+def gemm_source(g: Mapping[str, Any], title: str, row_align: int = 1, aligned_dims: tuple[str, ...] = ()) -> str:
+    """The whole module for genome values `g`; `title` opens its docstring (names the genome).
+
+    `aligned_dims` (of "K", "N") are row strides known to be multiples of `row_align` elements for the problem
+    at hand though not of 16 (what Triton detects by itself); pointer kernels then state it for vectorization.
+    """
+    if aligned_dims and (row_align <= 1 or g["memory"] != "pointer"):
+        raise ValueError("aligned_dims needs row_align > 1 and pointer memory")
+    g = {**g, "row_align": row_align, "aligned_dims": tuple(aligned_dims)}
+    what = textwrap.fill(f"C[M, N] = A[M, K] @ B[K, N], row-major, fp32 accumulation: {_summary(g)}.", 100)
+    header = (f'"""{title}\n\n{what}\nCall {ENTRY_NAME}(a, b, out=None) for any M, N, K whose operands have '
+              'fewer than 2**31 elements.\n"""\n')
+    return (header + "\nimport torch\nimport triton\nimport triton.language as tl\n\n" + _constants(g) + "\n\n"
+            + _tile_coords(g) + "\n\n" + _kernel(g) + "\n\n" + launcher_source(g))

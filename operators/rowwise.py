@@ -1,0 +1,247 @@
+"""What softmax and RMSNorm share: the shape ([M, N], rows by columns), inputs, byte counts, tolerances, and
+the skeleton of a rendered row-wise kernel (row-block loop, row offsets, masks, cache hints).
+
+The row width reaches the kernel as the constexpr N_COLS (the launcher passes x.shape[-1], so each width
+compiles its own specialisation): the compiler then knows each row's alignment (5000 bf16 elements are
+10000 bytes, a multiple of 16, which a runtime width not divisible by 16 would hide, costing the 16-byte
+vector loads) and the column mask stays uniform within a vector, so masking every width costs nothing and
+one kernel serves every width. The number of rows is a runtime argument.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from evo.problem import DTYPES, Problem, Target
+from genomes.base import Genome, InvalidGenome
+from genomes.rowwise import ELEM_BYTES
+from operators.base import Operator
+
+__all__ = ["RowwiseOperator", "Skeleton", "load", "store", "fresh_function", "TOLERANCE"]
+
+# Relative Frobenius error accepted per dtype: a few units of the output's rounding error (the reference
+# is exact fp32; bf16 keeps 8 bits of mantissa, fp16 11), far below what a wrong column or row gives.
+TOLERANCE = {"fp32": 1e-5, "fp16": 2e-3, "bf16": 1.6e-2}
+
+
+def load(ptr: str, mask: str | None, other: str | None, evict: str) -> str:
+    """A tl.load call with only the arguments that are not defaults."""
+    args = [ptr]
+    if mask:
+        args.append(f"mask={mask}")
+        if other is not None:
+            args.append(f"other={other}")
+    if evict != "none":
+        args.append(f'eviction_policy="{evict}"')
+    return f"tl.load({', '.join(args)})"
+
+
+def store(ptr: str, value: str, hint: str) -> str:
+    """A masked tl.store call with the output cache hint of gene store_y."""
+    extra = {"none": "", "evict_first": ', eviction_policy="evict_first"', "streaming": ', cache_modifier=".cs"'}
+    return f"tl.store({ptr}, {value}, mask=mask{extra[hint]})"
+
+
+def fresh_function(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A copy of `fn` with its own code object: torch.compile keeps its compiled graphs (and its recompile
+    limit) per code object, so a copy per problem compiles that problem's shape statically, once."""
+    return types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+
+
+@dataclass(frozen=True)
+class Skeleton:
+    """Facts about one rendered kernel that both operators' bodies read."""
+
+    g: dict[str, Any]
+
+    @property
+    def single(self) -> bool:
+        return self.g["mode"] == "single"
+
+    @property
+    def row_masked(self) -> bool:
+        # one row per program never overruns: the grid (or the persistent loop) stops at the last row
+        return self.g["ROWS"] > 1
+
+    @property
+    def mask_expr(self) -> str:
+        return "row_mask[:, None] & col_mask[None, :]" if self.row_masked else "col_mask[None, :]"
+
+    @property
+    def has_loop(self) -> bool:
+        """Whether the kernel loops (over columns, or over row blocks when persistent): only then does the
+        pipelining depth mean anything, and only then is it rendered (so that the same kernel renders the
+        same source whatever num_stages says)."""
+        return not self.single or self.g["persistent"] > 0
+
+    @property
+    def pipelined(self) -> bool:
+        """A loop streams the loads and pipelining is asked for (the family's `pipelined` rule)."""
+        return self.g["num_stages"] > 1 and self.has_loop
+
+    @property
+    def loop_stages(self) -> str:
+        return ", num_stages=NUM_STAGES" if self.pipelined else ""
+
+    def signature(self, name: str, runtime: str) -> list[str]:
+        """The @triton.jit def line(s): runtime arguments, then the constexprs this kernel uses."""
+        consts = ["N_COLS", "ROWS", "BLOCK"] + (["NUM_STAGES"] if self.pipelined else [])
+        params = runtime.split(", ") + [f"{c}: tl.constexpr" for c in consts]
+        lines, line = [], f"def {name}("
+        for i, p in enumerate(params):
+            piece = p + (", " if i < len(params) - 1 else "):")
+            if len(line) + len(piece.rstrip()) > 110:
+                lines.append(line.rstrip())
+                line = " " * (len(name) + 5)
+            line += piece
+        return ["@triton.jit"] + lines + [line]
+
+    def column_loop(self, body: list[str]) -> list[str]:
+        """A loop over BLOCK-wide column steps of the current rows (looped kernels)."""
+        head = [f"for start in tl.range(0, N_COLS, BLOCK{self.loop_stages}):",
+                "    cols = start + tl.arange(0, BLOCK)",
+                "    col_mask = cols < N_COLS",
+                f"    mask = {self.mask_expr}"]
+        return head + ["    " + line for line in body]
+
+    def kernel_body(self, prologue: list[str], body: list[str]) -> list[str]:
+        """Row-block iteration around `body` (lines at the row level); `prologue` runs once per program."""
+        out = []
+        if self.single:
+            out += ["cols = tl.arange(0, BLOCK)", "col_mask = cols < N_COLS"]
+        out += prologue
+        rows = ["rows = rb * ROWS + tl.arange(0, ROWS)"]
+        if self.row_masked:
+            rows.append("row_mask = rows < n_rows")
+        rows.append("row_start = rows.to(tl.int64)[:, None] * N_COLS  # 64-bit: M * N may exceed 2**31")
+        if self.single:
+            rows += ["offs = row_start + cols[None, :]", f"mask = {self.mask_expr}"]
+        if self.g["persistent"]:
+            stages = self.loop_stages if self.single else ""
+            out.append(f"for rb in tl.range(tl.program_id(0), tl.cdiv(n_rows, ROWS), tl.num_programs(0){stages}):")
+            out += ["    " + line for line in rows + body]
+        else:
+            out.append("rb = tl.program_id(0)")
+            out += rows + body
+        return ["    " + line for line in out]
+
+
+class RowwiseOperator(Operator):
+    """Base of row-wise operators over a contiguous [M, N] input; subclasses render their kernel body."""
+
+    dims = ("M", "N")
+    throughput_unit = "GB/s"
+    kernel_name = ""  # name of the @triton.jit function in a rendered module
+
+    # -- code generation ----------------------------------------------------------------------------
+    def skeleton(self, genome: Genome, problem: Problem, target: Target) -> Skeleton:
+        """The skeleton of a valid genome's kernel; InvalidGenome (a ValueError) for an invalid one."""
+        reasons = self.family.violations(genome, problem, target)
+        if reasons:
+            raise InvalidGenome(f"genome {genome} is not valid for {problem.key}: {'; '.join(reasons)}")
+        return Skeleton(genome.as_dict())
+
+    def header(self, sk: Skeleton, problem: Problem, target: Target, summary: str) -> list[str]:
+        g = sk.g
+        lines = [
+            f'"""evo kernel: {self.name} of rows of {problem.dims["N"]} elements, rendered for {problem.key} '
+            f'on {target.name}.',
+            "",
+            summary,
+            '"""',
+            "",
+            "import torch",
+            "import triton",
+            "import triton.language as tl",
+            "",
+            f"N_COLS = {problem.dims['N']}  # the row width this kernel was rendered (and tuned) for",
+            f"ROWS = {g['ROWS']}",
+            f"BLOCK = {g['BLOCK']}",
+            f"NUM_WARPS = {g['num_warps']}",
+        ]
+        if sk.has_loop:
+            lines.append(f"NUM_STAGES = {g['num_stages']}")
+        if g["persistent"]:
+            lines.append(f"PROGRAMS = {g['persistent'] * target.num_sms}  "
+                         f"# persistent grid: {g['persistent']} per SM of {target.num_sms}")
+        return lines + ["", ""]
+
+    def launch(self, sk: Skeleton, args: str) -> list[str]:
+        """Launcher lines (inside the entry function) that size the grid and launch the kernel."""
+        blocks = "triton.cdiv(n_rows, ROWS)"
+        grid = f"(min({blocks}, PROGRAMS),)" if sk.g["persistent"] else f"({blocks},)"
+        stages = ", NUM_STAGES=NUM_STAGES" if sk.pipelined else ""
+        if sk.single:
+            block = ["    # single pass: the block holds the whole row (wider rows than BLOCK get a wider block)",
+                     "    block = BLOCK if n_cols <= BLOCK else triton.next_power_of_2(n_cols)"]
+        else:
+            block = ["    block = BLOCK"]
+        pad = " " * (len(self.kernel_name) + 11)
+        return block + [
+            "    n_rows = x.numel() // n_cols",
+            "    if n_rows == 0:",
+            "        return out",
+            f"    grid = {grid}",
+            f"    {self.kernel_name}[grid]({args},",
+            f"{pad}N_COLS=n_cols, ROWS=ROWS, BLOCK=block{stages},",
+            f"{pad}num_warps=NUM_WARPS{', num_stages=NUM_STAGES' if sk.has_loop else ''})",
+            "    return out",
+        ]
+
+    @staticmethod
+    def prepare(tensor_name: str) -> list[str]:
+        """Launcher lines that check the input's shape, make it contiguous and allocate or check `out`."""
+        t = tensor_name
+        return [
+            f"    if {t}.dim() == 0 or {t}.shape[-1] == 0:",
+            f"        raise ValueError(f\"{t} needs rows of at least one element; got shape {{tuple({t}.shape)}}\")",
+            f"    n_cols = {t}.shape[-1]",
+            f"    {t} = {t}.contiguous()",
+            "    if out is None:",
+            f"        out = torch.empty_like({t})",
+            f"    elif out.shape != {t}.shape or out.dtype != {t}.dtype or not out.is_contiguous():",
+            f"        raise ValueError(\"out must be a contiguous tensor of {t}'s shape and dtype\")",
+        ]
+
+    # -- judging a kernel ---------------------------------------------------------------------------
+    def random_rows(self, problem: Problem, seed: int, device: str) -> Any:
+        """Standard normal [M, N] input in the problem's dtype (never zeros), deterministic in `seed`."""
+        import torch
+
+        m, n = problem.dims["M"], problem.dims["N"]
+        dtype = getattr(torch, DTYPES[problem.dtype])
+        if torch.device(device).type == "meta":  # shapes and dtypes only, for compiling ahead of time
+            return torch.empty(m, n, device=device, dtype=dtype)
+        gen = torch.Generator(device=device).manual_seed(seed)
+        return torch.randn(m, n, generator=gen, device=device, dtype=dtype)
+
+    def tolerance(self, problem: Problem) -> float:
+        return TOLERANCE[problem.dtype]
+
+    def selfcheck_source(self, problem: Problem) -> str:
+        """Plain-torch self-check code for exported kernels (see Operator.selfcheck_source)."""
+        m, n = problem.dims["M"], problem.dims["N"]
+        torch_dtype = f"torch.{DTYPES[problem.dtype]}"
+        return "\n".join([
+            "import torch",
+            "",
+            f"SELFCHECK_TOLERANCE = {self.tolerance(problem)!r}",
+            "",
+            "",
+            "def selfcheck_inputs(device):",
+            '    """Fresh standard-normal inputs (never zeros), seeded."""',
+            "    gen = torch.Generator(device=device).manual_seed(20240611)",
+            f"    x = torch.randn({m}, {n}, generator=gen, device=device, dtype={torch_dtype})",
+            *self.selfcheck_lines(problem),
+        ]) + "\n"
+
+    def selfcheck_lines(self, problem: Problem) -> list[str]:
+        """The rest of the self-check: the end of selfcheck_inputs (returning the inputs), then
+        selfcheck_reference, selfcheck_baseline and problem_sizes."""
+        raise NotImplementedError
+
+    def element_bytes(self, problem: Problem) -> int:
+        return ELEM_BYTES[problem.dtype]

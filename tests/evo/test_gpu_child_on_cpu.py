@@ -1,0 +1,68 @@
+"""The GPU child's evaluation code, driven in-process on the CPU (interpreter, device "cpu") with a stand-in
+for the CUDA-event timing: every status path of gpu_evaluate short of a real GPU."""
+
+import pytest
+
+from evo.candidate import Prepared
+from evo.compiler import CompileResult
+from evo.record import Evaluation
+from evo.supervisor import ExitAfter
+from evo.timing import Timing
+from evo.worker import EvalRequest, EvalSettings, GpuState, gpu_evaluate
+from tests.evo.faulty_operator import FaultyOperator, candidate
+
+OP = FaultyOperator()
+
+
+@pytest.fixture
+def timed(monkeypatch):
+    """Stand-in timing (test data, not a measurement): runs each function once and records the call."""
+    calls = []
+
+    def fake(fns, **kwargs):
+        calls.append(len(fns))
+        for fn in fns:
+            fn()
+        return [Timing(1.0 + i, 0.1, [1.0 + i] * 5) for i in range(len(fns))]
+
+    monkeypatch.setattr("evo.timing.time_interleaved", fake)
+    return calls
+
+
+def state(refresh_s=0.0):
+    return GpuState(0, EvalSettings(operators={"faulty": OP}, baseline_refresh_s=refresh_s), device="cpu")
+
+
+def evaluate(st, fault, n=256, seed=5, compiled=None):
+    ev = gpu_evaluate(st, EvalRequest(Prepared(candidate(fault, n=n, block=256), compiled), seed))
+    return ev
+
+
+def test_ok_is_checked_then_timed_against_the_baseline(timed):
+    compiled = CompileResult("ok", resources={"shared": 0, "registers": 20}, compile_s=0.25)
+    ev = evaluate(state(), "none", compiled=compiled)
+    assert isinstance(ev, Evaluation) and ev.status == "ok", ev.reason
+    assert ev.median_ms == 1.0 and ev.baseline_ms == 2.0 and ev.baseline == "torch" and ev.ratio == 2.0
+    assert ev.max_rel_error < 1e-6 and ev.compile_s == 0.25 and ev.resources["registers"] == 20
+    assert ev.resources["eval"]["seed"] == 5 and ev.resources["eval"]["baseline_fresh"] is True
+    assert timed == [2]  # candidate and baseline interleaved in one measurement
+
+
+@pytest.mark.parametrize("fault,status", [("wrong", "wrong"), ("nan", "nan"), ("unwritten", "nan"),
+                                          ("syntax", "compile_error"), ("compile", "compile_error"),
+                                          ("raise", "error")])
+def test_faults_become_statuses(timed, fault, status):
+    ev = evaluate(state(), fault)
+    assert not isinstance(ev, ExitAfter)
+    assert ev.status == status, ev.reason
+    assert ev.median_ms is None and timed == []  # nothing wrong is ever timed
+
+
+def test_baseline_can_be_reused_within_its_refresh_time(timed):
+    st = state(refresh_s=3600)
+    first = evaluate(st, "none", n=128)
+    second = evaluate(st, "none", n=128, seed=6)
+    assert timed == [2, 1] and second.baseline_ms == first.baseline_ms
+    assert second.resources["eval"]["baseline_fresh"] is False
+    other_problem = evaluate(st, "none", n=192)
+    assert timed == [2, 1, 2] and other_problem.resources["eval"]["baseline_fresh"] is True

@@ -1,0 +1,181 @@
+"""The GEMM genome family: genes, validity rules, repair, overrides, canonical identity, seeds, descriptors."""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pytest
+
+from evo.problem import HOPPER, Problem, Target
+from genomes.base import InvalidGenome
+from genomes.gemm import GemmFamily, smem_estimate
+
+AMPERE = Target("a100", 80, 166912, 108)
+FAMILY = GemmFamily()
+BASE_HASH = "a3b48f5980c7edda"  # the identity of GemmFamily.base(): changing it orphans every stored result
+
+
+def problem(m: int, n: int, k: int, dtype: str = "bf16") -> Problem:
+    return Problem.make("gemm", ("M", "N", "K"), (m, n, k), dtype)
+
+
+BIG = problem(4096, 4096, 4096)
+PROBLEMS = [BIG, problem(1000, 3000, 2000, "fp16"), problem(16, 4096, 4096, "fp32"), problem(67, 45, 93, "fp16"),
+            problem(128, 4096, 14336), problem(1, 1, 1, "fp32"), problem(20, 16, 4096, "fp16")]
+
+
+def genome(**values):
+    return FAMILY.make(FAMILY.base(**values))
+
+
+def test_genes_and_groups():
+    assert len(FAMILY.genes) == 14
+    groups = FAMILY.groups()
+    assert groups["tile"] == ["BLOCK_M", "BLOCK_N", "BLOCK_K"]
+    assert set(groups["structure"]) == {"persistent", "memory", "split_k", "epilogue_subtile"}
+    assert sorted(n for names in groups.values() for n in names) == sorted(FAMILY.genes)
+
+
+def test_make_checks_names_and_domains():
+    values = FAMILY.base()
+    with pytest.raises(InvalidGenome, match="missing"):
+        FAMILY.make({k: v for k, v in values.items() if k != "raster"})
+    with pytest.raises(InvalidGenome, match="unknown"):
+        FAMILY.make({**values, "BLOCK_Q": 1})
+    with pytest.raises(InvalidGenome, match="BLOCK_M"):
+        FAMILY.make({**values, "BLOCK_M": 96})
+    with pytest.raises(InvalidGenome, match="unknown"):
+        genome().replace(colour="red")
+
+
+@pytest.mark.parametrize("values, prob, target, reason", [
+    (dict(BLOCK_M=128), problem(16, 64, 64), HOPPER, "BLOCK_M=128 exceeds M"),
+    (dict(BLOCK_K=64, split_k=4), problem(64, 64, 128), HOPPER, "split_k=4 exceeds the 2 K steps"),
+    (dict(split_k=2, persistent=True), BIG, HOPPER, "not combined with a persistent grid"),
+    (dict(memory="descriptor"), problem(64, 64, 100), HOPPER, "multiples of 16 bytes"),
+    (dict(memory="descriptor"), BIG, AMPERE, "sm_90"),
+    (dict(memory="descriptor", warp_specialize=True), BIG, AMPERE, "only enabled for sm_90"),
+    (dict(warp_specialize=True), BIG, HOPPER, "needs tensor descriptors"),
+    (dict(memory="descriptor", warp_specialize=True, num_warps=8), BIG, HOPPER, "num_warps=4"),
+    (dict(memory="descriptor", warp_specialize=True, persistent=True), BIG, HOPPER, "persistent"),
+    (dict(memory="descriptor", warp_specialize=True, BLOCK_M=64, BLOCK_N=256), BIG, HOPPER, "64x256"),
+    (dict(memory="descriptor", warp_specialize=True, split_k=2), BIG, HOPPER, "split-K"),
+    (dict(memory="descriptor", warp_specialize=True, loop_unroll=2), BIG, HOPPER, "unrolled"),
+    (dict(memory="descriptor", warp_specialize=True, BLOCK_K=32), problem(4096, 4096, 4096, "fp32"), HOPPER,
+     "fp32"),
+    (dict(BLOCK_N=16, epilogue_subtile=True), BIG, HOPPER, "BLOCK_N >= 32"),
+    (dict(BLOCK_M=256, BLOCK_N=256, num_warps=4), BIG, HOPPER, "registers per thread"),
+    (dict(BLOCK_M=256, BLOCK_N=128, BLOCK_K=128, num_warps=8, num_stages=5), BIG, HOPPER, "shared memory"),
+])
+def test_each_validity_rule(values, prob, target, reason):
+    reasons = FAMILY.violations(genome(**values), prob, target)
+    assert any(reason in r for r in reasons), reasons
+    assert not FAMILY.is_valid(genome(**values), prob, target)
+
+
+def test_the_tutorial_genome_is_valid_on_big_problems():
+    assert FAMILY.violations(genome(), BIG, HOPPER) == []
+    assert FAMILY.violations(genome(memory="descriptor", warp_specialize=True), BIG, HOPPER) == []
+
+
+@pytest.mark.parametrize("prob", PROBLEMS, ids=lambda p: p.key)
+@pytest.mark.parametrize("target", [HOPPER, AMPERE], ids=lambda t: t.name)
+def test_repair_always_lands_valid_and_leaves_valid_genomes_alone(prob, target):
+    rng = np.random.default_rng(zlib.crc32(f"{prob.key}/{target.name}".encode()))
+    for _ in range(300):
+        raw = FAMILY.make({name: gene.random(rng) for name, gene in FAMILY.genes.items()})
+        fixed = FAMILY.repair(raw, prob, target, rng)
+        assert FAMILY.violations(fixed, prob, target) == [], (str(raw), str(fixed))
+        assert FAMILY.make(fixed.as_dict()) == fixed  # every value still in its domain
+        assert FAMILY.repair(fixed, prob, target, rng) == fixed
+        if FAMILY.is_valid(raw, prob, target):
+            assert fixed == raw
+
+
+def test_random_is_valid_and_seeded():
+    a = [FAMILY.random(np.random.default_rng(1), BIG, HOPPER) for _ in range(2)]
+    assert a[0] == a[1] and FAMILY.is_valid(a[0], BIG, HOPPER)
+    rng = np.random.default_rng(2)
+    assert len({FAMILY.random(rng, BIG, HOPPER).hash for _ in range(30)}) > 25
+
+
+def test_overrides_restrict_domains_and_repair_respects_them():
+    fam = GemmFamily({"BLOCK_M": [64, 128], "memory": ["descriptor"]})
+    assert fam.genes["BLOCK_M"].values == (64, 128) and fam.genes["memory"].values == ("descriptor",)
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        g = fam.random(rng, BIG, HOPPER)
+        assert g["BLOCK_M"] in (64, 128) and g["memory"] == "descriptor"
+    with pytest.raises(InvalidGenome, match="cannot repair"):
+        fam.repair(fam.make(fam.base(BLOCK_M=64, memory="descriptor")), problem(64, 64, 100), HOPPER, rng)
+    with pytest.raises(InvalidGenome, match="unknown gene"):
+        GemmFamily({"BLOCK_Q": [1]})
+    with pytest.raises(ValueError, match="not in its domain"):
+        GemmFamily({"BLOCK_M": [96]})
+
+
+def test_canonical_encoding_and_hash_are_stable():
+    g = genome()
+    assert g.hash == BASE_HASH
+    assert g.canonical().startswith('{"family":"gemm","genes":{"BLOCK_K":64,"BLOCK_M":128,')
+    assert FAMILY.from_canonical(g.canonical()) == g
+    shuffled = dict(reversed(list(FAMILY.base().items())))
+    assert FAMILY.make(shuffled).hash == BASE_HASH
+    assert genome(raster="col").hash != BASE_HASH
+    with pytest.raises(InvalidGenome, match="family"):
+        FAMILY.from_canonical('{"family": "softmax", "genes": {}}')
+
+
+def test_neighbours_of_each_gene():
+    g = genome()
+    genes = FAMILY.genes
+    assert genes["BLOCK_M"].neighbours(g["BLOCK_M"]) == (64, 256)
+    assert genes["num_warps"].neighbours(g["num_warps"]) == (2, 8)
+    assert genes["split_k"].neighbours(1) == (2,)
+    assert genes["raster"].neighbours("row") == ("col",)
+    assert genes["memory"].neighbours("pointer") == ("descriptor",)
+    for name, gene in genes.items():
+        for value in gene.neighbours(g[name]):
+            assert g.replace(**{name: value}).hash != g.hash
+
+
+def test_seeds_are_valid_and_distinct():
+    for prob in (BIG, problem(16, 4096, 4096), problem(67, 45, 93, "fp16")):
+        seeds = FAMILY.seeds(prob, HOPPER)
+        assert seeds and len({s.hash for s in seeds}) == len(seeds)
+        assert all(FAMILY.is_valid(s, prob, HOPPER) for s in seeds)
+    assert any(s["split_k"] > 1 for s in FAMILY.seeds(problem(16, 4096, 4096), HOPPER))
+
+
+def test_smem_estimate_and_descriptors():
+    assert smem_estimate(FAMILY.base(), "bf16") == 3 * (128 * 64 + 64 * 128) * 2
+    desc = FAMILY.base(memory="descriptor", epilogue_subtile=True)
+    assert smem_estimate(desc, "bf16") == smem_estimate(FAMILY.base(), "bf16") + 128 * 128 * 2 // 2
+    d = FAMILY.descriptors()
+    g = genome()
+    assert d["tile_area"](g) == 14.0 and d["block_k"](g) == 6.0 and d["structure"](g) == 0.0
+    structures = [genome(persistent=True), genome(memory="descriptor"), genome(memory="descriptor", persistent=True),
+                  genome(memory="descriptor", warp_specialize=True)]
+    values = [d["structure"](x) for x in structures]
+    assert len(set(values + [0.0])) == 5 and all(v in d["structure"].edges for v in values)
+    unrolled = FAMILY.base(loop_unroll=4)
+    assert smem_estimate(unrolled, "fp16") == 4 * smem_estimate(FAMILY.base(), "fp16")
+    assert d["smem_kib"](g, {"shared": 98304}) == 96.0
+    with pytest.raises(ValueError, match="needs compile-time resources"):
+        d["smem_kib"](g)
+
+
+def test_enumerate_a_restricted_family():
+    fam = GemmFamily({"BLOCK_M": [16, 64], "BLOCK_N": [64], "BLOCK_K": [32, 64], "num_warps": [4],
+                      "num_stages": [3], "GROUP_M": [8], "raster": ["row"], "loop_stages": [0],
+                      "loop_unroll": [1], "warp_specialize": [False], "persistent": [False, True],
+                      "memory": ["pointer"], "epilogue_subtile": [False]})
+    prob = problem(16, 64, 64)
+    genomes = fam.enumerate(prob, HOPPER)
+    # BLOCK_M=64 exceeds M=16 and split_k must fit the K steps and avoid the persistent grid
+    expected = sum(1 for bk in (32, 64) for sk in (1, 2, 4, 8, 16) for p in (False, True)
+                   if sk <= 64 // bk and not (sk > 1 and p))
+    assert len(genomes) == expected and all(g["BLOCK_M"] == 16 for g in genomes)
+    with pytest.raises(ValueError, match="too large"):
+        FAMILY.enumerate(BIG, HOPPER)

@@ -1,0 +1,78 @@
+"""Compile-ahead must spare the GPU worker its compile: the CPU side computes the same Triton cache key as
+the GPU's own launch, so the first launch loads the cubin from the shared cache instead of compiling.
+
+Run on the GPU machine:  python -m pytest tests/gpu/test_compile_cache.py -q
+"""
+
+import os
+
+import pytest
+
+from evo.candidate import Prepared
+from evo.compile_pool import CompilePool
+from evo.worker import EvalSettings, GpuWorker
+from tests.evo.faulty_operator import FaultyOperator, candidate
+
+pytestmark = pytest.mark.gpu
+
+OP = FaultyOperator()
+
+
+def entries(cache_dir):
+    """Cache entries holding a compiled kernel (a cubin). Loading a kernel also caches Triton's C launcher
+    stub for its signature (a shared object built on the GPU host); that is not a kernel compile."""
+    out = set()
+    for name in os.listdir(cache_dir):
+        files = os.listdir(os.path.join(cache_dir, name))
+        if any(f.endswith(".cubin") for f in files):
+            out.add(name)
+        else:
+            print("not a kernel entry:", name, files)
+    return out
+
+
+def gemm_candidates(target, count=4):
+    """A few real GEMM candidates when operators/gemm.py is there (else none: the toy kernels still test)."""
+    import numpy as np
+
+    try:
+        import operators
+        from evo.candidate import make_candidate
+
+        op = operators.get("gemm")
+    except Exception:
+        return []
+    problem = op.problem((1024, 1024, 1024), "bf16")
+    rng = np.random.default_rng(7)
+    genomes = op.family.seeds(problem, target)[:2] + [op.family.random(rng, problem, target) for _ in range(count)]
+    return [make_candidate(op, g, problem, target) for g in genomes]
+
+
+def test_first_launch_hits_the_cache(tmp_path):
+    cache = str(tmp_path / "triton-cache")
+    os.makedirs(cache)
+    with GpuWorker(0, settings=EvalSettings(reps=5, operators={"faulty": OP}), cache_dir=cache) as worker:
+        target = worker.info["target"]
+        toys = [candidate("none", n=n, dtype=dt) for n, dt in ((4096, "fp16"), (1000, "fp32"), (1, "fp16"))]
+        gemms = gemm_candidates(target)
+        with CompilePool(2, target=target, timeout_s=300, cache_dir=cache, operators={"faulty": OP}) as pool:
+            prepared = [Prepared(c, pool.compile(c)) for c in toys + gemms]
+        assert all(p.ready for p in prepared[:len(toys)])
+        before = entries(cache)
+        launched = 0
+        for i, p in enumerate(prepared):
+            if not p.ready:
+                continue
+            ev = worker.evaluate(p, timeout_s=120)
+            if i < len(toys):
+                assert ev.status == "ok", ev.reason
+            if ev.status in ("ok", "wrong", "nan"):  # the kernels were loaded and launched
+                launched += 1
+                assert ev.resources["cache_hit"] is True, (p.compiled.cache_hashes, ev.resources["gpu_kernels"])
+                assert ev.resources["eval"]["load_s"] < 5
+        assert launched >= len(toys)
+        assert entries(cache) == before, "the GPU compiled something the CPU had compiled already"
+        # control: a kernel nobody compiled ahead makes a new cache entry, so the count above can see one
+        cold = worker.evaluate(candidate("none", n=8192 + 3, block=512), timeout_s=120)
+        assert cold.status == "ok" and cold.resources["cache_hit"] is None
+        assert len(entries(cache)) > len(before)

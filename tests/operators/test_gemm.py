@@ -1,0 +1,186 @@
+"""The GEMM operator: rendered kernels compute A @ B for a seeded sample of genomes (Triton interpreter on
+the CPU), the launcher validates its inputs, and the operator's facts (inputs, reference, tolerance, counts)."""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+import torch
+
+import operators
+from evo.modules import load_source
+from evo.problem import HOPPER, Problem, Target
+from genomes.base import InvalidGenome
+from tests.operators.gemm_sample import ALIGNED, RAGGED, cpu_cases
+
+OP = operators.get("gemm")
+FAMILY = OP.family
+CASES = {dtype: cpu_cases(FAMILY, dtype) for dtype in ("fp16", "fp32")}
+
+
+def _problem(shape: tuple[int, int, int], dtype: str = "fp16") -> Problem:
+    return OP.problem(shape, dtype)
+
+
+def _relative_error(module, problem: Problem, seed: int = 0) -> float:
+    """Run the module's matmul into a NaN-poisoned output and return ||C - ref|| / ||ref|| (inf on NaN)."""
+    a, b = OP.make_inputs(problem, seed, device="cpu")
+    out = torch.full((a.shape[0], b.shape[1]), float("nan"), dtype=a.dtype)
+    result = module.matmul(a, b, out=out)
+    assert result is out
+    ref = OP.reference(a, b)
+    if torch.isnan(out).any():
+        return float("inf")
+    return float((out.float() - ref).norm() / ref.norm())
+
+
+@pytest.mark.parametrize("case", CASES["fp16"] + CASES["fp32"], ids=lambda c: c[0])
+def test_sample_genome_matches_reference(case):
+    _, genome, problem = case
+    module = load_source(OP.render(genome, problem, HOPPER))
+    assert _relative_error(module, problem) <= OP.tolerance(problem), str(genome)
+
+
+def test_sample_is_large_and_covers_every_gene_value():
+    for dtype, cases in CASES.items():
+        assert len({g.hash for _, g, _ in cases}) >= 50
+        shapes = {p.sizes for _, _, p in cases}
+        assert {RAGGED, ALIGNED} <= shapes
+        seen = {name: {g[name] for _, g, _ in cases} for name in FAMILY.genes}
+        if dtype == "fp32":  # warp specialization is invalid for fp32 (see GemmFamily.violations)
+            seen["warp_specialize"].add(True)
+        for name, gene in FAMILY.genes.items():
+            assert seen[name] == set(gene.values), f"{dtype}: {name} never takes {set(gene.values) - seen[name]}"
+        # split-K on a ragged problem and descriptors on an aligned one are both among the checks
+        assert any(g["split_k"] > 1 and p.sizes == RAGGED for _, g, p in cases)
+        assert any(g["memory"] == "descriptor" and p.sizes == ALIGNED for _, g, p in cases)
+
+
+def test_the_check_catches_a_kernel_that_skips_a_k_step():
+    problem = _problem(ALIGNED)
+    genome = FAMILY.make(FAMILY.base(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32))
+    source = OP.render(genome, problem, HOPPER)
+    broken = source.replace("k_tiles = tl.cdiv(K, BLOCK_K)", "k_tiles = tl.cdiv(K, BLOCK_K) - 1")
+    assert broken != source
+    assert _relative_error(load_source(broken), problem) > 10 * OP.tolerance(problem)
+
+
+def test_the_check_catches_an_unwritten_edge():
+    problem = _problem(RAGGED)
+    genome = FAMILY.make(FAMILY.base(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32))
+    source = OP.render(genome, problem, HOPPER)
+    broken = source.replace("(offs_cn[None, :] < N)", "(offs_cn[None, :] < N - 1)")
+    assert broken != source
+    assert _relative_error(load_source(broken), problem) == float("inf")
+
+
+def test_split_k_counters_return_to_zero_and_repeat_launches_agree():
+    problem = _problem(RAGGED, "fp32")
+    genome = FAMILY.make(FAMILY.base(BLOCK_M=32, BLOCK_N=32, BLOCK_K=16, split_k=4))
+    module = load_source(OP.render(genome, problem, HOPPER))
+    a, b = OP.make_inputs(problem, 3, device="cpu")
+    first = module.matmul(a, b)
+    second = module.matmul(a, b)
+    assert torch.equal(first, second)  # fixed summation order: bitwise repeatable
+    (counters,) = module._COUNTERS.values()
+    assert counters.numel() == 3 * 2 and not counters.any()
+
+
+# -- the module as a standalone artefact -------------------------------------------------------------------
+def test_rendered_module_imports_only_torch_and_triton():
+    for _, genome, problem in CASES["fp16"][::7]:
+        tree = ast.parse(OP.render(genome, problem, HOPPER))
+        imported = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                imported |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                imported.add(node.module or "")
+        assert imported <= {"torch", "triton", "triton.language"}, imported
+        assert ast.get_docstring(tree) and genome.hash in ast.get_docstring(tree)
+
+
+def test_render_is_deterministic_and_rejects_invalid_genomes():
+    problem = _problem(RAGGED)
+    genome = FAMILY.make(FAMILY.base(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32))
+    assert OP.render(genome, problem, HOPPER) == OP.render(genome, problem, HOPPER)
+    with pytest.raises(InvalidGenome, match="descriptor"):
+        OP.render(genome.replace(memory="descriptor"), problem, HOPPER)
+    with pytest.raises(InvalidGenome, match="sm_90"):
+        OP.render(genome.replace(memory="descriptor"), _problem(ALIGNED), Target("ampere", 80, 166912, 108))
+
+
+# -- launcher input validation -----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def plain_module():
+    genome = FAMILY.make(FAMILY.base(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32))
+    return load_source(OP.render(genome, _problem(ALIGNED), HOPPER))
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: (torch.zeros(4, 8), torch.zeros(9, 4)), "inner dimensions"),
+    (lambda: (torch.zeros(4, 8), torch.zeros(8)), "2-D"),
+    (lambda: (torch.zeros(4, 8), torch.zeros(8, 4, dtype=torch.float16)), "dtype"),
+    (lambda: (torch.zeros(4, 8, dtype=torch.int32), torch.zeros(8, 4, dtype=torch.int32)), "dtype"),
+    (lambda: (torch.zeros(8, 4).t(), torch.zeros(8, 4)), "contiguous"),
+])
+def test_launcher_rejects_bad_inputs(plain_module, make, message):
+    a, b = make()
+    with pytest.raises(ValueError, match=message):
+        plain_module.matmul(a, b)
+
+
+def test_launcher_rejects_a_bad_out_and_handles_empty_shapes(plain_module):
+    a, b = torch.ones(4, 8), torch.ones(8, 4)
+    with pytest.raises(ValueError, match="out must be"):
+        plain_module.matmul(a, b, out=torch.empty(4, 5))
+    with pytest.raises(ValueError, match="out must be"):
+        plain_module.matmul(a, b, out=torch.empty(4, 4, dtype=torch.float16))
+    assert plain_module.matmul(torch.ones(0, 8), b).shape == (0, 4)
+    assert torch.equal(plain_module.matmul(torch.ones(4, 0), torch.ones(0, 4)), torch.zeros(4, 4))
+
+
+def test_row_aligned_launcher_rejects_other_strides():
+    genome = FAMILY.make(FAMILY.base(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32))
+    module = load_source(OP.render(genome, _problem(ALIGNED), HOPPER))
+    assert module.ROW_ALIGN == 8
+    with pytest.raises(ValueError, match="divisible by 8"):
+        module.matmul(torch.ones(4, 88, dtype=torch.float16), torch.ones(88, 45, dtype=torch.float16))
+
+
+def test_descriptor_launcher_rejects_unaligned_rows():
+    genome = FAMILY.make(FAMILY.base(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, memory="descriptor"))
+    module = load_source(OP.render(genome, _problem(ALIGNED), HOPPER))
+    with pytest.raises(ValueError, match="16-byte"):
+        module.matmul(torch.ones(4, 9, dtype=torch.float16), torch.ones(9, 16, dtype=torch.float16))
+    storage = torch.ones(8 * 16 + 1, dtype=torch.float16)
+    with pytest.raises(ValueError, match="aligned"):
+        module.matmul(storage[1:].view(8, 16), torch.ones(16, 16, dtype=torch.float16))
+
+
+# -- operator facts ----------------------------------------------------------------------------------------
+def test_make_inputs_are_seeded_random_normals_in_the_problem_dtype():
+    problem = _problem((33, 17, 65), "fp16")
+    a, b = OP.make_inputs(problem, 7, device="cpu")
+    assert a.shape == (33, 65) and b.shape == (65, 17) and a.dtype == b.dtype == torch.float16
+    a2, b2 = OP.make_inputs(problem, 7, device="cpu")
+    a3, _ = OP.make_inputs(problem, 8, device="cpu")
+    assert torch.equal(a, a2) and torch.equal(b, b2) and not torch.equal(a, a3)
+    assert (a != 0).float().mean() > 0.99 and 0.8 < float(a.float().std()) < 1.2
+    meta_a, meta_b = OP.make_inputs(problem, 7, device="meta")
+    assert meta_a.is_meta and meta_a.shape == a.shape and meta_b.dtype == torch.float16
+
+
+def test_reference_tolerance_counts_and_baseline():
+    a, b = torch.randn(5, 7, dtype=torch.float16), torch.randn(7, 3, dtype=torch.float16)
+    ref = OP.reference(a, b)
+    assert ref.dtype == torch.float32 and torch.allclose(ref, a.double().matmul(b.double()).float(), atol=1e-5)
+    assert OP.tolerance(_problem(RAGGED, "fp16")) < OP.tolerance(_problem(RAGGED, "bf16"))
+    assert OP.tolerance(_problem(RAGGED, "fp32")) <= 2e-3
+    problem = _problem((2, 3, 5), "bf16")
+    assert OP.flops(problem) == 60 and OP.bytes(problem) == (10 + 15 + 6) * 2
+    assert OP.throughput(problem, 1e-3) == pytest.approx(60 / 1e-6 / 1e12)
+    first = OP.baselines()[0]
+    assert first.name == "cublas" and first.make(problem) is torch.matmul
+    assert (OP.entry, OP.dims, OP.throughput_unit) == ("matmul", ("M", "N", "K"), "TFLOP/s")

@@ -1,0 +1,134 @@
+"""Each GEMM gene changes the rendered source in the intended way, and only genes that are on leave code."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+import pytest
+
+import operators
+from evo.problem import HOPPER
+
+OP = operators.get("gemm")
+FAMILY = OP.family
+PROBLEM = OP.problem((256, 256, 512), "fp16")  # aligned and large enough for every feature
+PLAIN = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, GROUP_M=1, loop_stages=0, loop_unroll=1)
+
+
+def src(**values) -> str:
+    return OP.render(FAMILY.make(FAMILY.base(**{**PLAIN, **values})), PROBLEM, HOPPER)
+
+
+def code(source: str) -> str:
+    """The source without its docstring (which names every gene, on or off)."""
+    return source[source.index('"""', 3) + 3:]
+
+
+def kernel_body(source: str) -> str:
+    start = source.index("def matmul_kernel(")
+    return source[start:source.index("\n\n\n", start)]
+
+
+def test_plain_genome_has_no_optional_feature():
+    s = src()
+    ast.parse(s)
+    s = code(s)
+    for absent in ("SPLIT_K", "atomic", "num_sms", "tl.split", "make_tensor_descriptor", "set_allocator",
+                   "warp_specialize", "LOOP_STAGES", "LOOP_UNROLL", "flatten", "GROUP_M", "tl.range",
+                   "make_block_ptr", "debug_barrier"):
+        assert absent not in s, absent
+    assert "for ki in range(0, k_tiles):" in s
+    # features are chosen by the renderer, never by constexpr branches inside the kernel
+    assert not re.search(r"^\s*if [A-Z_]+", kernel_body(s), re.M)
+    assert s.count("matmul_kernel[grid](") == 1
+
+
+@pytest.mark.parametrize("values", [
+    dict(), dict(split_k=4), dict(persistent=True), dict(memory="descriptor", epilogue_subtile=True),
+    dict(memory="descriptor", warp_specialize=True, num_warps=4, loop_stages=3, GROUP_M=8),
+    dict(loop_stages=3, loop_unroll=2, GROUP_M=4, raster="col"),
+])
+def test_every_constant_is_used_and_passed_as_constexpr(values):
+    s = src(**values)
+    constants = re.findall(r"^([A-Z][A-Z_]*) = \d+", s, re.M)
+    assert constants[:3] == ["BLOCK_M", "BLOCK_N", "BLOCK_K"] and {"NUM_WARPS", "NUM_STAGES"} <= set(constants)
+    launch = s[s.index("matmul_kernel[grid]("):]
+    for name in constants:
+        if name in ("NUM_WARPS", "NUM_STAGES"):
+            assert f"{name.lower()}={name}" in launch
+        else:
+            assert f"{name}: tl.constexpr" in s and f"{name}={name}" in launch, name
+
+
+def test_tile_and_launch_genes_set_the_constants():
+    s = src(BLOCK_M=128, BLOCK_N=32, BLOCK_K=16, num_warps=8, num_stages=5)
+    for line in ("BLOCK_M = 128", "BLOCK_N = 32", "BLOCK_K = 16", "NUM_WARPS = 8", "NUM_STAGES = 5"):
+        assert re.search(rf"^{line}\b", s, re.M), line
+    assert "num_warps=NUM_WARPS, num_stages=NUM_STAGES" in s
+
+
+def test_group_m_and_raster_change_the_tile_order():
+    row, col = src(), src(raster="col")
+    assert "pid_m = tile_id // num_pid_n" in row and "pid_n = tile_id // num_pid_m" in col
+    grouped_row, grouped_col = src(GROUP_M=8), src(GROUP_M=8, raster="col")
+    assert re.search(r"^GROUP_M = 8\b", grouped_row, re.M)
+    assert "tiles_per_group = GROUP_M * num_pid_n" in grouped_row and "pid_n = local // group_rows" in grouped_row
+    assert "tiles_per_group = GROUP_M * num_pid_m" in grouped_col and "pid_m = local // group_cols" in grouped_col
+    assert "tile_coords(tl.program_id(0), num_pid_m, num_pid_n, GROUP_M)" in grouped_col
+
+
+def test_loop_genes_add_hints_to_the_k_loop():
+    assert "for ki in tl.range(0, k_tiles, num_stages=LOOP_STAGES):" in src(loop_stages=3)
+    assert re.search(r"^LOOP_STAGES = 3\b", src(loop_stages=3), re.M)
+    assert "for ki in tl.range(0, k_tiles, loop_unroll_factor=LOOP_UNROLL):" in src(loop_unroll=4)
+    ws = src(memory="descriptor", warp_specialize=True, num_warps=4, loop_stages=2)
+    assert "for ki in tl.range(0, k_tiles, num_stages=LOOP_STAGES, warp_specialize=True):" in ws
+
+
+def test_persistent_adds_the_tile_loop_over_the_sms():
+    s = src(persistent=True)
+    assert "for tile_id in tl.range(tl.program_id(0), num_tiles, num_sms, flatten=True):" in s
+    assert "multi_processor_count" in s and "grid = (min(num_sms, num_tiles),)" in s
+    # the K loop and the epilogue sit inside the tile loop
+    assert "\n        for ki in range(0, k_tiles):" in s and "\n        tl.store(c_ptrs" in s
+
+
+def test_descriptor_memory_replaces_pointer_masks_with_tensor_descriptors():
+    pointer, desc = kernel_body(src()), kernel_body(src(memory="descriptor"))
+    assert "mask=" in pointer and "make_tensor_descriptor" not in pointer
+    assert desc.count("tl.make_tensor_descriptor(") == 3 and "mask=" not in desc and "tl.where" not in desc
+    assert "a_desc.load([off_m, ki * BLOCK_K])" in desc and "c_desc.store(" in desc
+    assert "triton.set_allocator(" in src(memory="descriptor")
+
+
+def test_split_k_adds_one_launch_with_partials_and_an_arrival_counter():
+    s = src(split_k=4)
+    body = kernel_body(s)
+    assert re.search(r"^SPLIT_K = 4\b", s, re.M) and "grid = (num_tiles * SPLIT_K,)" in s
+    assert 'tl.atomic_add(counter_ptr + tile_id, 1, sem="acq_rel"' in body
+    assert "if arrived == SPLIT_K - 1:" in body and 'cache_modifier=".cg"' in body
+    assert "tl.atomic_xchg(counter_ptr + tile_id, 0" in body  # reset by the last program
+    assert "for ki in range(k_lo, k_hi):" in body
+    assert s.count("matmul_kernel[grid](") == 1 and "_arrival_counters" in s
+
+
+def test_epilogue_subtile_stores_two_halves():
+    pointer = kernel_body(src(epilogue_subtile=True))
+    assert "tl.split(" in pointer and pointer.count("tl.store(") == 2
+    desc = kernel_body(src(epilogue_subtile=True, memory="descriptor"))
+    assert "block_shape=[BLOCK_M, BLOCK_N // 2]" in desc and desc.count("c_desc.store(") == 2
+    assert "tl.split(" not in kernel_body(src(memory="descriptor"))
+
+
+def test_pointer_kernels_state_row_alignment_that_triton_cannot_see():
+    genome = FAMILY.make(FAMILY.base())
+    s = OP.render(genome, OP.problem((1000, 3000, 2000), "bf16"), HOPPER)  # N % 16 = 8, K % 16 = 0
+    assert re.search(r"^ROW_ALIGN = 8\b", s, re.M) and "    N = N // ROW_ALIGN * ROW_ALIGN" in s
+    assert "K = K // ROW_ALIGN" not in s and "if N % ROW_ALIGN:" in s
+    fp32 = OP.render(genome.replace(BLOCK_K=32), OP.problem((1000, 1004, 1000), "fp32"), HOPPER)
+    assert re.search(r"^ROW_ALIGN = 4\b", fp32, re.M) and "if K % ROW_ALIGN or N % ROW_ALIGN:" in fp32
+    for shape in ((4096, 4096, 4096), (1000, 3001, 2001)):  # Triton sees the first; nothing to state for the second
+        assert "ROW_ALIGN" not in code(OP.render(genome, OP.problem(shape, "fp16"), HOPPER))
+    desc = genome.replace(memory="descriptor")
+    assert "ROW_ALIGN" not in code(OP.render(desc, OP.problem((1000, 3000, 2000), "bf16"), HOPPER))
