@@ -1,8 +1,9 @@
 """The launcher of a rendered GEMM module: input checks, buffers, grid, and the one kernel launch.
 
 Like the kernel, it holds only what the genome turns on: a persistent grid asks the device for its SM count,
-tensor descriptors install Triton's scratch allocator and check alignment, split-K allocates fp32 partial
-tiles and keeps per-tile arrival counters.
+tensor descriptors check alignment and either install Triton's scratch allocator (made in the kernel) or are
+built here from the tensors (host descriptors, which need no data: meta tensors do for compiling ahead),
+split-K allocates fp32 partial tiles and keeps per-tile arrival counters.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from genomes.gemm import DESCRIPTOR_MEMORY
 from operators._template import block as _block
 from operators._template import wrap as _wrap
 
@@ -30,7 +32,8 @@ def constexpr_names(g: Mapping[str, Any]) -> list[str]:
 
 def launcher_source(g: Mapping[str, Any]) -> str:
     """Source of the module's tail: private helpers, then `matmul(a, b, out=None)` launching the kernel."""
-    split, persistent, desc = g["split_k"] > 1, g["persistent"], g["memory"] == "descriptor"
+    split, persistent, desc = g["split_k"] > 1, g["persistent"], g["memory"] in DESCRIPTOR_MEMORY
+    host = g["memory"] == "host_descriptor"
     out = "_DTYPES = (torch.float16, torch.bfloat16, torch.float32)\n"
     if split:
         out += "_COUNTERS = {}  # (device, number of tiles) -> int32 arrival counters, all zero between launches\n"
@@ -41,7 +44,7 @@ def launcher_source(g: Mapping[str, Any]) -> str:
                     return torch.cuda.get_device_properties(device).multi_processor_count
                 return {CPU_NUM_SMS}  # CPU interpreter: a few programs still loop over several tiles
         """, 0)
-    if desc:
+    if desc and not host:
         out += "\n\n" + _block("""
             def _scratch(device):
                 # in-kernel tensor descriptors are written to global scratch memory that Triton asks for
@@ -95,8 +98,18 @@ def launcher_source(g: Mapping[str, Any]) -> str:
                 raise ValueError(f"tensor descriptors need rows of 16-byte multiples; K={K}, N={N} in {a.dtype}")
             if any(t.data_ptr() % 16 for t in (a, b, out)):
                 raise ValueError("tensor descriptors need A, B and out to start at 16-byte aligned addresses")
-            triton.set_allocator(_scratch(a.device))
         """, 1)
+        if host:
+            c_block = "BLOCK_N // 2" if g["epilogue_subtile"] else "BLOCK_N"
+            out += _block(f"""
+                # Host tensor descriptors (TMA): out-of-bounds reads return zeros and out-of-bounds writes are
+                # dropped, so the kernel needs no masks; the block shapes are part of the compiled signature.
+                a_desc = TensorDescriptor(a, [M, K], [K, 1], [BLOCK_M, BLOCK_K])
+                b_desc = TensorDescriptor(b, [K, N], [N, 1], [BLOCK_K, BLOCK_N])
+                c_desc = TensorDescriptor(out, [M, N], [N, 1], [BLOCK_M, {c_block}])
+            """, 1)
+        else:
+            out += _block("triton.set_allocator(_scratch(a.device))", 1)
     if g.get("aligned_dims"):
         cond = " or ".join(f"{d} % ROW_ALIGN" for d in g["aligned_dims"])
         dims = " and ".join(g["aligned_dims"])
@@ -105,9 +118,10 @@ def launcher_source(g: Mapping[str, Any]) -> str:
                 raise ValueError(f"rendered for {dims} divisible by {{ROW_ALIGN}}; got K={{K}}, N={{N}}")
         """, 1)
     out += _block("num_tiles = triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N)", 1)
-    args = "a, b, out, M, N, K,"
+    operands = "a_desc, b_desc, c_desc" if host else "a, b, out"
+    args = f"{operands}, M, N, K,"
     if persistent:
-        args = "a, b, out, M, N, K, num_sms,"
+        args = f"{operands}, M, N, K, num_sms,"
         out += _block("""
             num_sms = _num_sms(a.device)
             grid = (min(num_sms, num_tiles),)
@@ -118,7 +132,7 @@ def launcher_source(g: Mapping[str, Any]) -> str:
             partials = torch.empty(num_tiles * SPLIT_K * BLOCK_M * BLOCK_N, dtype=torch.float32, device=a.device)
             counters = _arrival_counters(a.device, num_tiles)
         """, 1)
-        args = "a, b, out, partials, counters, M, N, K,"
+        args = f"{operands}, partials, counters, M, N, K,"
     else:
         out += _block("grid = (num_tiles,)", 1)
     kwargs = _wrap([f"{c}={c}" for c in constexpr_names(g)])

@@ -11,6 +11,7 @@ import textwrap
 from collections.abc import Mapping
 from typing import Any
 
+from genomes.gemm import DESCRIPTOR_MEMORY
 from operators._template import block as _block
 from operators._template import wrap as _wrap
 from operators.gemm_launcher import ENTRY_NAME, KERNEL_NAME, constexpr_names, launcher_source
@@ -80,7 +81,7 @@ def _k_range(g: Mapping[str, Any], lo: str, hi: str) -> str:
 def _main_loop(g: Mapping[str, Any], depth: int) -> str:
     lo, hi = ("k_lo", "k_hi") if g["split_k"] > 1 else ("0", "k_tiles")
     loop = _k_range(g, lo, hi)
-    if g["memory"] == "descriptor":
+    if g["memory"] in DESCRIPTOR_MEMORY:
         return _block(f"""
             off_m = pid_m * BLOCK_M
             off_n = pid_n * BLOCK_N
@@ -111,6 +112,7 @@ def _main_loop(g: Mapping[str, Any], depth: int) -> str:
 # -- epilogue -------------------------------------------------------------------------------------------
 def _store_c(g: Mapping[str, Any], tile: str, depth: int) -> str:
     """Convert the fp32 tile held in `tile` to C's dtype and store it at (pid_m, pid_n)."""
+    c_dtype = "c_desc.dtype" if g["memory"] == "host_descriptor" else "c_ptr.dtype.element_ty"
     pieces = []
     if g["epilogue_subtile"]:
         pieces.append(f"""
@@ -118,13 +120,13 @@ def _store_c(g: Mapping[str, Any], tile: str, depth: int) -> str:
             halves = tl.permute(tl.reshape({tile}, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
             {tile}_left, {tile}_right = tl.split(halves)
         """)
-    if g["memory"] == "descriptor" and g["epilogue_subtile"]:
+    if g["memory"] in DESCRIPTOR_MEMORY and g["epilogue_subtile"]:
         pieces.append(f"""
-            c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], {tile}_left.to(c_ptr.dtype.element_ty))
-            c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N + BLOCK_N // 2], {tile}_right.to(c_ptr.dtype.element_ty))
+            c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], {tile}_left.to({c_dtype}))
+            c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N + BLOCK_N // 2], {tile}_right.to({c_dtype}))
         """)
-    elif g["memory"] == "descriptor":
-        pieces.append(f"c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], {tile}.to(c_ptr.dtype.element_ty))")
+    elif g["memory"] in DESCRIPTOR_MEMORY:
+        pieces.append(f"c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], {tile}.to({c_dtype}))")
     elif g["epilogue_subtile"]:
         pieces.append(f"""
             offs_cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -173,7 +175,10 @@ def _split_k_epilogue(g: Mapping[str, Any]) -> str:
 # -- kernel ---------------------------------------------------------------------------------------------
 def _kernel(g: Mapping[str, Any]) -> str:
     split = g["split_k"] > 1
-    params = ["a_ptr, b_ptr, c_ptr,  # A[M, K], B[K, N], C[M, N]: row-major, contiguous"]
+    if g["memory"] == "host_descriptor":
+        params = ["a_desc, b_desc, c_desc,  # host tensor descriptors (TMA) of A[M, K], B[K, N], C[M, N]"]
+    else:
+        params = ["a_ptr, b_ptr, c_ptr,  # A[M, K], B[K, N], C[M, N]: row-major, contiguous"]
     if split:
         params.append("ws_ptr, counter_ptr,  # fp32 partial-tile slots, per-tile arrival counters")
     params.append("M, N, K, num_sms," if g["persistent"] else "M, N, K,")
@@ -199,7 +204,7 @@ def _kernel(g: Mapping[str, Any]) -> str:
             b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[N, 1], block_shape=[BLOCK_K, BLOCK_N])
             c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[N, 1], block_shape=[BLOCK_M, {c_block}])
         """, 1)
-    else:
+    elif g["memory"] == "pointer":
         out += _block("offs_k = tl.arange(0, BLOCK_K)", 1)
     if g["persistent"]:
         out += _block(f"""
@@ -239,9 +244,13 @@ def _kernel(g: Mapping[str, Any]) -> str:
 
 
 # -- module ---------------------------------------------------------------------------------------------
+_MEMORY_TEXT = {"pointer": "pointer loads", "descriptor": "tensor descriptors (TMA)",
+                "host_descriptor": "host tensor descriptors (TMA)"}
+
+
 def _summary(g: Mapping[str, Any]) -> str:
     parts = [f"{g['BLOCK_M']}x{g['BLOCK_N']}x{g['BLOCK_K']} tiles, {g['num_warps']} warps, {g['num_stages']} stages",
-             ("tensor descriptors (TMA)" if g["memory"] == "descriptor" else "pointer loads"),
+             _MEMORY_TEXT[g["memory"]],
              (f"grouped {g['raster']}-major tile order (GROUP_M={g['GROUP_M']})" if g["GROUP_M"] > 1
               else f"{g['raster']}-major tile order")]
     if g["persistent"]:
@@ -292,5 +301,8 @@ def gemm_source(g: Mapping[str, Any], title: str, row_align: int = 1, aligned_di
     what = textwrap.fill(f"C[M, N] = A[M, K] @ B[K, N], row-major, fp32 accumulation: {_summary(g)}.", 100)
     header = (f'"""{title}\n\n{what}\nCall {ENTRY_NAME}(a, b, out=None) for any M, N, K whose operands have '
               'fewer than 2**31 elements.\n"""\n')
-    return (header + "\nimport torch\nimport triton\nimport triton.language as tl\n\n" + _constants(g) + "\n\n"
+    imports = "import torch\nimport triton\nimport triton.language as tl\n"
+    if g["memory"] == "host_descriptor":
+        imports += "from triton.tools.tensor_descriptor import TensorDescriptor\n"
+    return (header + "\n" + imports + "\n" + _constants(g) + "\n\n"
             + _tile_coords(g) + "\n\n" + _kernel(g) + "\n\n" + launcher_source(g))

@@ -52,9 +52,12 @@ def test_sample_is_large_and_covers_every_gene_value():
             seen["warp_specialize"].add(True)
         for name, gene in FAMILY.genes.items():
             assert seen[name] == set(gene.values), f"{dtype}: {name} never takes {set(gene.values) - seen[name]}"
-        # split-K on a ragged problem and descriptors on an aligned one are both among the checks
+        # split-K on a ragged problem and both kinds of descriptors on an aligned one are among the checks
         assert any(g["split_k"] > 1 and p.sizes == RAGGED for _, g, p in cases)
-        assert any(g["memory"] == "descriptor" and p.sizes == ALIGNED for _, g, p in cases)
+        for memory in ("descriptor", "host_descriptor"):
+            assert any(g["memory"] == memory and p.sizes == ALIGNED for _, g, p in cases), memory
+            assert any(g["memory"] == memory and g["persistent"] for _, g, _ in cases), memory
+            assert any(g["memory"] == memory and g["split_k"] > 1 for _, g, _ in cases), memory
 
 
 def test_the_check_catches_a_kernel_that_skips_a_k_step():
@@ -97,7 +100,7 @@ def test_rendered_module_imports_only_torch_and_triton():
                 imported |= {a.name for a in node.names}
             elif isinstance(node, ast.ImportFrom):
                 imported.add(node.module or "")
-        assert imported <= {"torch", "triton", "triton.language"}, imported
+        assert imported <= {"torch", "triton", "triton.language", "triton.tools.tensor_descriptor"}, imported
         assert ast.get_docstring(tree) and genome.hash in ast.get_docstring(tree)
 
 
@@ -107,8 +110,11 @@ def test_render_is_deterministic_and_rejects_invalid_genomes():
     assert OP.render(genome, problem, HOPPER) == OP.render(genome, problem, HOPPER)
     with pytest.raises(InvalidGenome, match="descriptor"):
         OP.render(genome.replace(memory="descriptor"), problem, HOPPER)
-    with pytest.raises(InvalidGenome, match="sm_90"):
-        OP.render(genome.replace(memory="descriptor"), _problem(ALIGNED), Target("ampere", 80, 166912, 108))
+    for memory in ("descriptor", "host_descriptor"):
+        with pytest.raises(InvalidGenome, match="sm_90"):
+            OP.render(genome.replace(memory=memory), _problem(ALIGNED), Target("ampere", 80, 166912, 108))
+    with pytest.raises(InvalidGenome, match="16 bytes"):
+        OP.render(genome.replace(memory="host_descriptor"), problem, HOPPER)
 
 
 # -- launcher input validation -----------------------------------------------------------------------------
@@ -149,8 +155,9 @@ def test_row_aligned_launcher_rejects_other_strides():
         module.matmul(torch.ones(4, 88, dtype=torch.float16), torch.ones(88, 45, dtype=torch.float16))
 
 
-def test_descriptor_launcher_rejects_unaligned_rows():
-    genome = FAMILY.make(FAMILY.base(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, memory="descriptor"))
+@pytest.mark.parametrize("memory", ["descriptor", "host_descriptor"])
+def test_descriptor_launcher_rejects_unaligned_rows(memory):
+    genome = FAMILY.make(FAMILY.base(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, memory=memory))
     module = load_source(OP.render(genome, _problem(ALIGNED), HOPPER))
     with pytest.raises(ValueError, match="16-byte"):
         module.matmul(torch.ones(4, 9, dtype=torch.float16), torch.ones(9, 16, dtype=torch.float16))

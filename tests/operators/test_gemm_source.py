@@ -48,6 +48,8 @@ def test_plain_genome_has_no_optional_feature():
     dict(), dict(split_k=4), dict(persistent=True), dict(memory="descriptor", epilogue_subtile=True),
     dict(memory="descriptor", warp_specialize=True, num_warps=4, loop_stages=3, GROUP_M=8),
     dict(loop_stages=3, loop_unroll=2, GROUP_M=4, raster="col"),
+    dict(memory="host_descriptor", persistent=True, epilogue_subtile=True, GROUP_M=8),
+    dict(memory="host_descriptor", split_k=4, loop_stages=2),
 ])
 def test_every_constant_is_used_and_passed_as_constexpr(values):
     s = src(**values)
@@ -100,6 +102,31 @@ def test_descriptor_memory_replaces_pointer_masks_with_tensor_descriptors():
     assert desc.count("tl.make_tensor_descriptor(") == 3 and "mask=" not in desc and "tl.where" not in desc
     assert "a_desc.load([off_m, ki * BLOCK_K])" in desc and "c_desc.store(" in desc
     assert "triton.set_allocator(" in src(memory="descriptor")
+
+
+def test_host_descriptor_memory_builds_tensor_descriptors_in_the_launcher():
+    s = src(memory="host_descriptor")
+    body, launcher = kernel_body(s), s[s.index("def matmul("):]
+    assert "from triton.tools.tensor_descriptor import TensorDescriptor" in s
+    # the kernel takes descriptors instead of pointers and builds none itself
+    assert "a_desc, b_desc, c_desc,  # host tensor descriptors" in body and "a_ptr" not in body
+    assert "make_tensor_descriptor" not in body and "mask=" not in body and "tl.where" not in body
+    assert "a_desc.load([off_m, ki * BLOCK_K])" in body and ".to(c_desc.dtype))" in body
+    for line in ("a_desc = TensorDescriptor(a, [M, K], [K, 1], [BLOCK_M, BLOCK_K])",
+                 "b_desc = TensorDescriptor(b, [K, N], [N, 1], [BLOCK_K, BLOCK_N])",
+                 "c_desc = TensorDescriptor(out, [M, N], [N, 1], [BLOCK_M, BLOCK_N])"):
+        assert line in launcher, line
+    assert "matmul_kernel[grid](\n        a_desc, b_desc, c_desc, M, N, K," in launcher
+    assert "set_allocator" not in s and "_scratch" not in s  # no in-kernel descriptors, no scratch memory
+    assert "16-byte" in launcher  # the same alignment checks as in-kernel descriptors
+    subtiled = src(memory="host_descriptor", epilogue_subtile=True, persistent=True)
+    assert "c_desc = TensorDescriptor(out, [M, N], [N, 1], [BLOCK_M, BLOCK_N // 2])" in subtiled
+    assert kernel_body(subtiled).count("c_desc.store(") == 2
+    assert "a_desc, b_desc, c_desc, M, N, K, num_sms," in subtiled
+    split = src(memory="host_descriptor", split_k=4)
+    assert "a_desc, b_desc, c_desc, partials, counters, M, N, K," in split
+    assert "for ki in range(k_lo, k_hi):" in kernel_body(split) and "c_desc.store(" in kernel_body(split)
+    assert "TensorDescriptor" not in code(src(memory="descriptor")) and "TensorDescriptor" not in code(src())
 
 
 def test_split_k_adds_one_launch_with_partials_and_an_arrival_counter():
