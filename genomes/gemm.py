@@ -141,6 +141,8 @@ class GemmFamily(GenomeFamily):
                 out.append("warp specialization fails to compile an unrolled K loop")
             if problem.dtype == "fp32":  # Triton 3.9: "WGMMA type or shape is not supported" for tf32
                 out.append("warp specialization fails to compile fp32 (tf32) dots")
+            if g["epilogue_subtile"]:  # Triton 3.6 (not 3.9): "PassManager::run failed" for sm_90
+                out.append("warp specialization fails to compile a subtiled epilogue in Triton 3.6")
         if g["epilogue_subtile"] and g["BLOCK_N"] < 32:
             out.append("epilogue subtiling needs BLOCK_N >= 32")
         if acc_regs_per_thread(g) > MAX_ACC_REGS:
@@ -191,7 +193,7 @@ class GemmFamily(GenomeFamily):
         if g["warp_specialize"]:
             ws_ok = (target.arch == 90 and g["memory"] == "descriptor" and g["num_warps"] == 4
                      and not g["persistent"] and (g["BLOCK_M"], g["BLOCK_N"]) != (64, 256) and g["split_k"] == 1
-                     and g["loop_unroll"] == 1 and problem.dtype != "fp32")
+                     and g["loop_unroll"] == 1 and problem.dtype != "fp32" and not g["epilogue_subtile"])
             if not ws_ok:
                 self._set(g, "warp_specialize", False)
         if g["epilogue_subtile"] and g["BLOCK_N"] < 32:

@@ -67,6 +67,7 @@ def test_make_checks_names_and_domains():
     (dict(memory="descriptor", warp_specialize=True, loop_unroll=2), BIG, HOPPER, "unrolled"),
     (dict(memory="descriptor", warp_specialize=True, BLOCK_K=32), problem(4096, 4096, 4096, "fp32"), HOPPER,
      "fp32"),
+    (dict(memory="descriptor", warp_specialize=True, epilogue_subtile=True), BIG, HOPPER, "subtiled epilogue"),
     (dict(BLOCK_N=16, epilogue_subtile=True), BIG, HOPPER, "BLOCK_N >= 32"),
     (dict(BLOCK_M=256, BLOCK_N=256, num_warps=4), BIG, HOPPER, "registers per thread"),
     (dict(BLOCK_M=256, BLOCK_N=128, BLOCK_K=128, num_warps=8, num_stages=5), BIG, HOPPER, "shared memory"),
