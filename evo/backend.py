@@ -63,6 +63,24 @@ class Worker(ABC):
         return None
 
 
+class ChildWorker(Worker):
+    """A Worker over one of evo's supervised child-process workers (evo.worker.GpuWorker, evo.smoke.SmokeWorker):
+    subclasses start `self.worker` and set `self._info` in their constructor."""
+
+    worker: Any
+    _info: WorkerInfo
+
+    @property
+    def info(self) -> WorkerInfo:
+        return self._info
+
+    def evaluate(self, ready: Ready, timeout_s: float) -> Evaluation:
+        return self.worker.evaluate(ready.payload, timeout_s)
+
+    def close(self) -> None:
+        self.worker.close()
+
+
 class Backend(ABC):
     needs_gpu: bool = True  # False: workers run on CPUs (smoke runs, tests)
 

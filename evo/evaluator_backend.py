@@ -13,7 +13,7 @@ import subprocess
 import sys
 from typing import Any
 
-from evo.backend import Backend, Job, Ready, Worker, WorkerInfo, job_evaluation
+from evo.backend import Backend, ChildWorker, Job, Ready, Worker, WorkerInfo, job_evaluation
 from evo.experiment import EvaluationSpec
 from evo.problem import Target
 from evo.record import Evaluation
@@ -63,7 +63,7 @@ def probe_target(device_index: int = 0) -> Target:
     return Target(name, int(arch), int(smem), int(sms), int(warp))
 
 
-class GpuWorkerAdapter(Worker):
+class GpuWorkerAdapter(ChildWorker):
     def __init__(self, device_index: int, evaluation: EvaluationSpec, seed: int) -> None:
         from evo.worker import EvalSettings, GpuWorker
 
@@ -75,16 +75,6 @@ class GpuWorkerAdapter(Worker):
             target = probe_target(device_index)
         self._info = WorkerInfo(str(info.get("worker", f"gpu{device_index}")), str(info["gpu"]),
                                 dict(info["versions"]), target)
-
-    @property
-    def info(self) -> WorkerInfo:
-        return self._info
-
-    def evaluate(self, ready: Ready, timeout_s: float) -> Evaluation:
-        return self.worker.evaluate(ready.payload, timeout_s)
-
-    def close(self) -> None:
-        self.worker.close()
 
 
 class EvaluatorBackend(Backend):

@@ -34,7 +34,7 @@ class Problem:
     def make(cls, operator: str, dims: tuple[str, ...], sizes: list[int] | tuple[int, ...], dtype: str) -> Problem:
         if len(dims) != len(sizes):
             raise ValueError(f"{operator} takes {len(dims)} dimensions ({'x'.join(dims)}), got {len(sizes)}")
-        return cls(operator, tuple(zip(dims, (int(s) for s in sizes))), dtype)
+        return cls(operator, tuple(zip(dims, (int(s) for s in sizes), strict=True)), dtype)
 
     @staticmethod
     def parse_shape(text: str) -> tuple[int, ...]:

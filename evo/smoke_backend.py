@@ -7,32 +7,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from evo.backend import Ready, Worker, WorkerInfo
+from evo.backend import ChildWorker, Worker, WorkerInfo
 from evo.evaluator_backend import EvaluatorBackend
 from evo.experiment import EvaluationSpec
 from evo.problem import HOPPER, Target
-from evo.record import Evaluation
 
 __all__ = ["SmokeBackend", "SmokeWorkerAdapter"]
 
 
-class SmokeWorkerAdapter(Worker):
+class SmokeWorkerAdapter(ChildWorker):
     def __init__(self, target: Target, seed: int) -> None:
         from evo.smoke import SMOKE_GPU, SmokeWorker
 
         self.worker = SmokeWorker(target=target, seed=seed)
         info = self.worker.info  # starts the child now, not on the first job
         self._info = WorkerInfo(str(info.get("worker", "smoke")), SMOKE_GPU, dict(info["versions"]), target)
-
-    @property
-    def info(self) -> WorkerInfo:
-        return self._info
-
-    def evaluate(self, ready: Ready, timeout_s: float) -> Evaluation:
-        return self.worker.evaluate(ready.payload, timeout_s)
-
-    def close(self) -> None:
-        self.worker.close()
 
 
 class SmokeBackend(EvaluatorBackend):

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -110,6 +111,20 @@ class GenomeFamily:
         """Known-good starting points for a search (valid for `problem`)."""
         return []
 
+    def _repaired_seeds(self, raw: list[dict[str, Any]], problem: Problem, target: Target) -> list[Genome]:
+        """Distinct valid genomes from raw seed values: each value moved into its (possibly restricted)
+        domain, then repaired for `problem`; seeds that cannot be repaired are dropped."""
+        out: dict[str, Genome] = {}
+        rng = np.random.default_rng(0)  # repair consults the rng only on ties: seeds stay deterministic
+        for values in raw:
+            values = {k: self.genes[k].nearest(v) for k, v in values.items()}
+            try:
+                genome = self.repair(self.make(values), problem, target, rng)
+            except InvalidGenome:
+                continue
+            out.setdefault(genome.hash, genome)
+        return list(out.values())
+
     def descriptors(self) -> dict[str, Descriptor]:
         return {}
 
@@ -157,7 +172,7 @@ class GenomeFamily:
         names = list(self.genes)
         out = []
         for combo in itertools.product(*(self.genes[n].values for n in names)):
-            g = Genome(self.name, tuple(sorted(zip(names, combo))))
+            g = Genome(self.name, tuple(sorted(zip(names, combo, strict=True))))
             if not self.violations(g, problem, target):
                 out.append(g)
         return out

@@ -222,16 +222,7 @@ class RowwiseFamily(GenomeFamily):
                 raw += [self.base(BLOCK=block, mode="looped", num_warps=w, keep_x="evict_last",
                                   evict_x="evict_first", num_stages=2),
                         self.base(BLOCK=block, mode="looped", num_warps=w, persistent=2, num_stages=2)]
-        out: dict[str, Genome] = {}
-        rng = np.random.default_rng(0)  # repair is deterministic; seeds stay reproducible
-        for values in raw:
-            values = {k: self.genes[k].nearest(v) for k, v in values.items()}
-            try:
-                genome = self.repair(self.make(values), problem, target, rng)
-            except InvalidGenome:
-                continue
-            out.setdefault(genome.hash, genome)
-        return list(out.values())
+        return self._repaired_seeds(raw, problem, target)
 
     def descriptors(self) -> dict[str, Descriptor]:
         log2 = lambda x: float(np.log2(x))

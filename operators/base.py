@@ -9,8 +9,9 @@ so adding an operator never changes the engine.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from evo.problem import Problem, Target
 from genomes.base import Genome, GenomeFamily

@@ -388,7 +388,11 @@ def test_cli_flow_applies_overrides_and_writes_the_report(tmp_path, monkeypatch,
                      "--search-dir", str(tmp_path / "run"), "--contenders", "cublas,evo", "--finalists", "2"])
     assert rc == 0
     assert [p.shape_text for p in seen["problems"]] == ["16x4096x4096", "16x28672x4096"]
-    assert seen["experiment"].budget.wall_s == 30.0 and seen["experiment"].budget.evaluations == 300
+    from evo.config import load_experiment
+
+    shipped = load_experiment(yaml_path).budget
+    assert shipped.wall_s != 30.0  # so the override is visible
+    assert seen["experiment"].budget.wall_s == 30.0 and seen["experiment"].budget.evaluations == shipped.evaluations
     assert seen["search"] is True and seen["run_dir"] == tmp_path / "run" and seen["finalists"] == 2
     assert seen["contenders"] == ["cublas", "evo"]
     assert (out / "gemm-test-gpu-synthetic-data.json").exists() and (out / "gemm-test-gpu-synthetic-data.md").exists()

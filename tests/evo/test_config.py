@@ -146,4 +146,4 @@ def test_readme_example_is_a_valid_experiment():
     block = text.split("```yaml\n", 1)[1].split("```", 1)[0]
     exp = parse_experiment(block, "README.md")
     assert exp.name == "quick_gemm" and exp.genome["warp_specialize"] == [False]
-    assert exp.descriptors[1].edges == (0.0, 1.0, 4.0, 5.0, 6.0)
+    assert exp.descriptors[1].name == "split_k" and exp.descriptors[1].edges == (0.0, 1.0, 2.0, 3.0, 4.0)

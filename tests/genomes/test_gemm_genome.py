@@ -214,3 +214,21 @@ def test_enumerate_a_restricted_family():
     assert len(genomes) == expected and all(g["BLOCK_M"] == 16 for g in genomes)
     with pytest.raises(ValueError, match="too large"):
         FAMILY.enumerate(BIG, HOPPER)
+
+
+def test_warp_specialization_is_not_offered_with_a_five_deep_pipeline():
+    """On an H200 (triton 3.6) such kernels left part of C unwritten in 2 of 6 evaluations; repair keeps
+    warp specialization and shortens the pipeline instead."""
+    import numpy as np
+
+    from evo.problem import HOPPER, Problem
+    from genomes.gemm import MAX_WS_STAGES, GemmFamily
+
+    family = GemmFamily()
+    problem = Problem.make("gemm", ("M", "N", "K"), (4096, 4096, 4096), "bf16")
+    deep = family.make(family.base(memory="descriptor", warp_specialize=True, num_stages=5))
+    assert any("unwritten" in v for v in family.violations(deep, problem, HOPPER))
+    fixed = family.repair(deep, problem, HOPPER, np.random.default_rng(0))
+    assert fixed["warp_specialize"] and fixed["num_stages"] == MAX_WS_STAGES
+    shallow = family.make(family.base(memory="descriptor", warp_specialize=True, num_stages=4))
+    assert family.violations(shallow, problem, HOPPER) == []
