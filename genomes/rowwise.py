@@ -96,12 +96,12 @@ class RowwiseFamily(GenomeFamily):
     def single_block(self, problem: Problem) -> int:
         """The BLOCK of a single-pass kernel: the narrowest allowed width covering the row (unrestricted:
         N rounded up to a power of two)."""
-        n = problem.dims["N"]
+        n = problem.dims["cols"]
         return min((b for b in self.genes["BLOCK"].values if b >= n), default=next_pow2(n))
 
     def violations(self, genome: Genome, problem: Problem, target: Target) -> list[str]:
         g = genome.as_dict()
-        m, n = problem.dims["M"], problem.dims["N"]
+        m, n = problem.dims["rows"], problem.dims["cols"]
         out = []
         if g["mode"] == "single" and g["BLOCK"] < n:
             out.append(f"single pass needs BLOCK >= N={n} (the whole row in one block)")
@@ -146,7 +146,7 @@ class RowwiseFamily(GenomeFamily):
     def _fix_block(self, g: dict[str, Any], problem: Problem) -> None:
         """A single pass whose block misses part of the row widens it, or, when no block is wide enough,
         becomes a loop over the widest block narrower than the row."""
-        n = problem.dims["N"]
+        n = problem.dims["cols"]
         if g["mode"] == "single" and g["BLOCK"] < n and not self._set(g, "BLOCK", self.single_block(problem)):
             if self._set(g, "mode", "looped"):
                 while g["BLOCK"] >= n and self._step(g, "BLOCK", up=False):
@@ -154,7 +154,7 @@ class RowwiseFamily(GenomeFamily):
 
     def repair(self, genome: Genome, problem: Problem, target: Target, rng: np.random.Generator) -> Genome:
         g = genome.as_dict()
-        m, n = problem.dims["M"], problem.dims["N"]
+        m, n = problem.dims["rows"], problem.dims["cols"]
         while g["ROWS"] > next_pow2(m) and self._step(g, "ROWS", up=False):
             pass
         self._fix_block(g, problem)
@@ -188,7 +188,7 @@ class RowwiseFamily(GenomeFamily):
         """Uniform genes, except BLOCK: the narrowest covering block for a single pass, one drawn among the
         widths narrower than the row for a loop (other draws would be valid but wasteful)."""
         values = {name: gene.random(rng) for name, gene in self.genes.items()}
-        narrower = [b for b in self.genes["BLOCK"].values if b < problem.dims["N"]]
+        narrower = [b for b in self.genes["BLOCK"].values if b < problem.dims["cols"]]
         if values["mode"] == "looped" and narrower:
             values["BLOCK"] = narrower[int(rng.integers(len(narrower)))]
         elif self.single_block(problem) in self.genes["BLOCK"].values:
@@ -205,7 +205,7 @@ class RowwiseFamily(GenomeFamily):
         return g
 
     def seeds(self, problem: Problem, target: Target) -> list[Genome]:
-        n = problem.dims["N"]
+        n = problem.dims["cols"]
         whole = self.single_block(problem)
         # The Triton softmax tutorial's heuristic: more warps for wider rows.
         tutorial_warps = 4 if whole < 2048 else 8 if whole < 4096 else 16

@@ -110,9 +110,9 @@ class RMSNormOperator(RowwiseOperator):
 
         x = self.random_rows(problem, seed, device)
         if torch.device(device).type == "meta":
-            return x, torch.empty(problem.dims["N"], device=device, dtype=x.dtype)
+            return x, torch.empty(problem.dims["cols"], device=device, dtype=x.dtype)
         gen = torch.Generator(device=device).manual_seed(seed + 1_000_003)
-        weight = torch.randn(problem.dims["N"], generator=gen, device=device, dtype=x.dtype)
+        weight = torch.randn(problem.dims["cols"], generator=gen, device=device, dtype=x.dtype)
         return x, weight
 
     def reference(self, *inputs: Any) -> Any:
@@ -132,7 +132,7 @@ class RMSNormOperator(RowwiseOperator):
 
     def selfcheck_lines(self, problem: Problem) -> list[str]:
         return [
-            f"    weight = torch.randn({problem.dims['N']}, generator=gen, device=device, dtype=x.dtype)",
+            f"    weight = torch.randn({problem.dims['cols']}, generator=gen, device=device, dtype=x.dtype)",
             "    return (x, weight)",
             "",
             "",
@@ -154,9 +154,9 @@ class RMSNormOperator(RowwiseOperator):
 
     def flops(self, problem: Problem) -> int:
         """~4 per element: square, add, and two multiplies (rstd and weight)."""
-        return 4 * problem.dims["M"] * problem.dims["N"]
+        return 4 * problem.dims["rows"] * problem.dims["cols"]
 
     def bytes(self, problem: Problem) -> int:
         """x and the weight read once, y written once."""
-        m, n = problem.dims["M"], problem.dims["N"]
+        m, n = problem.dims["rows"], problem.dims["cols"]
         return (2 * m * n + n) * self.element_bytes(problem)

@@ -132,7 +132,7 @@ class Skeleton:
 class RowwiseOperator(Operator):
     """Base of row-wise operators over a contiguous [M, N] input; subclasses render their kernel body."""
 
-    dims = ("M", "N")
+    dims = ("rows", "cols")
     throughput_unit = "GB/s"
     kernel_name = ""  # name of the @triton.jit function in a rendered module
 
@@ -147,7 +147,7 @@ class RowwiseOperator(Operator):
     def header(self, sk: Skeleton, problem: Problem, target: Target, summary: str) -> list[str]:
         g = sk.g
         lines = [
-            f'"""evo kernel: {self.name} of rows of {problem.dims["N"]} elements, rendered for {problem.key} '
+            f'"""evo kernel: {self.name} of rows of {problem.dims["cols"]} elements, rendered for {problem.key} '
             f'on {target.name}.',
             "",
             summary,
@@ -157,7 +157,7 @@ class RowwiseOperator(Operator):
             "import triton",
             "import triton.language as tl",
             "",
-            f"N_COLS = {problem.dims['N']}  # the row width this kernel was rendered (and tuned) for",
+            f"N_COLS = {problem.dims['cols']}  # the row width this kernel was rendered (and tuned) for",
             f"ROWS = {g['ROWS']}",
             f"BLOCK = {g['BLOCK']}",
             f"NUM_WARPS = {g['num_warps']}",
@@ -211,7 +211,7 @@ class RowwiseOperator(Operator):
         """Standard normal [M, N] input in the problem's dtype (never zeros), deterministic in `seed`."""
         import torch
 
-        m, n = problem.dims["M"], problem.dims["N"]
+        m, n = problem.dims["rows"], problem.dims["cols"]
         dtype = getattr(torch, DTYPES[problem.dtype])
         if torch.device(device).type == "meta":  # shapes and dtypes only, for compiling ahead of time
             return torch.empty(m, n, device=device, dtype=dtype)
@@ -223,7 +223,7 @@ class RowwiseOperator(Operator):
 
     def selfcheck_source(self, problem: Problem) -> str:
         """Plain-torch self-check code for exported kernels (see Operator.selfcheck_source)."""
-        m, n = problem.dims["M"], problem.dims["N"]
+        m, n = problem.dims["rows"], problem.dims["cols"]
         torch_dtype = f"torch.{DTYPES[problem.dtype]}"
         return "\n".join([
             "import torch",

@@ -120,7 +120,7 @@ class SoftmaxOperator(RowwiseOperator):
     def tolerance(self, problem: Problem) -> float:
         # Beyond ~10^4 columns most outputs fall below fp16's smallest normal number (6e-5), where its
         # subnormals keep fewer bits: fp16's own rounding error grows with the width (1e-3 at 10^5).
-        extra = 1e-7 * problem.dims["N"] if problem.dtype == "fp16" else 0.0
+        extra = 1e-7 * problem.dims["cols"] if problem.dtype == "fp16" else 0.0
         return super().tolerance(problem) + extra
 
     def baselines(self) -> list[Baseline]:
@@ -148,8 +148,8 @@ class SoftmaxOperator(RowwiseOperator):
 
     def flops(self, problem: Problem) -> int:
         """~5 per element: max, subtract, exp, sum, scale (an exponential counted as one)."""
-        return 5 * problem.dims["M"] * problem.dims["N"]
+        return 5 * problem.dims["rows"] * problem.dims["cols"]
 
     def bytes(self, problem: Problem) -> int:
         """x read once and y written once."""
-        return 2 * problem.dims["M"] * problem.dims["N"] * self.element_bytes(problem)
+        return 2 * problem.dims["rows"] * problem.dims["cols"] * self.element_bytes(problem)

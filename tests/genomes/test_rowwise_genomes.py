@@ -17,7 +17,7 @@ SIZES = [(8192, 8192), (32768, 4096), (4096, 32768), (8192, 5000), (7, 50), (1, 
 
 
 def _problem(family, sizes, dtype="bf16"):
-    return Problem.make(family.name, ("M", "N"), sizes, dtype)
+    return Problem.make(family.name, ("rows", "cols"), sizes, dtype)
 
 
 @pytest.fixture(params=FAMILIES, ids=lambda f: f.name)

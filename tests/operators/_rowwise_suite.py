@@ -56,7 +56,7 @@ def _source(op, problem, **genes):
 def test_registered(op):
     assert op.name in operators.names()
     assert type(operators.get(op.name)) is type(op)
-    assert op.dims == ("M", "N") and op.throughput_unit == "GB/s" and op.family.name == op.name
+    assert op.dims == ("rows", "cols") and op.throughput_unit == "GB/s" and op.family.name == op.name
 
 
 def test_every_gene_value_matches_reference(op):
@@ -72,8 +72,8 @@ def test_every_gene_value_matches_reference(op):
 def test_random_sample_matches_reference(op, dtype):
     cases = sample_cases(op, dtype, per_problem=3, seed=11)
     assert any(g["mode"] == "looped" for _, g in cases) and any(g["mode"] == "single" for _, g in cases)
-    assert any(p.dims["M"] % g["ROWS"] for p, g in cases), "no case with rows not a multiple of ROWS"
-    assert any(p.dims["N"] % g["BLOCK"] for p, g in cases), "no case with a ragged last column block"
+    assert any(p.dims["rows"] % g["ROWS"] for p, g in cases), "no case with rows not a multiple of ROWS"
+    assert any(p.dims["cols"] % g["BLOCK"] for p, g in cases), "no case with a ragged last column block"
     for p, g in cases:
         err = run_case(op, p, g, seed=3)
         assert err <= op.tolerance(p), f"{p.key} {g}: relative error {err:.3g}"
