@@ -91,6 +91,13 @@ def _synchronize(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def _same(x: Any, kept: Any) -> bool:
+    """Bitwise equality that treats NaN as equal to NaN (inputs may legitimately hold NaN)."""
+    import torch
+
+    return bool(torch.equal(x, kept) or torch.equal(torch.nan_to_num(x), torch.nan_to_num(kept)))
+
+
 def run_check(launcher: Callable[..., Any], operator: Any, problem: Any, seed: int, device: str = "cuda",
               tolerance: float | None = None) -> CheckResult:
     """Run the launcher on fresh inputs made from `seed` and judge its output.
@@ -102,9 +109,12 @@ def run_check(launcher: Callable[..., Any], operator: Any, problem: Any, seed: i
     """
     inputs = tuple(operator.make_inputs(problem, seed, device=device))
     tol = operator.tolerance(problem) if tolerance is None else tolerance
+    # the reference comes first, from untouched inputs, and the inputs are kept: a kernel that writes into
+    # its own inputs would otherwise agree with a reference computed from the damage
+    ref = operator.reference(*inputs)
+    pristine = [x.clone() if hasattr(x, "clone") else None for x in inputs]
     first = launcher(*inputs)
     _synchronize(device)
-    ref = operator.reference(*inputs)
     with_out = takes_out(launcher)
     if with_out:
         out = poisoned_like(first)
@@ -116,6 +126,9 @@ def run_check(launcher: Callable[..., Any], operator: Any, problem: Any, seed: i
         out = launcher(*inputs)
     _synchronize(device)
     verdicts = [judge(out, ref, tol), judge(first, ref, tol)]
+    for i, (x, kept) in enumerate(zip(inputs, pristine, strict=True)):
+        if kept is not None and not _same(x, kept):
+            verdicts.insert(0, ("wrong", None, f"the kernel modified its input {i}"))  # the root cause first
     order = {"nan": 0, "wrong": 1, "ok": 2}
     status, err, reason = min(verdicts, key=lambda v: order[v[0]])
     if status == "ok":

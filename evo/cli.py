@@ -69,7 +69,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(f"{rd.path} already holds a run: pass --resume to continue it, or --out DIR for a new one")
     if args.resume and not rd.exists():
         raise UsageError(f"{rd.path}: nothing to resume (no {rd.store.name} in it)")
-    from evo.search import run_experiment  # imported late: it brings in the executor machinery
+    from evo.search import StartupError, run_experiment  # imported late: it brings in the executor machinery
 
     smoke = experiment.executor.kind == "smoke"
     print(f"evo {__version__}: experiment {experiment.name} ({experiment.operator}, {len(experiment.problems)} "
@@ -79,6 +79,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     progress = Progress(experiment.problems, budget=experiment.budget.evaluations, smoke=smoke)
     try:
         summary = run_experiment(experiment, rd.path, resume=args.resume, on_event=progress)
+    except StartupError as e:
+        raise UsageError(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
     finally:
         progress.close()
     _cmd_status(argparse.Namespace(run=str(rd.path)), after_run=not summary.interrupted)

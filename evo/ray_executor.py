@@ -76,6 +76,7 @@ class RayExecutor(Executor):
         self._done: list[tuple[Job, Evaluation]] = []
         self._compile_slots = 1
         self._actor_failures: list[int] = []
+        self._fatal: RuntimeError | None = None  # set when no worker is left; raised once results are out
 
     # -- lifecycle ------------------------------------------------------------------------------------
     def _init_ray(self) -> Any:
@@ -206,6 +207,8 @@ class RayExecutor(Executor):
         ray = self._ray
         if ray is None:
             return []
+        if self._fatal is not None and not self._done:
+            raise self._fatal
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
             self._pump()
@@ -283,7 +286,8 @@ class RayExecutor(Executor):
         log.warning("GPU worker %s died %d times in a row: no more jobs for it", self.infos[i].name,
                     self._actor_failures[i])
         if not self._idle and not self._running:
-            raise RuntimeError("every GPU worker died repeatedly; completed evaluations are stored")
+            # raised by the next poll, after this poll has handed every collected evaluation to the search
+            self._fatal = RuntimeError("every GPU worker died repeatedly; completed evaluations are stored")
 
     def _reap_overdue(self) -> None:
         now = time.monotonic()

@@ -22,7 +22,9 @@ Status = Literal[
 ]
 STATUSES: tuple[str, ...] = Status.__args__  # type: ignore[attr-defined]
 # Statuses that are a property of the kernel on that GPU, so they are served from the store, not re-run.
-MEASURED = ("ok", "compile_error", "out_of_resources", "wrong", "nan", "crashed", "timeout")
+# "crashed" is not among them: a lost worker (actor death, a host out-of-memory kill) is recorded the same way
+# as an illegal address, and one bad moment of the machine must not blacklist a kernel for good.
+MEASURED = ("ok", "compile_error", "out_of_resources", "wrong", "nan", "timeout")
 
 
 @dataclass

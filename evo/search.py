@@ -39,7 +39,7 @@ from evo.selection import get as get_selection
 from evo.store import Store
 from evo.variation import Variation
 
-__all__ = ["run_experiment", "Search", "EventCallback"]
+__all__ = ["run_experiment", "Search", "EventCallback", "StartupError"]
 
 EventCallback = Callable[[SearchEvent], None]
 _SAVE_CLOCK_S = 5.0  # how often the time spent on a problem is saved (lost on a kill: at most this much)
@@ -60,10 +60,34 @@ def run_experiment(experiment: Experiment, run_dir: str | Path, resume: bool = F
     import operators
 
     operator = operators.get(experiment.operator, dict(experiment.genome))
+    if resume:
+        _check_resumable(rd, experiment)
+    new_dir = not rd.path.exists()
     rd.path.mkdir(parents=True, exist_ok=True)
     if experiment.source and not rd.experiment.exists():
         rd.experiment.write_text(experiment.source)
-    with Store(rd.store) as store:
+    store = Store(rd.store)
+    owned = executor is None
+    try:
+        if executor is None:
+            backend = make_backend(experiment.operator, dict(experiment.genome), experiment.executor,
+                                   experiment.evaluation, experiment.seed)
+            executor = make_executor(experiment.executor, backend, experiment.evaluation, lookup=store.lookup)
+        try:
+            executor.start()
+        except Exception as e:
+            if owned:
+                executor.shutdown()
+            raise StartupError(f"cannot start the {experiment.executor.kind} executor: {e}") from e
+    except BaseException:
+        store.close()
+        if not resume:  # leave nothing behind that would block a retry
+            for path in (rd.store, Path(f"{rd.store}-wal"), Path(f"{rd.store}-shm"), rd.experiment):
+                path.unlink(missing_ok=True)
+            if new_dir and not any(rd.path.iterdir()):
+                rd.path.rmdir()
+        raise
+    with store:
         session = int(store.meta("sessions", 0)) + 1
         store.set_meta("sessions", session)
         store.set_meta("experiment", experiment.name)
@@ -71,13 +95,7 @@ def run_experiment(experiment: Experiment, run_dir: str | Path, resume: bool = F
         store.set_meta("seed", experiment.seed)
         store.set_meta("problems", [p.key for p in experiment.problems])
         store.set_meta("executor", experiment.executor.kind)
-        owned = executor is None
-        if executor is None:
-            backend = make_backend(experiment.operator, dict(experiment.genome), experiment.executor,
-                                   experiment.evaluation, experiment.seed)
-            executor = make_executor(experiment.executor, backend, experiment.evaluation, lookup=store.lookup)
         try:
-            executor.start()
             store.set_meta("target", {k: v for k, v in asdict(executor.target).items() if k != "extra"})
             search = Search(experiment, operator, store, executor, on_event, run_id=f"{experiment.name}#{session}")
             summary = search.run()
@@ -86,6 +104,27 @@ def run_experiment(experiment: Experiment, run_dir: str | Path, resume: bool = F
                 executor.shutdown()
     return RunSummary(experiment.name, str(rd.path), summary.problems, summary.interrupted,
                       summary.session_evaluations, summary.elapsed_s, experiment.executor.kind == "smoke")
+
+
+class StartupError(RuntimeError):
+    """The search could not start: the executor failed (no GPU visible, Ray cannot start, ...) or a resumed run
+    does not match the experiment. Nothing was searched."""
+
+
+def _check_resumable(rd: RunDir, experiment: Experiment) -> None:
+    """A resumed run must be the same search: its archive is rebuilt from rows this experiment would make."""
+    with Store(rd.store) as store:
+        meta = store.all_meta()
+    smoke_before = meta.get("executor") == "smoke"
+    smoke_now = experiment.executor.kind == "smoke"
+    checks = [("experiment", experiment.name), ("operator", experiment.operator), ("seed", experiment.seed)]
+    for key, value in checks:
+        if key in meta and meta[key] != value:
+            raise StartupError(f"cannot resume {rd.path}: its {key} is {meta[key]!r}, the experiment's is {value!r}")
+    if "executor" in meta and smoke_before != smoke_now:
+        kinds = ("a CPU smoke run", "a GPU run")
+        raise StartupError(f"cannot resume {rd.path}: it is {kinds[not smoke_before]}, the experiment asks for "
+                         f"{kinds[not smoke_now]} (smoke fitness is not a timing and must not mix with timings)")
 
 
 class Search:

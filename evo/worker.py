@@ -31,11 +31,10 @@ class EvalSettings:
     reps: int = 30  # timed repetitions of each of candidate and baseline (fewer when slow: evo.timing)
     warmup: int = 3
     budget_ms: float = 400.0  # GPU time the timing of one candidate (with its baseline) aims at
-    baseline_refresh_s: float = 0.0  # 0: time the baseline interleaved with every candidate
     operators: dict[str, Any] = field(default_factory=dict)  # name -> Operator, for operators not in the registry
 
     def __post_init__(self) -> None:
-        if self.reps < 1 or self.warmup < 0 or self.budget_ms <= 0 or self.baseline_refresh_s < 0:
+        if self.reps < 1 or self.warmup < 0 or self.budget_ms <= 0:
             raise ValueError(f"bad evaluation settings: {self}")
 
 
@@ -80,7 +79,6 @@ class GpuState:
         self.worker = f"{socket.gethostname()}:gpu{device_index}:pid{os.getpid()}"
         self._operators: dict[str, Any] = dict(settings.operators)
         self._baselines: dict[str, tuple[str, Callable[..., Any]]] = {}
-        self.baseline_timing: dict[str, tuple[float, Any]] = {}
 
     def operator(self, name: str) -> Any:
         if name not in self._operators:
@@ -181,17 +179,10 @@ def gpu_evaluate(state: GpuState, request: EvalRequest) -> Evaluation | ExitAfte
         run = (lambda: launcher(*inputs, out=out)) if checked.takes_out else (lambda: launcher(*inputs))
         base = lambda: baseline_fn(*inputs)
         s = state.settings
-        cached = state.baseline_timing.get(cand.problem.key)
-        fresh = cached is None or s.baseline_refresh_s == 0 or time.monotonic() - cached[0] > s.baseline_refresh_s
-        if fresh:
-            timing, base_timing = time_interleaved([run, base], reps=s.reps, warmup=s.warmup, budget_ms=s.budget_ms,
-                                                  device=state.device)
-            state.baseline_timing[cand.problem.key] = (time.monotonic(), base_timing)
-        else:
-            (timing,) = time_interleaved([run], reps=s.reps, warmup=s.warmup, budget_ms=s.budget_ms / 2,
-                                         device=state.device)
-            base_timing = cached[1]
-        phases.update(time_s=time.perf_counter() - t2, baseline_fresh=fresh)
+        # the baseline is timed with every candidate, interleaved, on the same inputs: the ratio is one process's
+        timing, base_timing = time_interleaved([run, base], reps=s.reps, warmup=s.warmup, budget_ms=s.budget_ms,
+                                              device=state.device)
+        phases.update(time_s=time.perf_counter() - t2)
         return cand.evaluation("ok", median_ms=timing.median_ms, spread_ms=timing.spread_ms, times_ms=timing.times_ms,
                                baseline_ms=base_timing.median_ms, baseline_spread_ms=base_timing.spread_ms,
                                max_rel_error=checked.max_rel_error, **_finish(common, phases))

@@ -84,3 +84,16 @@ def test_fresh_inputs_per_seed():
     a = run_check(good, OP, PROBLEM, seed=1, device="cpu").inputs[0]
     b = run_check(good, OP, PROBLEM, seed=2, device="cpu").inputs[0]
     assert not torch.equal(a, b) and a.abs().sum() > 0  # never zeros
+
+
+def scribbles_on_its_input(x, y, out=None):
+    """Right answer, but it zeroes its own y: a reference taken after it would agree with any output."""
+    out = torch.empty_like(x) if out is None else out
+    torch.add(y, x, alpha=2, out=out)
+    y.zero_()
+    return out
+
+
+def test_a_kernel_that_modifies_its_inputs_is_wrong():
+    result = run_check(scribbles_on_its_input, OP, PROBLEM, seed=3, device="cpu")
+    assert result.status == "wrong" and "modified its input 1" in result.reason

@@ -14,6 +14,7 @@ from evo.cli import main
 from evo.events import SearchEvent
 from evo.rundir import RunDir
 from evo.store import Store
+from tests.conftest import HAS_CUDA
 from tests.evo.run_fixture import TEST_GPU, make_run
 
 
@@ -187,3 +188,30 @@ def test_genes_lists_domains_and_descriptors(capsys):
     assert "[false, true]" in out  # written as YAML spells it
     assert main(["genes", "conv"]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="checks the message a machine without a GPU gets")
+def test_a_gpu_run_without_a_gpu_is_one_line_and_leaves_nothing(tmp_path, capsys):
+    exp = tmp_path / "tiny_gpu.yaml"
+    exp.write_text(SMOKE.format(output=tmp_path / "runs").replace("kind: smoke", "kind: local"))
+    assert main(["run", str(exp)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("evo: error: cannot start the local executor")
+    assert not (tmp_path / "runs" / "tiny_smoke").exists()  # a retry is not blocked by a half-made run
+
+
+def test_a_smoke_run_cannot_be_resumed_as_a_gpu_run(tmp_path, capsys):
+    from evo.store import Store
+
+    run = tmp_path / "runs" / "tiny_smoke"
+    run.mkdir(parents=True)
+    with Store(run / "store.sqlite") as store:  # what a smoke session leaves in a run's metadata
+        for key, value in (("experiment", "tiny_smoke"), ("operator", "gemm"), ("seed", 0), ("executor", "smoke")):
+            store.set_meta(key, value)
+    exp = tmp_path / "tiny_gpu.yaml"
+    exp.write_text(SMOKE.format(output=tmp_path / "runs").replace("kind: smoke", "kind: local"))
+    assert main(["run", str(exp), "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot resume" in err and "smoke" in err and err.count("\n") == 1
+    with Store(run / "store.sqlite") as store:
+        assert store.count() == 0 and store.meta("executor") == "smoke"  # the run is left as it was
