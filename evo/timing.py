@@ -44,7 +44,7 @@ def time_interleaved(fns: list[Callable[[], Any]], *, reps: int = 30, warmup: in
     """Time each of `fns` `reps` times, interleaved, each run after an L2 flush; returns one Timing per fn.
 
     The number of repetitions shrinks when the functions are slow, so that the whole measurement stays near
-    `budget_ms` of GPU time (never fewer than 5 repetitions each).
+    `budget_ms` of GPU time (never fewer than 5 repetitions each, or `reps` when fewer were asked for).
     """
     import torch
 
@@ -61,7 +61,7 @@ def time_interleaved(fns: list[Callable[[], Any]], *, reps: int = 30, warmup: in
     end.record()
     torch.cuda.synchronize(device)
     per_round = max(start.elapsed_time(end), 1e-3) + 0.05 * len(fns)  # + flush cost
-    reps = int(max(5, min(reps, budget_ms / per_round)))
+    reps = int(max(min(5, reps), min(reps, budget_ms / per_round)))  # a slow kernel still gets 5 (or all asked)
     events = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
               for _ in fns]
     for r in range(reps):

@@ -111,6 +111,28 @@ class GenomeFamily:
         """Known-good starting points for a search (valid for `problem`)."""
         return []
 
+    # -- repair helpers: moves within a gene's (possibly restricted) domain, on a mutable {gene: value} -------
+    def _step_down(self, g: dict[str, Any], name: str) -> bool:
+        """Move gene `name` to the next smaller value of its domain; False when already at the bottom."""
+        smaller = [v for v in self.genes[name].values if v < g[name]]
+        if not smaller:
+            return False
+        g[name] = max(smaller)
+        return True
+
+    def _step_up(self, g: dict[str, Any], name: str) -> bool:
+        larger = [v for v in self.genes[name].values if v > g[name]]
+        if not larger:
+            return False
+        g[name] = min(larger)
+        return True
+
+    def _set(self, g: dict[str, Any], name: str, value: Any) -> bool:
+        if value in self.genes[name].values:
+            g[name] = value
+            return True
+        return False
+
     def _repaired_seeds(self, raw: list[dict[str, Any]], problem: Problem, target: Target) -> list[Genome]:
         """Distinct valid genomes from raw seed values: each value moved into its (possibly restricted)
         domain, then repaired for `problem`; seeds that cannot be repaired are dropped."""

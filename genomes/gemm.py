@@ -159,27 +159,6 @@ class GemmFamily(GenomeFamily):
         return out
 
     # -- repair ---------------------------------------------------------------------------------------
-    def _step_down(self, g: dict[str, Any], name: str) -> bool:
-        """Move gene `name` to the next smaller value of its domain; False when already at the bottom."""
-        smaller = [v for v in self.genes[name].values if v < g[name]]
-        if not smaller:
-            return False
-        g[name] = max(smaller)
-        return True
-
-    def _step_up(self, g: dict[str, Any], name: str) -> bool:
-        larger = [v for v in self.genes[name].values if v > g[name]]
-        if not larger:
-            return False
-        g[name] = min(larger)
-        return True
-
-    def _set(self, g: dict[str, Any], name: str, value: Any) -> bool:
-        if value in self.genes[name].values:
-            g[name] = value
-            return True
-        return False
-
     def repair(self, genome: Genome, problem: Problem, target: Target, rng: np.random.Generator) -> Genome:
         g = genome.as_dict()
         d = problem.dims

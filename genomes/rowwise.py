@@ -137,12 +137,6 @@ class RowwiseFamily(GenomeFamily):
         g.update(trial)
         return True
 
-    def _set(self, g: dict[str, Any], name: str, value: Any) -> bool:
-        if value in self.genes[name].values:
-            g[name] = value
-            return True
-        return False
-
     def _fix_block(self, g: dict[str, Any], problem: Problem) -> None:
         """A single pass whose block misses part of the row widens it, or, when no block is wide enough,
         becomes a loop over the widest block narrower than the row."""

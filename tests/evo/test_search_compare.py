@@ -1,4 +1,4 @@
-"""The logic of the GPU comparison script (evo.compare_search) on CPU, with the test stand-in backend:
+"""The logic of the GPU comparison script (tests.gpu.compare_search) on CPU, with the test stand-in backend:
 the grid measures every genome once, MAP-Elites is then served entirely from the store, and the counts
 to reach 99% of the grid's best are consistent."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from evo.compare_search import compare_problem, random_search_counts, table
+from tests.gpu.compare_search import compare_problem, random_search_counts, table
 from evo.executor import LocalExecutor
 from evo.store import Store
 from tests.evo import search_fixtures as fx
