@@ -20,7 +20,8 @@ from evo.problem import HOPPER, Problem, Target
 from evo.record import Evaluation
 from genomes.base import Descriptor, Genome, GenomeFamily, InvalidGenome
 from genomes.genes import Boolean, IntChoice, PowerOfTwo
-from operators.base import Baseline, Operator
+from operators.base import Operator
+from tests.evo.toy_operator import TwoXPlusOne
 
 OPERATOR = "evo_test_axpy"
 STAND_IN_GPU = "TEST STAND-IN (not a GPU, not a timing)"
@@ -109,7 +110,7 @@ def axpy(x):
 '''
 
 
-class AxpyOperator(Operator):
+class AxpyOperator(TwoXPlusOne, Operator):
     name = OPERATOR
     dims = ("N",)
     dtypes = ("fp16", "fp32")
@@ -127,27 +128,6 @@ class AxpyOperator(Operator):
                 .replace("LOADMASK", "mask=mask" if masked else "")
                 .replace("STOREMASK", "mask=mask" if masked else ""))
 
-    def make_inputs(self, problem, seed, device="cuda"):
-        import torch
-
-        g = torch.Generator(device="cpu").manual_seed(seed)
-        dt = {"fp16": torch.float16, "fp32": torch.float32}[problem.dtype]
-        return (torch.randn(problem.dims["N"], generator=g).to(device=device, dtype=dt),)
-
-    def reference(self, x):
-        return x.float() * 2 + 1
-
-    def tolerance(self, problem):
-        return 1e-2 if problem.dtype == "fp16" else 1e-5
-
-    def baselines(self):
-        return [Baseline("torch", lambda problem: (lambda x: x * 2 + 1))]
-
-    def flops(self, problem):
-        return 2 * problem.dims["N"]
-
-    def bytes(self, problem):
-        return 2 * problem.dims["N"] * (2 if problem.dtype == "fp16" else 4)
 
 
 def register(monkeypatch) -> None:

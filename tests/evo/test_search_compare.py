@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.gpu.compare_search import compare_problem, random_search_counts, table
 from evo.executor import LocalExecutor
 from evo.store import Store
 from tests.evo import search_fixtures as fx
+from tests.gpu.compare_search import compare_problem, random_search_counts, table
 
 
 def test_random_search_counts():

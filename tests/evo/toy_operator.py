@@ -91,18 +91,8 @@ def problem_sizes(x):
 '''
 
 
-class ToyOperator(Operator):
-    name = "toy"
-    dims = ("N",)
-    dtypes = ("fp16", "fp32")
-    entry = "toy"
-    throughput_unit = "GB/s"
-
-    def make_family(self, overrides: dict[str, list[Any]] | None) -> GenomeFamily:
-        return ToyFamily(overrides)
-
-    def render(self, genome: Genome, problem: Problem, target: Target) -> str:
-        return _TEMPLATE.replace("{BLOCK}", str(genome["BLOCK"])).replace("{num_warps}", str(genome["num_warps"]))
+class TwoXPlusOne:
+    """The judging half of a test operator computing y = 2x + 1 over a vector of N elements."""
 
     def make_inputs(self, problem, seed, device="cuda"):
         import torch
@@ -125,6 +115,21 @@ class ToyOperator(Operator):
 
     def bytes(self, problem):
         return 2 * problem.dims["N"] * (2 if problem.dtype == "fp16" else 4)
+
+
+class ToyOperator(TwoXPlusOne, Operator):
+    name = "toy"
+    dims = ("N",)
+    dtypes = ("fp16", "fp32")
+    entry = "toy"
+    throughput_unit = "GB/s"
+
+    def make_family(self, overrides: dict[str, list[Any]] | None) -> GenomeFamily:
+        return ToyFamily(overrides)
+
+    def render(self, genome: Genome, problem: Problem, target: Target) -> str:
+        return _TEMPLATE.replace("{BLOCK}", str(genome["BLOCK"])).replace("{num_warps}", str(genome["num_warps"]))
+
 
     def selfcheck_source(self, problem: Problem) -> str:
         torch_dtype = {"fp16": "float16", "fp32": "float32"}[problem.dtype]
