@@ -94,17 +94,10 @@ def smoke_evaluate(state: dict[str, Any], request: tuple[Prepared, int]) -> Eval
         return cand.evaluation(checked.status, f"smoke: {checked.reason}", max_rel_error=checked.max_rel_error,
                                resources=resources, finished_at=time.time(), **common)
     estimate = float(op.smoke_cost(cand.genome, cand.problem))
-    roofline = _roofline(op, cand)
+    roofline = op.smoke_roofline_ms(cand.problem)
     return cand.evaluation("ok", SMOKE_NOTE, median_ms=estimate, spread_ms=0.0, times_ms=[], baseline_ms=roofline,
                            baseline_spread_ms=0.0, max_rel_error=checked.max_rel_error, resources=resources,
                            finished_at=time.time(), **common)
-
-
-def _roofline(op: Any, cand: Candidate) -> float:
-    from operators.base import SMOKE_PEAK_BYTES, SMOKE_PEAK_FLOPS
-
-    p = cand.problem
-    return max(op.flops(p) / SMOKE_PEAK_FLOPS, op.bytes(p) / SMOKE_PEAK_BYTES) * 1e3
 
 
 class SmokeWorker:

@@ -114,5 +114,8 @@ class Operator(ABC):
         nominal Hopper peaks, stretched by a factor in [1.25, 2.25) drawn from the genome's hash so that a
         smoke search has a fixed order to follow. An operator may override it with a model that knows its
         genome (e.g. tile efficiency)."""
-        roofline = max(self.flops(problem) / SMOKE_PEAK_FLOPS, self.bytes(problem) / SMOKE_PEAK_BYTES) * 1e3
-        return roofline * (1.25 + int(genome.hash[:8], 16) / 2**32)
+        return self.smoke_roofline_ms(problem) * (1.25 + int(genome.hash[:8], 16) / 2**32)
+
+    def smoke_roofline_ms(self, problem: Problem) -> float:
+        """The roofline time at nominal Hopper peaks: the smoke mode's stand-in baseline (not a timing)."""
+        return max(self.flops(problem) / SMOKE_PEAK_FLOPS, self.bytes(problem) / SMOKE_PEAK_BYTES) * 1e3
