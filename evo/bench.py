@@ -38,6 +38,7 @@ from evo.problem import HOPPER, Problem, Target
 from evo.record import Evaluation
 from evo.rundir import STORE_NAME
 from evo.store import Store
+from evo.timing import PROTOCOL as TIMING_PROTOCOL
 
 __all__ = ["bench_main", "build_parser", "run_bench", "search_problems", "print_summary", "problem_entry",
            "select_problems", "versions", "evo_entrant", "EVO",
@@ -81,7 +82,7 @@ def versions() -> dict[str, str]:
     import evo
 
     out = {"torch": torch.__version__, "triton": triton.__version__, "cuda": str(torch.version.cuda),
-           "python": platform.python_version(), "evo": evo.__version__}
+           "python": platform.python_version(), "evo": evo.__version__, "timing": TIMING_PROTOCOL}
     try:
         out["helion"] = md.version("helion")
     except md.PackageNotFoundError:

@@ -1,5 +1,11 @@
 """Timing GPU work: warm-up, L2 flushed before every timed run, CUDA events, median and spread.
 
+The flush reads a 256 MiB buffer (`flush="read"`), which evicts whatever the last run left in L2 (its dirty
+output lines are written back then, outside the timed region) and leaves L2 holding clean lines. A flush that
+writes (`flush="write"`, a memset, as triton.testing.do_bench does) leaves L2 full of dirty lines, and the timed
+run then pays for writing them back as its own reads evict them: up to the L2's size in extra HBM traffic,
+which weighs most on small memory-bound kernels. Both modes evict the timed run's inputs.
+
 Candidates and their baseline are timed interleaved (A B A B ...) so clock and thermal drift affect both
 alike; the ratio of their medians is what a result reports.
 """
@@ -12,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Timing", "time_interleaved", "time_one"]
+__all__ = ["Timing", "time_interleaved", "time_one", "FLUSH_MODES", "PROTOCOL"]
 
 _FLUSH: dict[Any, Any] = {}
 
@@ -30,17 +36,28 @@ class Timing:
         return cls(float(med), float(q3 - q1), [float(t) for t in a])
 
 
-def _flush_buffer(device: Any, nbytes: int) -> Any:
+FLUSH_MODES = ("read", "write")
+# Recorded with every measurement's versions: timings are served again only under the same protocol.
+PROTOCOL = "events+l2-flush-read"
+
+
+def _flusher(device: Any, nbytes: int, mode: str) -> Callable[[], Any]:
+    """A callable that evicts L2 by reading (a sum into one number) or writing (a memset) `nbytes`."""
     import torch
 
+    if mode not in FLUSH_MODES:
+        raise ValueError(f"flush must be one of {FLUSH_MODES}, got {mode!r}")
     key = (str(device), nbytes)
     if key not in _FLUSH:
-        _FLUSH[key] = torch.empty(nbytes // 4, dtype=torch.int32, device=device)
-    return _FLUSH[key]
+        _FLUSH[key] = torch.ones(nbytes // 4, dtype=torch.int32, device=device)
+    buf = _FLUSH[key]
+    if mode == "write":
+        return buf.zero_
+    return lambda: torch.sum(buf, dtype=torch.int64)
 
 
 def time_interleaved(fns: list[Callable[[], Any]], *, reps: int = 30, warmup: int = 3, budget_ms: float = 400.0,
-                     flush_bytes: int = 256 << 20, device: Any = "cuda") -> list[Timing]:
+                     flush_bytes: int = 256 << 20, flush: str = "read", device: Any = "cuda") -> list[Timing]:
     """Time each of `fns` `reps` times, interleaved, each run after an L2 flush; returns one Timing per fn.
 
     The number of repetitions shrinks when the functions are slow, so that the whole measurement stays near
@@ -48,7 +65,7 @@ def time_interleaved(fns: list[Callable[[], Any]], *, reps: int = 30, warmup: in
     """
     import torch
 
-    flush = _flush_buffer(device, flush_bytes)
+    evict = _flusher(device, flush_bytes, flush)
     for fn in fns:
         for _ in range(warmup):
             fn()
@@ -66,7 +83,7 @@ def time_interleaved(fns: list[Callable[[], Any]], *, reps: int = 30, warmup: in
               for _ in fns]
     for r in range(reps):
         for i, fn in enumerate(fns):
-            flush.zero_()
+            evict()
             s, e = events[i][r]
             s.record()
             fn()

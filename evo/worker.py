@@ -22,6 +22,7 @@ import numpy as np
 from evo.candidate import Candidate, Prepared
 from evo.record import Evaluation
 from evo.supervisor import ChildDied, ChildRaised, ChildTimeout, ExitAfter, Supervised
+from evo.timing import PROTOCOL as TIMING_PROTOCOL
 
 __all__ = ["GpuWorker", "GpuState", "EvalSettings", "EvalRequest", "gpu_setup", "gpu_evaluate", "visible_device"]
 
@@ -75,7 +76,7 @@ class GpuState:
         self.settings = settings
         self.gpu = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
         self.versions = {"triton": triton.__version__, "torch": torch.__version__.split("+")[0],
-                         "cuda": str(torch.version.cuda or "")}
+                         "cuda": str(torch.version.cuda or ""), "timing": TIMING_PROTOCOL}
         self.worker = f"{socket.gethostname()}:gpu{device_index}:pid{os.getpid()}"
         self._operators: dict[str, Any] = dict(settings.operators)
         self._baselines: dict[str, tuple[str, Callable[..., Any]]] = {}

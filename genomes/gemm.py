@@ -2,9 +2,9 @@
 
 Genes cover the tile shape, launch shape (warps, stages), the program-id swizzle, the K loop's own
 pipelining (prefetch depth and unroll), warp specialization, and the structure around the loop: a
-persistent grid, the memory path (plain pointers, or tensor descriptors, i.e. TMA on Hopper, built either
-inside the kernel or on the host and passed in as arguments),
-split-K, and a subtiled epilogue. Validity encodes the limits of the target (shared memory, registers,
+persistent grid (optionally finishing its last partial wave with stream-K), the memory path (plain pointers,
+or tensor descriptors, i.e. TMA on Hopper, built either inside the kernel or on the host and passed in as
+arguments), split-K, and a subtiled epilogue. Validity encodes the limits of the target (shared memory, registers,
 tensor-descriptor alignment) and what Triton cannot compile (see ../shared/TRITON_NOTES.md).
 """
 
@@ -81,6 +81,8 @@ def _structure(g: Mapping[str, Any], resources: Any) -> float:
     the older ones, whose values stay put), so an archive keeps the best of each."""
     if g["warp_specialize"]:
         return 4.0
+    if g["stream_k"]:
+        return 7.0
     if g["memory"] == "host_descriptor":
         return 5.0 + g["persistent"]
     return 2.0 * (g["memory"] == "descriptor") + g["persistent"]
@@ -104,6 +106,8 @@ class GemmFamily(GenomeFamily):
             IntChoice("loop_unroll", (1, 2, 4), group="loop", doc="unroll factor of the K loop; 1 = none"),
             Boolean("warp_specialize", group="loop", doc="producer/consumer warp roles for the K loop"),
             Boolean("persistent", group="structure", doc="one program per SM looping over tiles"),
+            Boolean("stream_k", group="structure",
+                    doc="a persistent grid shares the tiles of its last partial wave by K steps (stream-K)"),
             Categorical("memory", ("pointer", "descriptor", "host_descriptor"), group="structure",
                         doc="plain pointer loads, or tensor descriptors (TMA) made in the kernel or on the host"),
             IntChoice("split_k", (1, 2, 4, 8, 16), group="structure",
@@ -123,6 +127,8 @@ class GemmFamily(GenomeFamily):
             out.append(f"split_k={g['split_k']} exceeds the {-(-d['K'] // g['BLOCK_K'])} K steps")
         if g["split_k"] > 1 and g["persistent"]:
             out.append("split_k > 1 is not combined with a persistent grid")
+        if g["stream_k"] and not g["persistent"]:
+            out.append("stream_k needs a persistent grid")
         if g["memory"] in DESCRIPTOR_MEMORY and not _descriptor_ok(problem, target):
             out.append("tensor descriptors need sm_90+ and row strides that are multiples of 16 bytes")
         if g["warp_specialize"]:
@@ -167,12 +173,18 @@ class GemmFamily(GenomeFamily):
                 pass
         while g["split_k"] > -(-d["K"] // g["BLOCK_K"]) and self._step_down(g, "split_k"):
             pass
+        if g["stream_k"] and not g["persistent"]:
+            # stream-K was just turned on (or persistence off): the coin keeps one of the two
+            keep = rng.random() < 0.5 and g["split_k"] == 1 and not g["warp_specialize"]
+            if not (keep and self._set(g, "persistent", True)):
+                self._set(g, "stream_k", False)
         if g["split_k"] > 1 and g["persistent"]:
             # keep whichever structure the coin favours, if the domain allows dropping the other
             if rng.random() < 0.5 and self._set(g, "persistent", False):
-                pass
+                self._set(g, "stream_k", False)
             elif not self._set(g, "split_k", 1):
                 self._set(g, "persistent", False)
+                self._set(g, "stream_k", False)
         if g["memory"] in DESCRIPTOR_MEMORY and not _descriptor_ok(problem, target):
             self._set(g, "memory", "pointer")
         if g["warp_specialize"]:
@@ -214,7 +226,7 @@ class GemmFamily(GenomeFamily):
         """A plain tutorial-like genome dict (pointer loads, no persistence, no split-K) updated by `values`."""
         g = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 4, "num_stages": 3, "GROUP_M": 8,
              "raster": "row", "loop_stages": 0, "loop_unroll": 1, "warp_specialize": False,
-             "persistent": False, "memory": "pointer", "split_k": 1, "epilogue_subtile": False}
+             "persistent": False, "stream_k": False, "memory": "pointer", "split_k": 1, "epilogue_subtile": False}
         g.update(values)
         return g
 
@@ -225,6 +237,8 @@ class GemmFamily(GenomeFamily):
             # measured on an H200 (../shared/TRITON_NOTES.md): 1.06-1.15x cuBLAS on large shapes
             self.base(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_stages=3, num_warps=8, persistent=True,
                       memory="host_descriptor", epilogue_subtile=True),
+            self.base(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_stages=3, num_warps=8, persistent=True,
+                      memory="host_descriptor", epilogue_subtile=True, stream_k=True),
             self.base(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_stages=4, num_warps=4, memory="descriptor",
                       warp_specialize=True),
             self.base(BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, num_stages=4, num_warps=4, split_k=4),
@@ -247,9 +261,10 @@ class GemmFamily(GenomeFamily):
             "num_warps": Descriptor("num_warps", lambda g, r: g["num_warps"], (2.0, 4.0, 8.0), "warps"),
             "split_k": Descriptor("split_k", lambda g, r: log2(g["split_k"]), (0.0, 1.0, 2.0, 3.0, 4.0),
                                   "log2(split_k)"),
-            "structure": Descriptor("structure", _structure, (0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0),
+            "structure": Descriptor("structure", _structure, (0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0),
                                     "0 pointer, 1 pointer+persistent, 2 TMA, 3 TMA+persistent, "
-                                    "4 TMA+warp-specialized, 5 host TMA, 6 host TMA+persistent"),
+                                    "4 TMA+warp-specialized, 5 host TMA, 6 host TMA+persistent, "
+                                    "7 persistent+stream-K (any memory path)"),
             "smem_kib": Descriptor("smem_kib", lambda g, r: r["shared"] / 1024,
                                    (0.0, 32.0, 64.0, 96.0, 128.0, 160.0, 192.0), "shared memory (KiB)",
                                    needs_resources=True),

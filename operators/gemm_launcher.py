@@ -3,7 +3,7 @@
 Like the kernel, it holds only what the genome turns on: a persistent grid asks the device for its SM count,
 tensor descriptors check alignment and either install Triton's scratch allocator (made in the kernel) or are
 built here from the tensors (host descriptors, which need no data: meta tensors do for compiling ahead),
-split-K allocates fp32 partial tiles and keeps per-tile arrival counters.
+split-K and stream-K allocate fp32 partial tiles and keep per-tile arrival counters.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ __all__ = ["launcher_source", "constexpr_names", "KERNEL_NAME", "ENTRY_NAME", "C
 KERNEL_NAME = "matmul_kernel"
 ENTRY_NAME = "matmul"
 CPU_NUM_SMS = 4  # persistent grid size under the CPU interpreter: a few programs still loop over tiles
+SK_MAX_PARTS = 8
 
 
 def constexpr_names(g: Mapping[str, Any]) -> list[str]:
@@ -33,9 +34,12 @@ def constexpr_names(g: Mapping[str, Any]) -> list[str]:
 def launcher_source(g: Mapping[str, Any]) -> str:
     """Source of the module's tail: private helpers, then `matmul(a, b, out=None)` launching the kernel."""
     split, persistent, desc = g["split_k"] > 1, g["persistent"], g["memory"] in DESCRIPTOR_MEMORY
-    host = g["memory"] == "host_descriptor"
+    host, stream_k = g["memory"] == "host_descriptor", g["persistent"] and g["stream_k"]
     out = "_DTYPES = (torch.float16, torch.bfloat16, torch.float32)\n"
-    if split:
+    if stream_k:
+        out += (f"SK_MAX_PARTS = {SK_MAX_PARTS}  # programs that may share one stream-K tile "
+                "(bounds the partials its last program sums)\n")
+    if split or stream_k:
         out += "_COUNTERS = {}  # (device, number of tiles) -> int32 arrival counters, all zero between launches\n"
     if persistent:
         out += "\n\n" + _block(f"""
@@ -53,7 +57,7 @@ def launcher_source(g: Mapping[str, Any]) -> str:
 
                 return alloc
         """, 0)
-    if split:
+    if split or stream_k:
         out += "\n\n" + _block("""
             def _arrival_counters(device, num_tiles):
                 # Allocated zeroed once; each tile's last program resets its counter. Like cuBLAS's workspace,
@@ -120,7 +124,22 @@ def launcher_source(g: Mapping[str, Any]) -> str:
     out += _block("num_tiles = triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N)", 1)
     operands = "a_desc, b_desc, c_desc" if host else "a, b, out"
     args = f"{operands}, M, N, K,"
-    if persistent:
+    if stream_k:
+        out += _block("""
+            num_sms = _num_sms(a.device)
+            grid = (num_sms,)  # every SM takes part in the stream-K phase, even with fewer tiles than SMs
+            # the last num_tiles % num_sms tiles are shared by K steps: an even share per program, but no more
+            # than SK_MAX_PARTS programs on one tile
+            k_tiles = triton.cdiv(K, BLOCK_K)
+            sk_tiles = num_tiles % num_sms
+            sk_share = max(triton.cdiv(sk_tiles * k_tiles, num_sms), triton.cdiv(k_tiles, SK_MAX_PARTS), 1)
+            sk_slots = triton.cdiv(k_tiles, sk_share) + 1  # the most programs whose runs can meet one tile
+            partials = torch.empty(max(sk_tiles, 1) * sk_slots * BLOCK_M * BLOCK_N, dtype=torch.float32,
+                                   device=a.device)
+            counters = _arrival_counters(a.device, max(sk_tiles, 1))
+        """, 1)
+        args = f"{operands}, partials, counters, M, N, K, num_sms, sk_share, sk_slots,"
+    elif persistent:
         args = f"{operands}, M, N, K, num_sms,"
         out += _block("""
             num_sms = _num_sms(a.device)

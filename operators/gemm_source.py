@@ -78,8 +78,8 @@ def _k_range(g: Mapping[str, Any], lo: str, hi: str) -> str:
     return f"range({lo}, {hi})"
 
 
-def _main_loop(g: Mapping[str, Any], depth: int) -> str:
-    lo, hi = ("k_lo", "k_hi") if g["split_k"] > 1 else ("0", "k_tiles")
+def _main_loop(g: Mapping[str, Any], depth: int, lo: str = "0", hi: str = "k_tiles") -> str:
+    """acc = the sum over K steps [lo, hi) of A's and B's tiles at (pid_m, pid_n)."""
     loop = _k_range(g, lo, hi)
     if g["memory"] in DESCRIPTOR_MEMORY:
         return _block(f"""
@@ -148,42 +148,70 @@ def _store_c(g: Mapping[str, Any], tile: str, depth: int) -> str:
     return "".join(_block(piece, depth) for piece in pieces)
 
 
-def _split_k_epilogue(g: Mapping[str, Any]) -> str:
-    return _block("""
-        # Publish this program's fp32 partial tile in its slot; the program that arrives last at the tile's
-        # counter sums all SPLIT_K partials in split order (deterministic) and writes C.
+def _reduce_partials(g: Mapping[str, Any], first_slot: str, part: str, parts: str, counter: str, depth: int) -> str:
+    """Publish `acc` as partial `part` of the `parts` that make one output tile (slots from `first_slot` on,
+    arrival counter `counter`); the program that arrives last sums them in part order (deterministic) and
+    writes C, then resets the counter so that the next launch needs no zeroing pass."""
+    return _block(f"""
         offs_tm = tl.arange(0, BLOCK_M)
         offs_tn = tl.arange(0, BLOCK_N)
-        slots = ws_ptr + tile_id.to(tl.int64) * (SPLIT_K * BLOCK_M * BLOCK_N)
+        slots = ws_ptr + ({first_slot}).to(tl.int64) * (BLOCK_M * BLOCK_N)
         slots += offs_tm[:, None] * BLOCK_N + offs_tn[None, :]
-        tl.store(slots + split * (BLOCK_M * BLOCK_N), acc)
+        tl.store(slots + ({part}) * (BLOCK_M * BLOCK_N), acc)
         # One thread issues the atomic: the barrier puts every thread's partial before it, and acq_rel makes
         # those writes visible to the program that reads them after its own increment.
         tl.debug_barrier()
-        arrived = tl.atomic_add(counter_ptr + tile_id, 1, sem="acq_rel", scope="gpu")
-        if arrived == SPLIT_K - 1:
+        arrived = tl.atomic_add(counter_ptr + {counter}, 1, sem="acq_rel", scope="gpu")
+        if arrived == {parts} - 1:
             # .cg reads L2 directly: this SM's L1 must not serve lines other programs have since rewritten
             total = tl.load(slots, cache_modifier=".cg")
-            for s in range(1, SPLIT_K):
+            for s in range(1, {parts}):
                 total += tl.load(slots + s * (BLOCK_M * BLOCK_N), cache_modifier=".cg")
-    """, 1) + _store_c(g, "total", 2) + _block("""
-        # reset the counter so the next launch needs no zeroing pass
-        tl.atomic_xchg(counter_ptr + tile_id, 0, sem="relaxed", scope="gpu")
+    """, depth) + _store_c(g, "total", depth + 1) + _block(
+        f'tl.atomic_xchg(counter_ptr + {counter}, 0, sem="relaxed", scope="gpu")', depth + 1)
+
+
+def _stream_k_phase(g: Mapping[str, Any]) -> str:
+    """The tiles left after the persistent grid's last full wave, shared by K steps (stream-K)."""
+    return _block(f"""
+        # Stream-K: the last num_tiles % num_sms tiles would leave SMs idle as a partial wave; instead their
+        # K steps, laid end to end, are dealt out in runs of sk_share steps: program p takes steps
+        # [p * sk_share, (p + 1) * sk_share), crossing from one tile into the next as it goes.
+        sk_steps = (num_tiles - dp_tiles) * k_tiles
+        step = tl.program_id(0) * sk_share
+        step_end = tl.minimum(step + sk_share, sk_steps)
+        while step < step_end:
+            sk_tile = step // k_tiles
+            k_lo = step % k_tiles
+            k_hi = tl.minimum(k_tiles, k_lo + (step_end - step))
+            {_coords_call(g, "dp_tiles + sk_tile")}
+    """, 1) + _main_loop(g, 2, "k_lo", "k_hi") + _block("""
+        # the programs whose runs cover this tile, in K order; a tile covered by one program is stored directly
+        first = sk_tile * k_tiles // sk_share
+        parts = ((sk_tile + 1) * k_tiles - 1) // sk_share - first + 1
+        if parts == 1:
+    """, 2) + _store_c(g, "acc", 3) + _block("else:", 2) + _reduce_partials(
+        g, "sk_tile * sk_slots", "tl.program_id(0) - first", "parts", "sk_tile", 3) + _block("""
+        step += k_hi - k_lo
     """, 2)
 
 
 # -- kernel ---------------------------------------------------------------------------------------------
 def _kernel(g: Mapping[str, Any]) -> str:
-    split = g["split_k"] > 1
+    split, stream_k = g["split_k"] > 1, g["persistent"] and g["stream_k"]
     if g["memory"] == "host_descriptor":
         params = ["a_desc, b_desc, c_desc,  # host tensor descriptors (TMA) of A[M, K], B[K, N], C[M, N]"]
     else:
         params = ["a_ptr, b_ptr, c_ptr,  # A[M, K], B[K, N], C[M, N]: row-major, contiguous"]
-    if split:
+    if split or stream_k:
         params.append("ws_ptr, counter_ptr,  # fp32 partial-tile slots, per-tile arrival counters")
     params.append("M, N, K, num_sms," if g["persistent"] else "M, N, K,")
+    if stream_k:
+        params.append("sk_share, sk_slots,  # K steps per program in the stream-K phase, partial slots per tile")
     params += _wrap([f"{c}: tl.constexpr" for c in constexpr_names(g)])
-    out = f"@triton.jit\ndef {KERNEL_NAME}(\n" + "".join(f"    {p}\n" for p in params) + "):\n"
+    # the stream-K sizes depend on the SM count: not specialized, one compiled kernel serves any GPU
+    jit = '@triton.jit(do_not_specialize=["sk_share", "sk_slots"])' if stream_k else "@triton.jit"
+    out = f"{jit}\ndef {KERNEL_NAME}(\n" + "".join(f"    {p}\n" for p in params) + "):\n"
     if g.get("aligned_dims"):
         dims = " and ".join(g["aligned_dims"])
         out += _block(f"""
@@ -207,15 +235,22 @@ def _kernel(g: Mapping[str, Any]) -> str:
     elif g["memory"] == "pointer":
         out += _block("offs_k = tl.arange(0, BLOCK_K)", 1)
     if g["persistent"]:
-        out += _block(f"""
+        out += _block("""
             # Persistent grid: one program per SM strides over the tiles; flatten=True lets the compiler
             # pipeline the loads of the next tile under the epilogue of the current one. num_sms is a
             # runtime argument so that one compiled kernel serves every GPU model.
             num_tiles = num_pid_m * num_pid_n
+        """, 1)
+        if stream_k:
+            out += _block("""
+                # whole waves here; the tiles of the last partial wave go to the stream-K phase below
+                dp_tiles = num_tiles - num_tiles % num_sms
+            """, 1)
+        out += _block(f"""
             # The epilogue derives its tile from a second counter (as upstream does), so no value has to
             # live across the flattened loop from the loads to the stores.
             tile_id_c = tl.program_id(0) - num_sms
-            for tile_id in tl.range(tl.program_id(0), num_tiles, num_sms, flatten=True):
+            for tile_id in tl.range(tl.program_id(0), {"dp_tiles" if stream_k else "num_tiles"}, num_sms, flatten=True):
                 {_coords_call(g, "tile_id")}
         """, 1)
         out += _main_loop(g, 2)
@@ -224,6 +259,8 @@ def _kernel(g: Mapping[str, Any]) -> str:
             {_coords_call(g, "tile_id_c")}
         """, 2)
         out += _store_c(g, "acc", 2)
+        if stream_k:
+            out += _stream_k_phase(g)
     elif split:
         out += _block(f"""
             # SPLIT_K programs share each output tile; split s takes K steps
@@ -234,8 +271,9 @@ def _kernel(g: Mapping[str, Any]) -> str:
             k_lo = split * k_tiles // SPLIT_K
             k_hi = (split + 1) * k_tiles // SPLIT_K
         """, 1)
-        out += _main_loop(g, 1)
-        out += _split_k_epilogue(g)
+        out += _main_loop(g, 1, "k_lo", "k_hi")
+        out += _block("# Publish this program's fp32 partial tile; the tile's last program to arrive writes C.", 1)
+        out += _reduce_partials(g, "tile_id * SPLIT_K", "split", "SPLIT_K", "tile_id", 1)
     else:
         out += _block(_coords_call(g, "tl.program_id(0)"), 1)
         out += _main_loop(g, 1)
@@ -254,7 +292,7 @@ def _summary(g: Mapping[str, Any]) -> str:
              (f"grouped {g['raster']}-major tile order (GROUP_M={g['GROUP_M']})" if g["GROUP_M"] > 1
               else f"{g['raster']}-major tile order")]
     if g["persistent"]:
-        parts.append("persistent grid")
+        parts.append("persistent grid, last partial wave by stream-K" if g["stream_k"] else "persistent grid")
     if g["split_k"] > 1:
         parts.append(f"split-K={g['split_k']} reduced in one launch")
     hints = [f"{k}={g[k]}" for k, off in (("loop_stages", 0), ("loop_unroll", 1)) if g[k] != off]

@@ -13,7 +13,7 @@ from genomes.gemm import GemmFamily, smem_estimate
 
 AMPERE = Target("a100", 80, 166912, 108)
 FAMILY = GemmFamily()
-BASE_HASH = "a3b48f5980c7edda"  # the identity of GemmFamily.base(): changing it orphans every stored result
+BASE_HASH = "f6d747c7fc4519a4"  # the identity of GemmFamily.base(): changing it orphans every stored result
 
 
 def problem(m: int, n: int, k: int, dtype: str = "bf16") -> Problem:
@@ -30,10 +30,10 @@ def genome(**values):
 
 
 def test_genes_and_groups():
-    assert len(FAMILY.genes) == 14
+    assert len(FAMILY.genes) == 15
     groups = FAMILY.groups()
     assert groups["tile"] == ["BLOCK_M", "BLOCK_N", "BLOCK_K"]
-    assert set(groups["structure"]) == {"persistent", "memory", "split_k", "epilogue_subtile"}
+    assert set(groups["structure"]) == {"persistent", "stream_k", "memory", "split_k", "epilogue_subtile"}
     assert sorted(n for names in groups.values() for n in names) == sorted(FAMILY.genes)
 
 
@@ -53,6 +53,7 @@ def test_make_checks_names_and_domains():
     (dict(BLOCK_M=128), problem(16, 64, 64), HOPPER, "BLOCK_M=128 exceeds M"),
     (dict(BLOCK_K=64, split_k=4), problem(64, 64, 128), HOPPER, "split_k=4 exceeds the 2 K steps"),
     (dict(split_k=2, persistent=True), BIG, HOPPER, "not combined with a persistent grid"),
+    (dict(stream_k=True), BIG, HOPPER, "stream_k needs a persistent grid"),
     (dict(memory="descriptor"), problem(64, 64, 100), HOPPER, "multiples of 16 bytes"),
     (dict(memory="descriptor"), BIG, AMPERE, "sm_90"),
     (dict(memory="host_descriptor"), problem(64, 64, 100), HOPPER, "multiples of 16 bytes"),
@@ -189,7 +190,8 @@ def test_smem_estimate_and_descriptors():
     assert d["tile_area"](g) == 14.0 and d["block_k"](g) == 6.0 and d["structure"](g) == 0.0
     structures = [genome(persistent=True), genome(memory="descriptor"), genome(memory="descriptor", persistent=True),
                   genome(memory="descriptor", warp_specialize=True), genome(memory="host_descriptor"),
-                  genome(memory="host_descriptor", persistent=True)]
+                  genome(memory="host_descriptor", persistent=True),
+                  genome(memory="host_descriptor", persistent=True, stream_k=True)]
     values = [d["structure"](x) for x in structures]
     # each structure has its own cell, one per edge; the cells older archives used keep their values
     assert values[:4] == [1.0, 2.0, 3.0, 4.0]
@@ -208,9 +210,9 @@ def test_enumerate_a_restricted_family():
                       "memory": ["pointer"], "epilogue_subtile": [False]})
     prob = problem(16, 64, 64)
     genomes = fam.enumerate(prob, HOPPER)
-    # BLOCK_M=64 exceeds M=16 and split_k must fit the K steps and avoid the persistent grid
-    expected = sum(1 for bk in (32, 64) for sk in (1, 2, 4, 8, 16) for p in (False, True)
-                   if sk <= 64 // bk and not (sk > 1 and p))
+    # BLOCK_M=64 exceeds M=16, split_k must fit the K steps and avoid the persistent grid, which stream-K needs
+    expected = sum(1 for bk in (32, 64) for sk in (1, 2, 4, 8, 16) for p in (False, True) for s in (False, True)
+                   if sk <= 64 // bk and not (sk > 1 and p) and not (s and not p))
     assert len(genomes) == expected and all(g["BLOCK_M"] == 16 for g in genomes)
     with pytest.raises(ValueError, match="too large"):
         FAMILY.enumerate(BIG, HOPPER)
@@ -232,3 +234,19 @@ def test_warp_specialization_is_not_offered_with_a_five_deep_pipeline():
     assert fixed["warp_specialize"] and fixed["num_stages"] == MAX_WS_STAGES
     shallow = family.make(family.base(memory="descriptor", warp_specialize=True, num_stages=4))
     assert family.violations(shallow, problem, HOPPER) == []
+
+
+def test_repair_of_stream_k_without_a_persistent_grid_keeps_one_of_the_two():
+    """Turning stream-K on in a non-persistent genome is repaired either way, by the coin; never left invalid."""
+    import numpy as np
+
+    raw = genome(stream_k=True)
+    outcomes = set()
+    for seed in range(20):
+        fixed = FAMILY.repair(raw, BIG, HOPPER, np.random.default_rng(seed))
+        assert FAMILY.is_valid(fixed, BIG, HOPPER)
+        outcomes.add((fixed["persistent"], fixed["stream_k"]))
+    assert outcomes == {(True, True), (False, False)}
+    # split-K rules the persistent grid out, so stream-K goes
+    split = FAMILY.repair(genome(stream_k=True, split_k=4), BIG, HOPPER, np.random.default_rng(0))
+    assert (split["split_k"], split["persistent"], split["stream_k"]) == (4, False, False)

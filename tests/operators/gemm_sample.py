@@ -39,6 +39,13 @@ TARGETED: list[tuple[dict[str, Any], tuple[int, int, int]]] = [
           raster="col"), ALIGNED),
     (dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, memory="host_descriptor", split_k=4, loop_unroll=2, GROUP_M=4),
      (40, 48, 272)),
+    # stream-K: tiles shared by up to SK_MAX_PARTS programs (17 K steps), a subtiled TMA epilogue, fewer tiles
+    # than programs
+    (dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, persistent=True, stream_k=True, raster="col"), (40, 48, 272)),
+    (dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=16, memory="host_descriptor", persistent=True, stream_k=True,
+          epilogue_subtile=True), ALIGNED),
+    (dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, memory="descriptor", persistent=True, stream_k=True,
+          loop_stages=3), (16, 64, 512)),
 ]
 
 

@@ -34,6 +34,12 @@ CASES = [
     (dict(memory="host_descriptor", loop_unroll=2, loop_stages=2, raster="col", BLOCK_K=32), (1000, 3000, 2000),
      "fp32"),
     (dict(memory="host_descriptor", split_k=8, BLOCK_M=16, BLOCK_N=128, BLOCK_K=128), (16, 4096, 4096), "bf16"),
+    # stream-K after the persistent waves: each memory path, a ragged shape, a subtiled epilogue
+    (dict(memory="host_descriptor", persistent=True, stream_k=True, epilogue_subtile=True, BLOCK_N=256,
+          num_warps=8), (1000, 3000, 2000), "bf16"),
+    (dict(memory="descriptor", persistent=True, stream_k=True, BLOCK_M=16, BLOCK_N=64, BLOCK_K=128),
+     (16, 4096, 4096), "bf16"),
+    (dict(persistent=True, stream_k=True, loop_stages=3), (128, 4096, 14336), "bf16"),
 ]
 
 SCRIPT = """

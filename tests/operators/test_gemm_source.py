@@ -50,6 +50,7 @@ def test_plain_genome_has_no_optional_feature():
     dict(loop_stages=3, loop_unroll=2, GROUP_M=4, raster="col"),
     dict(memory="host_descriptor", persistent=True, epilogue_subtile=True, GROUP_M=8),
     dict(memory="host_descriptor", split_k=4, loop_stages=2),
+    dict(persistent=True, stream_k=True, GROUP_M=4), dict(memory="host_descriptor", persistent=True, stream_k=True),
 ])
 def test_every_constant_is_used_and_passed_as_constexpr(values):
     s = src(**values)
@@ -59,6 +60,8 @@ def test_every_constant_is_used_and_passed_as_constexpr(values):
     for name in constants:
         if name in ("NUM_WARPS", "NUM_STAGES"):
             assert f"{name.lower()}={name}" in launch
+        elif name == "SK_MAX_PARTS":  # the launcher's own: it sizes the stream-K share
+            assert "triton.cdiv(k_tiles, SK_MAX_PARTS)" in s
         else:
             assert f"{name}: tl.constexpr" in s and f"{name}={name}" in launch, name
 
@@ -138,6 +141,26 @@ def test_split_k_adds_one_launch_with_partials_and_an_arrival_counter():
     assert "tl.atomic_xchg(counter_ptr + tile_id, 0" in body  # reset by the last program
     assert "for ki in range(k_lo, k_hi):" in body
     assert s.count("matmul_kernel[grid](") == 1 and "_arrival_counters" in s
+
+
+def test_stream_k_shares_the_last_partial_wave_by_k_steps():
+    s = src(persistent=True, stream_k=True)
+    body, launcher = kernel_body(s), s[s.index("def matmul("):]
+    assert s.startswith('"""') and '@triton.jit(do_not_specialize=["sk_share", "sk_slots"])' in s
+    # whole waves first, then the stream-K phase over the remaining tiles' K steps
+    assert "dp_tiles = num_tiles - num_tiles % num_sms" in body
+    assert "for tile_id in tl.range(tl.program_id(0), dp_tiles, num_sms, flatten=True):" in body
+    assert "while step < step_end:" in body and "for ki in range(k_lo, k_hi):" in body
+    # a tile covered by one program is stored directly, otherwise its last-arriving program sums the partials
+    assert "if parts == 1:" in body and "if arrived == parts - 1:" in body
+    assert "tl.store(slots + (tl.program_id(0) - first) * (BLOCK_M * BLOCK_N), acc)" in body
+    assert "tl.atomic_xchg(counter_ptr + sk_tile, 0" in body
+    assert "grid = (num_sms,)" in launcher and "_arrival_counters(a.device, max(sk_tiles, 1))" in launcher
+    assert "partials, counters, M, N, K, num_sms, sk_share, sk_slots," in launcher
+    # without the gene, a persistent kernel has none of it
+    plain = code(src(persistent=True))
+    for absent in ("Stream-K", "sk_share", "dp_tiles", "atomic", "while ", "SK_MAX_PARTS", "do_not_specialize"):
+        assert absent not in plain, absent
 
 
 def test_epilogue_subtile_stores_two_halves():
