@@ -178,12 +178,11 @@ def _stream_k_phase(g: Mapping[str, Any]) -> str:
         # K steps, laid end to end, are dealt out in runs of sk_share steps: program p takes steps
         # [p * sk_share, (p + 1) * sk_share), crossing from one tile into the next as it goes.
         sk_steps = (num_tiles - dp_tiles) * k_tiles
-        step = tl.program_id(0) * sk_share
-        step_end = tl.minimum(step + sk_share, sk_steps)
-        while step < step_end:
-            sk_tile = step // k_tiles
-            k_lo = step % k_tiles
-            k_hi = tl.minimum(k_tiles, k_lo + (step_end - step))
+        run_lo = tl.program_id(0) * sk_share
+        run_hi = tl.minimum(run_lo + sk_share, sk_steps)
+        for sk_tile in range(run_lo // k_tiles, tl.cdiv(run_hi, k_tiles)):  # none when run_lo >= sk_steps
+            k_lo = tl.maximum(run_lo - sk_tile * k_tiles, 0)
+            k_hi = tl.minimum(run_hi - sk_tile * k_tiles, k_tiles)
             {_coords_call(g, "dp_tiles + sk_tile")}
     """, 1) + _main_loop(g, 2, "k_lo", "k_hi") + _block("""
         # the programs whose runs cover this tile, in K order; a tile covered by one program is stored directly
@@ -191,9 +190,7 @@ def _stream_k_phase(g: Mapping[str, Any]) -> str:
         parts = ((sk_tile + 1) * k_tiles - 1) // sk_share - first + 1
         if parts == 1:
     """, 2) + _store_c(g, "acc", 3) + _block("else:", 2) + _reduce_partials(
-        g, "sk_tile * sk_slots", "tl.program_id(0) - first", "parts", "sk_tile", 3) + _block("""
-        step += k_hi - k_lo
-    """, 2)
+        g, "sk_tile * sk_slots", "tl.program_id(0) - first", "parts", "sk_tile", 3)
 
 
 # -- kernel ---------------------------------------------------------------------------------------------

@@ -152,11 +152,42 @@ def stream_k_rows() -> list[dict[str, Any]]:
     return rows
 
 
+def diagnostic_rows() -> list[dict[str, Any]]:
+    """Where stream-K's time goes at 1000x3000x2000: the rendered kernel, the same with its fix-up removed
+    (every tile stored as if one program covered it: wrong output, timed only to bound the fix-up's cost),
+    and the data-parallel twin. Not checked; never leaves this probe."""
+    import torch
+
+    import operators
+    from evo.modules import load_source
+    from evo.problem import Target
+    from evo.timing import time_interleaved
+
+    op, target = operators.get("gemm"), Target.from_torch()
+    problem = op.problem((1000, 3000, 2000), "bf16")
+    a, b = op.make_inputs(problem, 3, device="cuda")
+    rows = []
+    for values in (HOST_SK, {**HOST_SK, "epilogue_subtile": False}, {**HOST_SK, "num_stages": 4}):
+        sk = op.render(op.family.make(op.family.base(**{**values, "stream_k": True})), problem, target)
+        variants = {"stream_k": sk, "no_fixup": sk.replace("if parts == 1:", "if True:"),
+                    "data_parallel": op.render(op.family.make(op.family.base(**values)), problem, target)}
+        fns = [_bound(torch.matmul, (a, b))] + [_bound(load_source(v).matmul, (a, b)) for v in variants.values()]
+        timings = time_interleaved(fns, reps=100)
+        row = {"genome": values, "cublas_ms": timings[0].median_ms}
+        row.update({name: t.median_ms for name, t in zip(variants, timings[1:], strict=True)})
+        rows.append(row)
+        print("diagnostic", json.dumps(row), flush=True)
+    return rows
+
+
 def table(result: dict[str, Any]) -> str:
     lines = [f"flush: median ms after a write flush / after a read flush ({result['device']})"]
     for r in result["flush"]:
         cells = [f"{k[:-9]} {r[k]:.4f}/{r[k.replace('_write_', '_read_')]:.4f}" for k in r if k.endswith("_write_ms")]
         lines.append(f"  {r['problem']:28s} " + "   ".join(cells))
+    for r in result["diagnostic"]:
+        lines.append("diagnostic 1000x3000x2000 ms: " + "  ".join(f"{k} {v:.4f}" for k, v in r.items() if k != "genome")
+                     + f"  {r['genome']['num_stages']} stages, subtile {r['genome']['epilogue_subtile']}")
     lines.append("stream-K: vs cuBLAS with / without stream-K (read flush)")
     for r in result["stream_k"]:
         g = r["genome"]
@@ -174,8 +205,10 @@ def main() -> int:
 
     result: dict[str, Any] = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
                               "triton": triton.__version__}
-    result["stream_k"] = stream_k_rows()
-    result["flush"] = flush_rows()
+    parts = os.environ.get("PROBE", "stream_k,flush").split(",")
+    result["diagnostic"] = diagnostic_rows() if "diagnostic" in parts else []
+    result["stream_k"] = stream_k_rows() if "stream_k" in parts else []
+    result["flush"] = flush_rows() if "flush" in parts else []
     out = Path(os.environ.get("EVO_OUT") or "/tmp") / "probe_stream_k.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))

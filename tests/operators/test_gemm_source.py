@@ -150,7 +150,8 @@ def test_stream_k_shares_the_last_partial_wave_by_k_steps():
     # whole waves first, then the stream-K phase over the remaining tiles' K steps
     assert "dp_tiles = num_tiles - num_tiles % num_sms" in body
     assert "for tile_id in tl.range(tl.program_id(0), dp_tiles, num_sms, flatten=True):" in body
-    assert "while step < step_end:" in body and "for ki in range(k_lo, k_hi):" in body
+    assert "for sk_tile in range(run_lo // k_tiles, tl.cdiv(run_hi, k_tiles)):" in body
+    assert "for ki in range(k_lo, k_hi):" in body
     # a tile covered by one program is stored directly, otherwise its last-arriving program sums the partials
     assert "if parts == 1:" in body and "if arrived == parts - 1:" in body
     assert "tl.store(slots + (tl.program_id(0) - first) * (BLOCK_M * BLOCK_N), acc)" in body
@@ -159,7 +160,7 @@ def test_stream_k_shares_the_last_partial_wave_by_k_steps():
     assert "partials, counters, M, N, K, num_sms, sk_share, sk_slots," in launcher
     # without the gene, a persistent kernel has none of it
     plain = code(src(persistent=True))
-    for absent in ("Stream-K", "sk_share", "dp_tiles", "atomic", "while ", "SK_MAX_PARTS", "do_not_specialize"):
+    for absent in ("Stream-K", "sk_share", "dp_tiles", "atomic", "sk_tile", "SK_MAX_PARTS", "do_not_specialize"):
         assert absent not in plain, absent
 
 
