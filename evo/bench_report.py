@@ -248,7 +248,8 @@ def to_markdown(doc: dict[str, Any]) -> str:
         "",
         "Each problem was measured in one process on one GPU: every contender ran on the same fresh random "
         "inputs and was checked against the higher-precision reference (a wrong output is not timed), then "
-        "all were timed interleaved with L2 flushed before every run. Cells give the median throughput and, "
+        "all were timed interleaved with L2 flushed before every run (by reading 256 MiB where the versions "
+        "say l2-flush-read, by a memset otherwise). Cells give the median throughput and, "
         f"in parentheses, the speed relative to {primary} (higher is faster); the JSON beside this file "
         "holds the inter-quartile ranges, set-up (autotuning) times and reasons for anything not timed.",
         "",

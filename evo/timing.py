@@ -4,7 +4,9 @@ The flush reads a 256 MiB buffer (`flush="read"`), which evicts whatever the las
 output lines are written back then, outside the timed region) and leaves L2 holding clean lines. A flush that
 writes (`flush="write"`, a memset, as triton.testing.do_bench does) leaves L2 full of dirty lines, and the timed
 run then pays for writing them back as its own reads evict them: up to the L2's size in extra HBM traffic,
-which weighs most on small memory-bound kernels. Both modes evict the timed run's inputs.
+which weighs most on small memory-bound kernels. Both modes evict the timed run's inputs. Measured on an H200
+(reports/gpu/stream-k-probe-h200.json), write flush then read flush: cuBLAS at 16x4096x4096 bf16 (32 MiB of B)
+18.7 then 15.6 us; softmax 8192x5000 42.8 then 40.4 us; 4096^3 within 1%.
 
 Candidates and their baseline are timed interleaved (A B A B ...) so clock and thermal drift affect both
 alike; the ratio of their medians is what a result reports.
