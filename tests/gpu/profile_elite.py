@@ -3,8 +3,8 @@
     ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis \
         python tests/gpu/profile_elite.py 1000 3000 2000
 
-Each kernel is warmed up (compiled and loaded) first inside an NVTX-free region the profiler also sees; pass
-`--launch-skip` to ncu, or read the last launch of each kernel name.
+Each runs twice, cuBLAS first; the first round also compiles and loads evo's kernel, so read the second launch
+of each kernel name (the input set-up launches come before both; `--launch-skip 2` passes some of them).
 """
 
 from __future__ import annotations
