@@ -94,7 +94,9 @@ _SCRIPT = r"""
     });
     const trace = { type: "heatmap", z: z, x: p.x.ticks, y: p.y.ticks, text: text, colorscale: "Reds", zmin: 0,
       zmax: 1, xgap: 1, ygap: 1, hovertemplate: "%{text}<extra></extra>", colorbar: { title: { text: "failed" } } };
-    const layout = { title: { text: "Failures: share of the cell's evaluations" },
+    const title = p.failures.length ? "Failures: share of the cell's evaluations"
+      : "Failures: none (no evaluation of this problem failed)";
+    const layout = { title: { text: title },
       xaxis: { title: { text: p.x.name }, type: "category" }, yaxis: { title: { text: p.y.name }, type: "category" },
       margin: { t: 40, r: 10 }, hoverlabel: { align: "left" } };
     return Plotly.newPlot("fail-" + pi, [trace], layout, { displaylogo: false, responsive: true });

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not instal
 
 
 def test_heatmap_renders_and_a_click_shows_the_kernel(tmp_path):
-    run = make_run(tmp_path / "runs", shapes=("64x64x64", "48x80x64"))
+    run = make_run(tmp_path / "runs", shapes=("64x64x64", "48x80x64"), clean_shapes=("48x80x64",))
     page = tmp_path / "report.html"
     assert main(["report", str(run), "-o", str(page)]) == 0
     with Browser(CHROMIUM) as b:
@@ -29,6 +29,11 @@ def test_heatmap_renders_and_a_click_shows_the_kernel(tmp_path):
         assert b.eval("document.querySelectorAll('.js-plotly-plot').length") == 6  # 3 plots x 2 problems
         data = json.loads(b.eval("document.getElementById('evo-data').textContent"))
         assert b.eval("document.getElementById('source-0').textContent") == "Click a cell of the heatmap."
+        # the failure map's title says whether anything failed (an empty map alone does not)
+        assert [bool(p["failures"]) for p in data["problems"]] == [True, False]
+        titles = [b.eval(f"document.getElementById('fail-{pi}').layout.title.text") for pi in (0, 1)]
+        assert titles == ["Failures: share of the cell's evaluations",
+                          "Failures: none (no evaluation of this problem failed)"]
 
         # click the centre of the heatmap cell of the second-best elite of the first problem
         target = data["problems"][0]["elites"][1]
