@@ -24,6 +24,19 @@ SAMPLE_SIZES = [(7, 50), (33, 300), (70, 24), (5, 16), (9, 400), (1, 130)]
 LOOPED_ONLY = ("keep_x", "stats")
 
 
+def base_genome(op: Operator, problem: Problem, **genes: Any) -> Genome:
+    """A valid genome: the family's base updated by `genes` (single pass by default), checked valid."""
+    values = op.family.base(BLOCK=op.family.single_block(problem), num_warps=4)
+    values.update(genes)
+    g = op.family.make(values)
+    assert not op.family.violations(g, problem, TEST_TARGET), op.family.violations(g, problem, TEST_TARGET)
+    return g
+
+
+def base_source(op: Operator, problem: Problem, **genes: Any) -> str:
+    return op.render(base_genome(op, problem, **genes), problem, TEST_TARGET)
+
+
 def coverage_cases(op: Operator, dtype: str) -> list[tuple[Problem, Genome]]:
     """For every value of every gene, one valid (problem, genome) holding that value, on the cheapest problem
     where repair keeps it. Raises if some value cannot be placed (the domain would hold a dead value)."""

@@ -13,6 +13,7 @@ from evo.modules import load_source
 from genomes.base import InvalidGenome
 from tests.operators._rowwise_cases import (
     TEST_TARGET,
+    base_source,
     coverage_cases,
     relative_error,
     run_case,
@@ -38,19 +39,6 @@ __all__ = [
 ]
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # NaN in masked-off rows, never stored
-
-
-def _genome(op, problem, **genes):
-    """A valid genome: the family's base updated by `genes` (single pass by default), checked valid."""
-    values = op.family.base(BLOCK=op.family.single_block(problem), num_warps=4)
-    values.update(genes)
-    g = op.family.make(values)
-    assert not op.family.violations(g, problem, TEST_TARGET), op.family.violations(g, problem, TEST_TARGET)
-    return g
-
-
-def _source(op, problem, **genes):
-    return op.render(_genome(op, problem, **genes), problem, TEST_TARGET)
 
 
 def test_registered(op):
@@ -82,7 +70,7 @@ def test_random_sample_matches_reference(op, dtype):
 def test_source_is_standalone(op):
     p = op.problem((33, 300), "fp16")
     for genes in ({}, {"mode": "looped", "BLOCK": 128, "persistent": 2, "num_stages": 3, "ROWS": 2}):
-        tree = ast.parse(_source(op, p, **genes))
+        tree = ast.parse(base_source(op, p, **genes))
         imported = set()
         for node in tree.body:
             if isinstance(node, ast.Import):
@@ -103,49 +91,49 @@ def test_source_is_standalone(op):
 
 def test_shared_genes_change_source(op):
     p = op.problem((33, 300), "fp16")
-    base = _source(op, p)
+    base = base_source(op, p)
     assert "BLOCK = 512" in base and "rb = tl.program_id(0)" in base and "for start in" not in base
     # BLOCK: the step width of a looped kernel
-    assert "BLOCK = 128\n" in _source(op, p, mode="looped", BLOCK=128)
-    assert "BLOCK = 256\n" in _source(op, p, mode="looped", BLOCK=256)
+    assert "BLOCK = 128\n" in base_source(op, p, mode="looped", BLOCK=128)
+    assert "BLOCK = 256\n" in base_source(op, p, mode="looped", BLOCK=256)
     # ROWS: rows per program, masked rows when there are several
-    two = _source(op, p, ROWS=2)
+    two = base_source(op, p, ROWS=2)
     assert "ROWS = 2" in two and "row_mask = rows < n_rows" in two and "row_mask" not in base
     # mode: looped kernels walk the row twice
-    looped = _source(op, p, mode="looped", BLOCK=128)
+    looped = base_source(op, p, mode="looped", BLOCK=128)
     assert looped.count("for start in tl.range(0, N_COLS, BLOCK") == 2
     # persistent: a fixed grid of programs per SM looping over row blocks
-    pers = _source(op, p, persistent=4)
+    pers = base_source(op, p, persistent=4)
     assert f"PROGRAMS = {4 * TEST_TARGET.num_sms}" in pers and "for rb in tl.range(tl.program_id(0)" in pers
     assert "min(triton.cdiv(n_rows, ROWS), PROGRAMS)" in pers and "PROGRAMS" not in base
     # num_warps: a launch option
-    assert "NUM_WARPS = 8" in _source(op, p, num_warps=8) and "NUM_WARPS = 4" in base
+    assert "NUM_WARPS = 8" in base_source(op, p, num_warps=8) and "NUM_WARPS = 4" in base
     # num_stages: a launch option, and the pipelining hint of the loop that streams the loads
-    staged = _source(op, p, mode="looped", BLOCK=128, num_stages=3)
+    staged = base_source(op, p, mode="looped", BLOCK=128, num_stages=3)
     assert "NUM_STAGES = 3" in staged and staged.count("num_stages=NUM_STAGES):") == 2
     assert "num_stages=NUM_STAGES):" not in looped and "num_stages=NUM_STAGES)" in looped  # launch option
-    pers_staged = _source(op, p, persistent=1, num_stages=2)
+    pers_staged = base_source(op, p, persistent=1, num_stages=2)
     assert "tl.num_programs(0), num_stages=NUM_STAGES):" in pers_staged
     # evict_x: the hint on the last read of x
-    assert 'eviction_policy="evict_first"' in _source(op, p, evict_x="evict_first")
-    assert 'eviction_policy="evict_last"' in _source(op, p, evict_x="evict_last")
+    assert 'eviction_policy="evict_first"' in base_source(op, p, evict_x="evict_first")
+    assert 'eviction_policy="evict_last"' in base_source(op, p, evict_x="evict_last")
     assert "eviction_policy" not in base
     # store_y: the hint on the output's stores
-    assert 'y.to(y_ptr.dtype.element_ty), mask=mask, eviction_policy="evict_first")' in _source(
+    assert 'y.to(y_ptr.dtype.element_ty), mask=mask, eviction_policy="evict_first")' in base_source(
         op, p, store_y="evict_first")
-    assert 'mask=mask, cache_modifier=".cs")' in _source(op, p, store_y="streaming")
+    assert 'mask=mask, cache_modifier=".cs")' in base_source(op, p, store_y="streaming")
     assert "cache_modifier" not in base
     # keep_x: the hint on the first read of a looped kernel only
-    kept = _source(op, p, mode="looped", BLOCK=128, keep_x="evict_last")
+    kept = base_source(op, p, mode="looped", BLOCK=128, keep_x="evict_last")
     assert kept.count('eviction_policy="evict_last"') == 1 and "eviction_policy" not in looped
 
 
 def test_looped_only_genes_are_neutral_in_single_pass(op):
     """Genes that mean nothing for a kernel leave its source alone, so the store sees one kernel."""
     p = op.problem((33, 300), "fp16")
-    base = _source(op, p)
-    assert _source(op, p, keep_x="evict_last") == base
-    assert _source(op, p, num_stages=3) == base and "NUM_STAGES" not in base  # no loop to pipeline
+    base = base_source(op, p)
+    assert base_source(op, p, keep_x="evict_last") == base
+    assert base_source(op, p, num_stages=3) == base and "NUM_STAGES" not in base  # no loop to pipeline
 
 
 def test_other_widths_and_shapes(op):
@@ -154,7 +142,7 @@ def test_other_widths_and_shapes(op):
     # covers some rows whole, several leading dimensions, and no rows at all
     for genes in ({}, {"mode": "looped", "BLOCK": 16, "ROWS": 2}, {"mode": "looped", "BLOCK": 64},
                   {"persistent": 1, "ROWS": 4}):
-        module = load_source(_source(op, p, num_warps=1, **genes))
+        module = load_source(base_source(op, p, num_warps=1, **genes))
         launch = getattr(module, op.entry)
         for sizes in ((5, 37), (4, 100), (6, 50), (2, 3, 50), (0, 50)):
             q = op.problem((int(np.prod(sizes[:-1])) or 1, sizes[-1]), "fp32")
@@ -175,7 +163,7 @@ def test_out_argument_and_bad_input(op):
     import torch
 
     p = op.problem((7, 50), "fp32")
-    launch = getattr(load_source(_source(op, p, num_warps=1)), op.entry)
+    launch = getattr(load_source(base_source(op, p, num_warps=1)), op.entry)
     inputs = op.make_inputs(p, 0, device="cpu")
     out = torch.full_like(inputs[0], 7.0)
     assert launch(*inputs, out=out) is out

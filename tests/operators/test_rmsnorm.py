@@ -3,7 +3,7 @@
 import pytest
 
 import operators
-from tests.operators._rowwise_cases import TEST_TARGET, relative_error
+from tests.operators._rowwise_cases import base_source, relative_error
 from tests.operators._rowwise_suite import *  # noqa: F403 (the shared tests run for this operator)
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -14,23 +14,17 @@ def op():
     return operators.get("rmsnorm")
 
 
-def _source(op, p, **genes):
-    values = op.family.base(BLOCK=op.family.single_block(p), num_warps=4)
-    values.update(genes)
-    return op.render(op.family.make(values), p, TEST_TARGET)
-
-
 def test_evict_w_gene_changes_source(op):
     p = op.problem((33, 300), "fp16")
     for genes in ({}, {"mode": "looped", "BLOCK": 128}):
-        plain, kept = _source(op, p, **genes), _source(op, p, evict_w="evict_last", **genes)
+        plain, kept = base_source(op, p, **genes), base_source(op, p, evict_w="evict_last", **genes)
         assert "w = tl.load(w_ptr + cols, mask=col_mask).to(tl.float32)" in plain
         assert 'w = tl.load(w_ptr + cols, mask=col_mask, eviction_policy="evict_last")' in kept
 
 
 def test_weight_is_loaded_once_per_program_when_persistent_single_pass(op):
     p = op.problem((33, 300), "fp16")
-    src = _source(op, p, persistent=2)
+    src = base_source(op, p, persistent=2)
     assert src.index("w = tl.load(") < src.index("for rb in tl.range(")
 
 
@@ -40,7 +34,7 @@ def test_eps_and_weight_are_used(op):
     from evo.modules import load_source
 
     p = op.problem((5, 40), "fp32")
-    module = load_source(_source(op, p, num_warps=1))
+    module = load_source(base_source(op, p, num_warps=1))
     x, w = op.make_inputs(p, 0, device="cpu")
     x = x * 1e-3  # mean(x^2) ~ 1e-6: eps matters
     for eps in (1e-6, 1e-2):

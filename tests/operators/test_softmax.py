@@ -3,7 +3,7 @@
 import pytest
 
 import operators
-from tests.operators._rowwise_cases import TEST_TARGET, relative_error, run_case
+from tests.operators._rowwise_cases import TEST_TARGET, base_genome, base_source, relative_error, run_case
 from tests.operators._rowwise_suite import *  # noqa: F403 (the shared tests run for this operator)
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -14,20 +14,14 @@ def op():
     return operators.get("softmax")
 
 
-def _genome(op, p, **genes):
-    values = op.family.base(BLOCK=op.family.single_block(p), num_warps=4)
-    values.update(genes)
-    return op.family.make(values)
-
-
 def test_stats_gene_changes_source(op):
     p = op.problem((33, 300), "fp16")
-    row = op.render(_genome(op, p, mode="looped", BLOCK=128, stats="row"), p, TEST_TARGET)
-    lane = op.render(_genome(op, p, mode="looped", BLOCK=128, stats="lane"), p, TEST_TARGET)
+    row = base_source(op, p, mode="looped", BLOCK=128, stats="row")
+    lane = base_source(op, p, mode="looped", BLOCK=128, stats="lane")
     assert 'm_row = tl.full([ROWS], float("-inf"), tl.float32)' in row and "tl.full([ROWS, BLOCK]" not in row
     assert "m = tl.full([ROWS, BLOCK], -3.0e38, tl.float32)" in lane and "m_new = tl.maximum(m, x)" in lane
-    single = op.render(_genome(op, p, stats="lane"), p, TEST_TARGET)
-    assert single == op.render(_genome(op, p, stats="row"), p, TEST_TARGET)  # no loop, no running stats
+    single = base_source(op, p, stats="lane")
+    assert single == base_source(op, p, stats="row")  # no loop, no running stats
 
 
 @pytest.mark.parametrize("stats", ["row", "lane"])
@@ -39,7 +33,7 @@ def test_online_softmax_survives_large_and_shifted_rows(op, stats):
     from evo.modules import load_source
 
     p = op.problem((6, 200), "fp32")
-    genome = _genome(op, p, mode="looped", BLOCK=32, ROWS=2, num_warps=1, stats=stats)
+    genome = base_genome(op, p, mode="looped", BLOCK=32, ROWS=2, num_warps=1, stats=stats)
     module = load_source(op.render(genome, p, TEST_TARGET))
     x = torch.randn(6, 200)
     x[0, 190:] += 50.0  # maximum in the ragged last block
