@@ -209,9 +209,9 @@ def main() -> int:
     result["diagnostic"] = diagnostic_rows() if "diagnostic" in parts else []
     result["stream_k"] = stream_k_rows() if "stream_k" in parts else []
     result["flush"] = flush_rows() if "flush" in parts else []
-    out = Path(os.environ.get("EVO_OUT") or "/tmp") / "probe_stream_k.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1))
+    from tests.gpu import write_json
+
+    write_json("probe_stream_k.json", result)
     print(table(result))
     return 0
 

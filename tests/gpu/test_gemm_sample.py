@@ -11,8 +11,6 @@ table. Run with pytest (`-m gpu`), or as a script from the repository root:
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -146,11 +144,9 @@ def summary_table(result: dict[str, Any]) -> str:
 
 
 def write_result(result: dict[str, Any]) -> Path:
-    out_dir = Path(os.environ.get("EVO_OUT") or "/tmp")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "gemm_sample_gpu.json"
-    path.write_text(json.dumps(result, indent=1))
-    return path
+    from tests.gpu import write_json  # here: a script run as a file has the repository on its path only now
+
+    return write_json("gemm_sample_gpu.json", result)
 
 
 def test_gemm_sample_kernels_that_run_are_correct():

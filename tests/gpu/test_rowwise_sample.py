@@ -15,8 +15,6 @@ bandwidth and >= 1.3x eager. Writes JSON to $EVO_OUT (or /tmp) and prints a tabl
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -169,11 +167,9 @@ def summary_table(result: dict[str, Any]) -> str:
 
 
 def write_result(result: dict[str, Any]) -> Path:
-    out_dir = Path(os.environ.get("EVO_OUT") or "/tmp")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "rowwise_sample_gpu.json"
-    path.write_text(json.dumps(result, indent=1))
-    return path
+    from tests.gpu import write_json  # here: a script run as a file has the repository on its path only now
+
+    return write_json("rowwise_sample_gpu.json", result)
 
 
 def test_rowwise_sample_kernels_that_run_are_correct():
