@@ -19,7 +19,8 @@ from evo.problem import Problem, Target
 from genomes.base import Descriptor, Genome, GenomeFamily, InvalidGenome
 from genomes.genes import Boolean, Categorical, Gene, IntChoice, PowerOfTwo
 
-__all__ = ["GemmFamily", "TUTORIAL_CONFIGS", "DESCRIPTOR_MEMORY", "smem_estimate", "acc_regs_per_thread"]
+__all__ = ["GemmFamily", "TUTORIAL_CONFIGS", "DESCRIPTOR_MEMORY", "smem_estimate", "acc_regs_per_thread",
+           "column_blocks", "unaligned_rows"]
 
 ELEM_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
 # memory values that go through tensor descriptors (TMA): built in the kernel, or on the host by the launcher
@@ -41,6 +42,25 @@ TUTORIAL_CONFIGS = (
 
 def _next_pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
+
+
+def column_blocks(block_n: int) -> tuple[int, ...]:
+    """The power-of-two column blocks a tile of `block_n` columns is computed as (tl.dot and tl.arange need
+    powers of two): one block, or for the wide widths 96 and 192 a block and its half (64 + 32, 128 + 64).
+    Widths that are not powers of two quantise better on 132 SMs (cuBLAS picks 192-wide tiles on such shapes)."""
+    if block_n & (block_n - 1) == 0:
+        return (block_n,)
+    high = 1 << (block_n.bit_length() - 1)
+    if block_n != high + high // 2:
+        raise ValueError(f"BLOCK_N={block_n} is neither a power of two nor one and a half times one")
+    return high, high // 2
+
+
+def unaligned_rows(problem: Problem) -> tuple[str, ...]:
+    """Row lengths among K (rows of A) and N (rows of B and C) that are not multiples of 16 bytes: tensor
+    descriptors (TMA) cannot address such rows without a padded copy."""
+    e = ELEM_BYTES[problem.dtype]
+    return tuple(d for d in ("K", "N") if (problem.dims[d] * e) % 16)
 
 
 def smem_estimate(g: Mapping[str, Any], dtype: str) -> int:
@@ -69,11 +89,11 @@ def acc_regs_per_thread(g: Mapping[str, Any]) -> int:
     return g["BLOCK_M"] * g["BLOCK_N"] // (32 * g["num_warps"])
 
 
-def _descriptor_ok(problem: Problem, target: Target) -> bool:
-    """Tensor descriptors need Hopper or later and 16-byte aligned row strides for A, B and C."""
-    e = ELEM_BYTES[problem.dtype]
-    d = problem.dims
-    return target.arch >= 90 and (d["K"] * e) % 16 == 0 and (d["N"] * e) % 16 == 0
+def _descriptor_ok(g: Mapping[str, Any], problem: Problem, target: Target) -> bool:
+    """Tensor descriptors need Hopper or later and 16-byte aligned row strides for A, B and C, unless the
+    launcher copies unaligned operands into padded rows (host descriptors only: they take strides at run time)."""
+    padded = g["pad_rows"] and g["memory"] == "host_descriptor"
+    return target.arch >= 90 and (padded or not unaligned_rows(problem))
 
 
 def _structure(g: Mapping[str, Any], resources: Any) -> float:
@@ -94,7 +114,8 @@ class GemmFamily(GenomeFamily):
     def _genes(self) -> list[Gene]:
         return [
             PowerOfTwo("BLOCK_M", 16, 256, group="tile", doc="rows of C per program"),
-            PowerOfTwo("BLOCK_N", 16, 256, group="tile", doc="columns of C per program"),
+            IntChoice("BLOCK_N", (16, 32, 64, 96, 128, 192, 256), group="tile",
+                      doc="columns of C per program (96 and 192 as two power-of-two blocks)"),
             PowerOfTwo("BLOCK_K", 16, 256, group="tile", doc="depth of one K step"),
             IntChoice("num_warps", (2, 4, 8), group="launch", doc="warps per program"),
             IntChoice("num_stages", (2, 3, 4, 5), group="launch", doc="software pipeline depth of tl.dot loads"),
@@ -113,6 +134,8 @@ class GemmFamily(GenomeFamily):
             IntChoice("split_k", (1, 2, 4, 8, 16), group="structure",
                       doc="programs sharing one output tile along K (1 = off)"),
             Boolean("epilogue_subtile", group="structure", doc="store the output tile in two halves"),
+            Boolean("pad_rows", group="structure",
+                    doc="host descriptors over padded copies of operands whose rows are not 16-byte multiples"),
         ]
 
     # -- validity -------------------------------------------------------------------------------------
@@ -129,8 +152,17 @@ class GemmFamily(GenomeFamily):
             out.append("split_k > 1 is not combined with a persistent grid")
         if g["stream_k"] and not g["persistent"]:
             out.append("stream_k needs a persistent grid")
-        if g["memory"] in DESCRIPTOR_MEMORY and not _descriptor_ok(problem, target):
+        if g["memory"] in DESCRIPTOR_MEMORY and not _descriptor_ok(g, problem, target):
             out.append("tensor descriptors need sm_90+ and row strides that are multiples of 16 bytes")
+        if g["pad_rows"] and g["memory"] != "host_descriptor":
+            out.append("pad_rows needs host tensor descriptors (memory=host_descriptor)")
+        if g["pad_rows"] and not unaligned_rows(problem):
+            out.append("pad_rows changes nothing when every row is a multiple of 16 bytes")
+        if len(column_blocks(g["BLOCK_N"])) > 1:
+            out += [f"BLOCK_N={g['BLOCK_N']} (two column blocks) is not combined with {what}"
+                    for what, on in (("split-K", g["split_k"] > 1), ("stream-K", g["stream_k"]),
+                                     ("warp specialization", g["warp_specialize"]),
+                                     ("a subtiled epilogue", g["epilogue_subtile"])) if on]
         if g["warp_specialize"]:
             if target.arch != 90:
                 out.append("warp specialization is only enabled for sm_90")
@@ -185,8 +217,22 @@ class GemmFamily(GenomeFamily):
             elif not self._set(g, "split_k", 1):
                 self._set(g, "persistent", False)
                 self._set(g, "stream_k", False)
-        if g["memory"] in DESCRIPTOR_MEMORY and not _descriptor_ok(problem, target):
+        if g["pad_rows"] and not (g["memory"] == "host_descriptor" and unaligned_rows(problem)):
+            self._set(g, "pad_rows", False)
+        if g["memory"] == "host_descriptor" and not _descriptor_ok(g, problem, target) and target.arch >= 90:
+            self._set(g, "pad_rows", True)  # the padded copy keeps the TMA path for unaligned rows
+        if g["memory"] in DESCRIPTOR_MEMORY and not _descriptor_ok(g, problem, target):
             self._set(g, "memory", "pointer")
+            self._set(g, "pad_rows", False)
+        if len(column_blocks(g["BLOCK_N"])) > 1 and (g["split_k"] > 1 or g["stream_k"] or g["warp_specialize"]
+                                                     or g["epilogue_subtile"]):
+            # a wide tile and a feature it is not combined with: the coin keeps one of the two
+            if rng.random() < 0.5 and all(self._set(g, k, v) for k, v in (
+                    ("split_k", 1), ("stream_k", False), ("warp_specialize", False), ("epilogue_subtile", False))):
+                pass
+            else:
+                while len(column_blocks(g["BLOCK_N"])) > 1 and self._step_down(g, "BLOCK_N"):
+                    pass
         if g["warp_specialize"]:
             ws_ok = (target.arch == 90 and g["memory"] == "descriptor" and g["num_warps"] == 4
                      and not g["persistent"] and (g["BLOCK_M"], g["BLOCK_N"]) != (64, 256) and g["split_k"] == 1
@@ -226,7 +272,8 @@ class GemmFamily(GenomeFamily):
         """A plain tutorial-like genome dict (pointer loads, no persistence, no split-K) updated by `values`."""
         g = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 4, "num_stages": 3, "GROUP_M": 8,
              "raster": "row", "loop_stages": 0, "loop_unroll": 1, "warp_specialize": False,
-             "persistent": False, "stream_k": False, "memory": "pointer", "split_k": 1, "epilogue_subtile": False}
+             "persistent": False, "stream_k": False, "memory": "pointer", "split_k": 1, "epilogue_subtile": False,
+             "pad_rows": False}
         g.update(values)
         return g
 
@@ -241,6 +288,10 @@ class GemmFamily(GenomeFamily):
                       memory="host_descriptor", epilogue_subtile=True, stream_k=True),
             self.base(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_stages=4, num_warps=4, memory="descriptor",
                       warp_specialize=True),
+            # 192-wide tiles (two column blocks), as cuBLAS picks where 128 and 256 leave a wave part-empty
+            self.base(BLOCK_M=128, BLOCK_N=192, BLOCK_K=64, num_stages=4, num_warps=8, memory="host_descriptor"),
+            self.base(BLOCK_M=128, BLOCK_N=192, BLOCK_K=64, num_stages=4, num_warps=8, persistent=True,
+                      memory="host_descriptor"),
             self.base(BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, num_stages=4, num_warps=4, split_k=4),
             self.base(BLOCK_M=16, BLOCK_N=128, BLOCK_K=128, num_stages=4, num_warps=4, split_k=8,
                       memory="descriptor"),

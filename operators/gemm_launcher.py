@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from genomes.gemm import DESCRIPTOR_MEMORY
+from genomes.gemm import DESCRIPTOR_MEMORY, column_blocks
 from operators._template import block as _block
 from operators._template import wrap as _wrap
 
@@ -28,7 +28,8 @@ def constexpr_names(g: Mapping[str, Any]) -> list[str]:
     optional = (("GROUP_M", g["GROUP_M"] > 1), ("ROW_ALIGN", bool(g.get("aligned_dims"))),
                 ("LOOP_STAGES", g["loop_stages"] > 0), ("LOOP_UNROLL", g["loop_unroll"] > 1),
                 ("SPLIT_K", g["split_k"] > 1))
-    return ["BLOCK_M", "BLOCK_N", "BLOCK_K"] + [name for name, on in optional if on]
+    wide = ["BLOCK_N0", "BLOCK_N1"] if len(column_blocks(g["BLOCK_N"])) > 1 else []
+    return ["BLOCK_M", "BLOCK_N", "BLOCK_K"] + wide + [name for name, on in optional if on]
 
 
 def launcher_source(g: Mapping[str, Any]) -> str:
@@ -47,6 +48,16 @@ def launcher_source(g: Mapping[str, Any]) -> str:
                 if device.type == "cuda":
                     return torch.cuda.get_device_properties(device).multi_processor_count
                 return {CPU_NUM_SMS}  # CPU interpreter: a few programs still loop over several tiles
+        """, 0)
+    if g["pad_rows"]:
+        out += "\n\n" + _block("""
+            def _padded_rows(t):
+                # t's values in a buffer whose rows start every 16 bytes (what tensor descriptors need), as a view
+                # of t's shape; the bytes past each row are never read (descriptors read zeros beyond the shape)
+                rows, cols = t.shape
+                step = 16 // t.element_size()
+                buf = torch.empty((rows, triton.cdiv(cols, step) * step), dtype=t.dtype, device=t.device)
+                return buf[:, :cols].copy_(t)
         """, 0)
     if desc and not host:
         out += "\n\n" + _block("""
@@ -97,21 +108,9 @@ def launcher_source(g: Mapping[str, Any]) -> str:
                 return out.zero_()
     ''', 0)
     if desc:
-        out += _block("""
-            if (K * a.element_size()) % 16 or (N * a.element_size()) % 16:
-                raise ValueError(f"tensor descriptors need rows of 16-byte multiples; K={K}, N={N} in {a.dtype}")
-            if any(t.data_ptr() % 16 for t in (a, b, out)):
-                raise ValueError("tensor descriptors need A, B and out to start at 16-byte aligned addresses")
-        """, 1)
+        out += _descriptor_checks(g)
         if host:
-            c_block = "BLOCK_N // 2" if g["epilogue_subtile"] else "BLOCK_N"
-            out += _block(f"""
-                # Host tensor descriptors (TMA): out-of-bounds reads return zeros and out-of-bounds writes are
-                # dropped, so the kernel needs no masks; the block shapes are part of the compiled signature.
-                a_desc = TensorDescriptor(a, [M, K], [K, 1], [BLOCK_M, BLOCK_K])
-                b_desc = TensorDescriptor(b, [K, N], [N, 1], [BLOCK_K, BLOCK_N])
-                c_desc = TensorDescriptor(out, [M, N], [N, 1], [BLOCK_M, {c_block}])
-            """, 1)
+            out += _host_descriptors(g)
         else:
             out += _block("triton.set_allocator(_scratch(a.device))", 1)
     if g.get("aligned_dims"):
@@ -122,7 +121,10 @@ def launcher_source(g: Mapping[str, Any]) -> str:
                 raise ValueError(f"rendered for {dims} divisible by {{ROW_ALIGN}}; got K={{K}}, N={{N}}")
         """, 1)
     out += _block("num_tiles = triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N)", 1)
-    operands = "a_desc, b_desc, c_desc" if host else "a, b, out"
+    blocks = [""] if len(column_blocks(g["BLOCK_N"])) == 1 else ["0", "1"]
+    c_desc = g["memory"] in DESCRIPTOR_MEMORY and not g.get("c_by_pointer")
+    operands = (f"a_desc, {', '.join('b_desc' + s for s in blocks)}, "
+                + (", ".join("c_desc" + s for s in blocks) if c_desc else "out")) if host else "a, b, out"
     args = f"{operands}, M, N, K,"
     if stream_k:
         out += _block("""
@@ -157,4 +159,54 @@ def launcher_source(g: Mapping[str, Any]) -> str:
     kwargs = _wrap([f"{c}={c}" for c in constexpr_names(g)])
     kwargs += ["num_warps=NUM_WARPS, num_stages=NUM_STAGES,"]
     out += _block(f"{KERNEL_NAME}[grid](", 1) + _block("\n".join([args] + kwargs), 2) + _block(")\nreturn out", 1)
+    return out
+
+
+def _descriptor_checks(g: Mapping[str, Any]) -> str:
+    """Launcher lines that refuse operands a tensor descriptor cannot address, or pad them (pad_rows)."""
+    c_desc = not g.get("c_by_pointer")
+    if g["pad_rows"]:
+        out = _block("""
+            # Tensor descriptors need rows of 16-byte multiples: an operand whose rows are not is copied into
+            # padded rows first (every call pays for the copy, and its timing includes it).
+            if (K * a.element_size()) % 16:
+                a = _padded_rows(a)
+            if (N * b.element_size()) % 16:
+                b = _padded_rows(b)
+        """, 1)
+        if c_desc:
+            out += _block("""
+                if (N * a.element_size()) % 16:
+                    raise ValueError(f"rendered for C rows of 16-byte multiples; N={N} in {a.dtype} is not")
+            """, 1)
+    else:
+        out = _block("""
+            if (K * a.element_size()) % 16 or (N * a.element_size()) % 16:
+                raise ValueError(f"tensor descriptors need rows of 16-byte multiples; K={K}, N={N} in {a.dtype}")
+        """, 1)
+    tensors = "a, b, out" if c_desc else "a, b"
+    names = "A, B and out" if c_desc else "A and B"
+    return out + _block(f"""
+        if any(t.data_ptr() % 16 for t in ({tensors})):
+            raise ValueError("tensor descriptors need {names} to start at 16-byte aligned addresses")
+    """, 1)
+
+
+def _host_descriptors(g: Mapping[str, Any]) -> str:
+    """Launcher lines building the host tensor descriptors (one per column block of B and C)."""
+    blocks = column_blocks(g["BLOCK_N"])
+    names = [("", "BLOCK_N")] if len(blocks) == 1 else [("0", "BLOCK_N0"), ("1", "BLOCK_N1")]
+    # padded operands have a row stride of their own; unpadded ones are contiguous
+    a_stride, b_stride = ("a.stride(0)", "b.stride(0)") if g["pad_rows"] else ("K", "N")
+    out = _block(f"""
+        # Host tensor descriptors (TMA): out-of-bounds reads return zeros and out-of-bounds writes are
+        # dropped, so the kernel needs no masks; the block shapes are part of the compiled signature.
+        a_desc = TensorDescriptor(a, [M, K], [{a_stride}, 1], [BLOCK_M, BLOCK_K])
+    """, 1)
+    for s, w in names:
+        out += _block(f"b_desc{s} = TensorDescriptor(b, [K, N], [{b_stride}, 1], [BLOCK_K, {w}])", 1)
+    if not g.get("c_by_pointer"):
+        for s, w in names:
+            c_block = "BLOCK_N // 2" if g["epilogue_subtile"] else w
+            out += _block(f"c_desc{s} = TensorDescriptor(out, [M, N], [N, 1], [BLOCK_M, {c_block}])", 1)
     return out

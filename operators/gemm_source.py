@@ -11,7 +11,7 @@ import textwrap
 from collections.abc import Mapping
 from typing import Any
 
-from genomes.gemm import DESCRIPTOR_MEMORY
+from genomes.gemm import DESCRIPTOR_MEMORY, column_blocks
 from operators._template import block as _block
 from operators._template import wrap as _wrap
 from operators.gemm_launcher import ENTRY_NAME, KERNEL_NAME, constexpr_names, launcher_source
@@ -78,41 +78,61 @@ def _k_range(g: Mapping[str, Any], lo: str, hi: str) -> str:
     return f"range({lo}, {hi})"
 
 
+def _blocks(g: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """(name suffix, width constant, column offset within the tile) of each column block of the tile: one
+    block named plainly (acc, b, b_desc), or two (acc0 and acc1, ...) for a wide BLOCK_N."""
+    if len(column_blocks(g["BLOCK_N"])) == 1:
+        return [("", "BLOCK_N", "")]
+    return [("0", "BLOCK_N0", ""), ("1", "BLOCK_N1", " + BLOCK_N0")]
+
+
 def _main_loop(g: Mapping[str, Any], depth: int, lo: str = "0", hi: str = "k_tiles") -> str:
-    """acc = the sum over K steps [lo, hi) of A's and B's tiles at (pid_m, pid_n)."""
-    loop = _k_range(g, lo, hi)
+    """acc = the sum over K steps [lo, hi) of A's and B's tiles at (pid_m, pid_n) (acc0 and acc1 for a tile
+    of two column blocks)."""
+    blocks = _blocks(g)
+    zeros = "".join(f"acc{s} = tl.zeros((BLOCK_M, {w}), dtype=tl.float32)\n" for s, w, _ in blocks)
+    dots = "".join(f"    acc{s} = tl.dot(a, b{s}, acc{s})\n" for s, _, _ in blocks)
     if g["memory"] in DESCRIPTOR_MEMORY:
-        return _block(f"""
-            off_m = pid_m * BLOCK_M
-            off_n = pid_n * BLOCK_N
-            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            for ki in {loop}:
-                a = a_desc.load([off_m, ki * BLOCK_K])
-                b = b_desc.load([ki * BLOCK_K, off_n])
-                acc = tl.dot(a, b, acc)
-        """, depth)
-    return _block(f"""
-        offs_am = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        offs_bn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        # Rows and columns past the edge read row/column 0 instead (their results are never stored), so
-        # loads are masked along K only; the hints let the compiler vectorize them.
-        offs_am = tl.max_contiguous(tl.multiple_of(tl.where(offs_am < M, offs_am, 0), BLOCK_M), BLOCK_M)
-        offs_bn = tl.max_contiguous(tl.multiple_of(tl.where(offs_bn < N, offs_bn, 0), BLOCK_N), BLOCK_N)
-        a_ptrs = a_ptr + offs_am[:, None] * K + offs_k[None, :]
-        b_ptrs = b_ptr + offs_k[:, None] * N + offs_bn[None, :]
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for ki in {loop}:
-            k_left = K - ki * BLOCK_K
-            a = tl.load(a_ptrs + ki * BLOCK_K, mask=offs_k[None, :] < k_left, other=0.0)
-            b = tl.load(b_ptrs + ki * BLOCK_K * N, mask=offs_k[:, None] < k_left, other=0.0)
-            acc = tl.dot(a, b, acc)
-    """, depth)
+        loads = "".join(f"    b{s} = b_desc{s}.load([ki * BLOCK_K, off_n{o}])\n" for s, _, o in blocks)
+        head = f"for ki in {_k_range(g, lo, hi)}:\n    a = a_desc.load([off_m, ki * BLOCK_K])\n"
+        return _block("off_m = pid_m * BLOCK_M\noff_n = pid_n * BLOCK_N\n" + zeros + head + loads + dots, depth)
+    # the column offsets of each block start at a multiple of the lowest set bit of BLOCK_N: that is the hint
+    align = blocks[-1][1]
+    offsets = "".join(f"offs_bn{s} = pid_n * BLOCK_N{o} + tl.arange(0, {w})\n" for s, w, o in blocks)
+    hints = "".join(f"offs_bn{s} = tl.max_contiguous(tl.multiple_of(tl.where(offs_bn{s} < N, offs_bn{s}, 0), "
+                    f"{align}), {w})\n" for s, w, _ in blocks)
+    ptrs = "".join(f"b_ptrs{s} = b_ptr + offs_k[:, None] * N + offs_bn{s}[None, :]\n" for s, _, _ in blocks)
+    full = "".join(f"    b{s} = tl.load(b_ptrs{s} + ki * BLOCK_K * N)\n" for s, _, _ in blocks)
+    tail = "".join(f"    b{s} = tl.load(b_ptrs{s} + k_full * BLOCK_K * N, mask=offs_k[:, None] < k_left, other=0.0)\n"
+                   for s, _, _ in blocks)
+    # the unmasked loop is the whole K range unless a split (lo, hi) is given
+    end = "k_full" if (lo, hi) == ("0", "k_tiles") else f"tl.minimum({hi}, k_full)"
+    return _block(
+        "offs_am = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)\n" + offsets
+        + "# Rows and columns past the edge read row/column 0 instead (their results are never stored), so\n"
+        + "# loads are masked along K only, and only in the last K step when K is not a multiple of BLOCK_K;\n"
+        + "# the hints let the compiler vectorize them.\n"
+        + "offs_am = tl.max_contiguous(tl.multiple_of(tl.where(offs_am < M, offs_am, 0), BLOCK_M), BLOCK_M)\n"
+        + hints + "a_ptrs = a_ptr + offs_am[:, None] * K + offs_k[None, :]\n" + ptrs + zeros
+        + "k_full = K // BLOCK_K  # K steps that need no mask\n"
+        + f"for ki in {_k_range(g, lo, end)}:\n    a = tl.load(a_ptrs + ki * BLOCK_K)\n" + full + dots
+        + f"if {hi} > k_full:  # the last K step is partial: the peeled, masked tail\n"
+        + "    k_left = K - k_full * BLOCK_K\n"
+        + "    a = tl.load(a_ptrs + k_full * BLOCK_K, mask=offs_k[None, :] < k_left, other=0.0)\n" + tail
+        + dots, depth)
 
 
 # -- epilogue -------------------------------------------------------------------------------------------
+def _c_by_descriptor(g: Mapping[str, Any]) -> bool:
+    """Whether C is stored through a tensor descriptor (else by pointers: a padded-row kernel whose C rows are
+    not 16-byte multiples stores C directly, unpadded)."""
+    return g["memory"] in DESCRIPTOR_MEMORY and not g.get("c_by_pointer")
+
+
 def _store_c(g: Mapping[str, Any], tile: str, depth: int) -> str:
     """Convert the fp32 tile held in `tile` to C's dtype and store it at (pid_m, pid_n)."""
-    c_dtype = "c_desc.dtype" if g["memory"] == "host_descriptor" else "c_ptr.dtype.element_ty"
+    host_c = g["memory"] == "host_descriptor" and _c_by_descriptor(g)
+    c_dtype = f"c_desc{_blocks(g)[0][0]}.dtype" if host_c else "c_ptr.dtype.element_ty"
     pieces = []
     if g["epilogue_subtile"]:
         pieces.append(f"""
@@ -120,13 +140,14 @@ def _store_c(g: Mapping[str, Any], tile: str, depth: int) -> str:
             halves = tl.permute(tl.reshape({tile}, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
             {tile}_left, {tile}_right = tl.split(halves)
         """)
-    if g["memory"] in DESCRIPTOR_MEMORY and g["epilogue_subtile"]:
+    if _c_by_descriptor(g) and g["epilogue_subtile"]:
         pieces.append(f"""
             c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], {tile}_left.to({c_dtype}))
             c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N + BLOCK_N // 2], {tile}_right.to({c_dtype}))
         """)
-    elif g["memory"] in DESCRIPTOR_MEMORY:
-        pieces.append(f"c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], {tile}.to({c_dtype}))")
+    elif _c_by_descriptor(g):
+        pieces += [f"c_desc{s}.store([pid_m * BLOCK_M, pid_n * BLOCK_N{o}], {tile}{s}.to({c_dtype}))"
+                   for s, _, o in _blocks(g)]
     elif g["epilogue_subtile"]:
         pieces.append(f"""
             offs_cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -137,7 +158,7 @@ def _store_c(g: Mapping[str, Any], tile: str, depth: int) -> str:
             tl.store(c_ptrs + BLOCK_N // 2, {tile}_right.to(c_ptr.dtype.element_ty),
                      mask=row_ok & (offs_cn[None, :] + BLOCK_N // 2 < N))
         """)
-    else:
+    elif len(_blocks(g)) == 1:
         pieces.append(f"""
             offs_cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
             offs_cn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -145,6 +166,12 @@ def _store_c(g: Mapping[str, Any], tile: str, depth: int) -> str:
             c_mask = (offs_cm[:, None] < M) & (offs_cn[None, :] < N)
             tl.store(c_ptrs, {tile}.to(c_ptr.dtype.element_ty), mask=c_mask)
         """)
+    else:
+        pieces.append("offs_cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)\nrow_ok = offs_cm[:, None] < M")
+        pieces += [f"offs_cn{s} = pid_n * BLOCK_N{o} + tl.arange(0, {w})\n"
+                   f"tl.store(c_ptr + offs_cm[:, None] * N + offs_cn{s}[None, :], "
+                   f"{tile}{s}.to(c_ptr.dtype.element_ty),\n"
+                   f"         mask=row_ok & (offs_cn{s}[None, :] < N))" for s, w, o in _blocks(g)]
     return "".join(_block(piece, depth) for piece in pieces)
 
 
@@ -197,7 +224,12 @@ def _stream_k_phase(g: Mapping[str, Any]) -> str:
 def _kernel(g: Mapping[str, Any]) -> str:
     split, stream_k = g["split_k"] > 1, g["persistent"] and g["stream_k"]
     if g["memory"] == "host_descriptor":
-        params = ["a_desc, b_desc, c_desc,  # host tensor descriptors (TMA) of A[M, K], B[K, N], C[M, N]"]
+        b_descs = ", ".join(f"b_desc{s}" for s, _, _ in _blocks(g))
+        if _c_by_descriptor(g):
+            c_descs = ", ".join(f"c_desc{s}" for s, _, _ in _blocks(g))
+            params = [f"a_desc, {b_descs}, {c_descs},  # host tensor descriptors (TMA) of A[M, K], B[K, N], C[M, N]"]
+        else:
+            params = [f"a_desc, {b_descs}, c_ptr,  # host tensor descriptors (TMA) of A[M, K], B[K, N]; C[M, N]"]
     else:
         params = ["a_ptr, b_ptr, c_ptr,  # A[M, K], B[K, N], C[M, N]: row-major, contiguous"]
     if split or stream_k:
@@ -222,13 +254,17 @@ def _kernel(g: Mapping[str, Any]) -> str:
     """, 1)
     if g["memory"] == "descriptor":
         c_block = "BLOCK_N // 2" if g["epilogue_subtile"] else "BLOCK_N"
-        out += _block(f"""
+        out += _block("""
             # In-kernel tensor descriptors (TMA on Hopper): out-of-bounds reads return zeros and
             # out-of-bounds writes are dropped, so ragged edges need no masks.
             a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[K, 1], block_shape=[BLOCK_M, BLOCK_K])
-            b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[N, 1], block_shape=[BLOCK_K, BLOCK_N])
-            c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[N, 1], block_shape=[BLOCK_M, {c_block}])
         """, 1)
+        for s, w, _ in _blocks(g):
+            out += _block(f"""
+                b_desc{s} = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[N, 1], block_shape=[BLOCK_K, {w}])
+                c_desc{s} = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[N, 1],
+                                                   block_shape=[BLOCK_M, {c_block if len(_blocks(g)) == 1 else w}])
+            """, 1)
     elif g["memory"] == "pointer":
         out += _block("offs_k = tl.arange(0, BLOCK_K)", 1)
     if g["persistent"]:
@@ -299,6 +335,8 @@ def _summary(g: Mapping[str, Any]) -> str:
         parts.append("K loop " + ", ".join(hints))
     if g["epilogue_subtile"]:
         parts.append("subtiled epilogue")
+    if g["pad_rows"]:
+        parts.append("operands with rows of other than 16-byte multiples copied into padded rows")
     return "; ".join(parts)
 
 
@@ -306,6 +344,10 @@ def _constants(g: Mapping[str, Any]) -> str:
     rows = [("BLOCK_M", g["BLOCK_M"], "rows of C per program"),
             ("BLOCK_N", g["BLOCK_N"], "columns of C per program"),
             ("BLOCK_K", g["BLOCK_K"], "depth of one K step")]
+    blocks = column_blocks(g["BLOCK_N"])
+    if len(blocks) > 1:
+        rows += [(f"BLOCK_N{i}", w, f"columns of C in block {i} of the tile (tl.dot needs powers of two)")
+                 for i, w in enumerate(blocks)]
     if g["GROUP_M"] > 1:
         unit = "rows" if g["raster"] == "row" else "columns"
         rows.append(("GROUP_M", g["GROUP_M"], f"tile-{unit} per swizzle group"))
@@ -324,15 +366,20 @@ def _constants(g: Mapping[str, Any]) -> str:
     return "".join(f"{f'{n} = {v}':<{width}}  # {why}\n" for n, v, why in rows)
 
 
-def gemm_source(g: Mapping[str, Any], title: str, row_align: int = 1, aligned_dims: tuple[str, ...] = ()) -> str:
+def gemm_source(g: Mapping[str, Any], title: str, row_align: int = 1, aligned_dims: tuple[str, ...] = (),
+                c_by_pointer: bool = False) -> str:
     """The whole module for genome values `g`; `title` opens its docstring (names the genome).
 
     `aligned_dims` (of "K", "N") are row strides known to be multiples of `row_align` elements for the problem
     at hand though not of 16 (what Triton detects by itself); pointer kernels then state it for vectorization.
+    `c_by_pointer`: a padded-row kernel (pad_rows) for a problem whose C rows are not 16-byte multiples stores
+    C by pointers (C is the caller's tensor: it cannot be padded without a copy back).
     """
     if aligned_dims and (row_align <= 1 or g["memory"] != "pointer"):
         raise ValueError("aligned_dims needs row_align > 1 and pointer memory")
-    g = {**g, "row_align": row_align, "aligned_dims": tuple(aligned_dims)}
+    if c_by_pointer and not g["pad_rows"]:
+        raise ValueError("c_by_pointer needs pad_rows")
+    g = {**g, "row_align": row_align, "aligned_dims": tuple(aligned_dims), "c_by_pointer": c_by_pointer}
     what = textwrap.fill(f"C[M, N] = A[M, K] @ B[K, N], row-major, fp32 accumulation: {_summary(g)}.", 100)
     header = (f'"""{title}\n\n{what}\nCall {ENTRY_NAME}(a, b, out=None) for any M, N, K whose operands have '
               'fewer than 2**31 elements.\n"""\n')

@@ -46,6 +46,14 @@ TARGETED: list[tuple[dict[str, Any], tuple[int, int, int]]] = [
           epilogue_subtile=True), ALIGNED),
     (dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, memory="descriptor", persistent=True, stream_k=True,
           loop_stages=3), (16, 64, 512)),
+    # wide tiles (two column blocks: 64 + 32, 128 + 64) on every memory path, persistent or not
+    (dict(BLOCK_M=32, BLOCK_N=96, BLOCK_K=32, persistent=True, loop_unroll=2), (67, 200, 93)),
+    (dict(BLOCK_M=16, BLOCK_N=96, BLOCK_K=32, memory="descriptor"), (67, 200, 88)),
+    (dict(BLOCK_M=32, BLOCK_N=192, BLOCK_K=16, memory="host_descriptor", persistent=True), (40, 200, 88)),
+    # padded rows: K and N unaligned (A and B copied, C stored by pointers, wide), K alone (C by descriptor)
+    (dict(BLOCK_M=32, BLOCK_N=192, BLOCK_K=32, memory="host_descriptor", pad_rows=True), (67, 201, 93)),
+    (dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, memory="host_descriptor", pad_rows=True, persistent=True,
+          epilogue_subtile=True), (67, 40, 93)),
 ]
 
 

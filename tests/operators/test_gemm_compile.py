@@ -40,6 +40,16 @@ CASES = [
     (dict(memory="descriptor", persistent=True, stream_k=True, BLOCK_M=16, BLOCK_N=64, BLOCK_K=128),
      (16, 4096, 4096), "bf16"),
     (dict(persistent=True, stream_k=True, loop_stages=3), (128, 4096, 14336), "bf16"),
+    # the peeled K tail of pointer kernels inside a flattened persistent loop (K = 2000 is not a multiple of 64)
+    (dict(persistent=True, BLOCK_N=192, num_warps=8, loop_stages=3), (1000, 3000, 2000), "bf16"),
+    # wide tiles (128 + 64 columns) on descriptors, persistent or not
+    (dict(memory="host_descriptor", persistent=True, BLOCK_N=192, num_warps=8, num_stages=4), (3000, 3000, 3000),
+     "bf16"),
+    (dict(memory="descriptor", BLOCK_N=96, BLOCK_M=64), (1000, 3000, 2000), "fp16"),
+    # padded rows: N odd (B padded, C stored by pointers), K odd (A padded, C by descriptor)
+    (dict(memory="host_descriptor", pad_rows=True, BLOCK_N=192, num_warps=8), (1536, 3001, 5120), "bf16"),
+    (dict(memory="host_descriptor", pad_rows=True, persistent=True, epilogue_subtile=True), (2048, 1024, 588),
+     "bf16"),
 ]
 
 SCRIPT = """

@@ -38,7 +38,7 @@ def test_plain_genome_has_no_optional_feature():
                    "warp_specialize", "LOOP_STAGES", "LOOP_UNROLL", "flatten", "GROUP_M", "tl.range",
                    "make_block_ptr", "debug_barrier"):
         assert absent not in s, absent
-    assert "for ki in range(0, k_tiles):" in s
+    assert "for ki in range(0, k_full):" in s
     # features are chosen by the renderer, never by constexpr branches inside the kernel
     assert not re.search(r"^\s*if [A-Z_]+", kernel_body(s), re.M)
     assert s.count("matmul_kernel[grid](") == 1
@@ -84,9 +84,9 @@ def test_group_m_and_raster_change_the_tile_order():
 
 
 def test_loop_genes_add_hints_to_the_k_loop():
-    assert "for ki in tl.range(0, k_tiles, num_stages=LOOP_STAGES):" in src(loop_stages=3)
+    assert "for ki in tl.range(0, k_full, num_stages=LOOP_STAGES):" in src(loop_stages=3)
     assert re.search(r"^LOOP_STAGES = 3\b", src(loop_stages=3), re.M)
-    assert "for ki in tl.range(0, k_tiles, loop_unroll_factor=LOOP_UNROLL):" in src(loop_unroll=4)
+    assert "for ki in tl.range(0, k_full, loop_unroll_factor=LOOP_UNROLL):" in src(loop_unroll=4)
     ws = src(memory="descriptor", warp_specialize=True, num_warps=4, loop_stages=2)
     assert "for ki in tl.range(0, k_tiles, num_stages=LOOP_STAGES, warp_specialize=True):" in ws
 
@@ -96,7 +96,7 @@ def test_persistent_adds_the_tile_loop_over_the_sms():
     assert "for tile_id in tl.range(tl.program_id(0), num_tiles, num_sms, flatten=True):" in s
     assert "multi_processor_count" in s and "grid = (min(num_sms, num_tiles),)" in s
     # the K loop and the epilogue sit inside the tile loop
-    assert "\n        for ki in range(0, k_tiles):" in s and "\n        tl.store(c_ptrs" in s
+    assert "\n        for ki in range(0, k_full):" in s and "\n        tl.store(c_ptrs" in s
 
 
 def test_descriptor_memory_replaces_pointer_masks_with_tensor_descriptors():
@@ -135,11 +135,13 @@ def test_host_descriptor_memory_builds_tensor_descriptors_in_the_launcher():
 def test_split_k_adds_one_launch_with_partials_and_an_arrival_counter():
     s = src(split_k=4)
     body = kernel_body(s)
+    # pointer loads: the unmasked steps of this split's range, then the masked tail if it holds the last step
+    assert "for ki in range(k_lo, tl.minimum(k_hi, k_full)):" in body and "if k_hi > k_full:" in body
     assert re.search(r"^SPLIT_K = 4\b", s, re.M) and "grid = (num_tiles * SPLIT_K,)" in s
     assert 'tl.atomic_add(counter_ptr + tile_id, 1, sem="acq_rel"' in body
     assert "if arrived == SPLIT_K - 1:" in body and 'cache_modifier=".cg"' in body
     assert "tl.atomic_xchg(counter_ptr + tile_id, 0" in body  # reset by the last program
-    assert "for ki in range(k_lo, k_hi):" in body
+    assert "for ki in range(k_lo, k_hi):" in kernel_body(src(split_k=4, memory="descriptor"))
     assert s.count("matmul_kernel[grid](") == 1 and "_arrival_counters" in s
 
 
@@ -151,7 +153,7 @@ def test_stream_k_shares_the_last_partial_wave_by_k_steps():
     assert "dp_tiles = num_tiles - num_tiles % num_sms" in body
     assert "for tile_id in tl.range(tl.program_id(0), dp_tiles, num_sms, flatten=True):" in body
     assert "for sk_tile in range(run_lo // k_tiles, tl.cdiv(run_hi, k_tiles)):" in body
-    assert "for ki in range(k_lo, k_hi):" in body
+    assert "for ki in range(k_lo, tl.minimum(k_hi, k_full)):" in body
     # a tile covered by one program is stored directly, otherwise its last-arriving program sums the partials
     assert "if parts == 1:" in body and "if arrived == parts - 1:" in body
     assert "tl.store(slots + (tl.program_id(0) - first) * (BLOCK_M * BLOCK_N), acc)" in body
