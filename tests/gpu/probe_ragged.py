@@ -39,11 +39,18 @@ GENOMES = [
          memory="host_descriptor", epilogue_subtile=True),
     dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=4, memory="host_descriptor"),
     dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=4, num_stages=4, memory="host_descriptor"),
-    dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=4, persistent=True, memory="host_descriptor"),
-    dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=32, num_warps=8, num_stages=4, GROUP_M=8),
     dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, num_warps=4, num_stages=4, GROUP_M=8),
-    dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, num_warps=8, num_stages=4, GROUP_M=8),
-    dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, num_warps=4, num_stages=4, split_k=8, memory="host_descriptor"),
+    # wide tiles: 128 + 64 columns
+    dict(BLOCK_M=128, BLOCK_N=192, BLOCK_K=64, num_warps=8, num_stages=3, memory="host_descriptor"),
+    dict(BLOCK_M=128, BLOCK_N=192, BLOCK_K=64, num_warps=8, num_stages=4, memory="host_descriptor"),
+    dict(BLOCK_M=128, BLOCK_N=192, BLOCK_K=64, num_warps=8, num_stages=4, memory="host_descriptor", persistent=True),
+    dict(BLOCK_M=128, BLOCK_N=192, BLOCK_K=64, num_warps=8, num_stages=4, memory="descriptor"),
+    dict(BLOCK_M=128, BLOCK_N=192, BLOCK_K=64, num_warps=8, num_stages=4, GROUP_M=8),
+    dict(BLOCK_M=64, BLOCK_N=192, BLOCK_K=64, num_warps=4, num_stages=4, memory="host_descriptor"),
+    # split-K for a small M x N with a long K
+    dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=4, split_k=4, memory="host_descriptor"),
+    dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=4, split_k=8, memory="host_descriptor"),
+    dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, num_warps=4, num_stages=4, split_k=16, memory="host_descriptor"),
 ]
 
 
