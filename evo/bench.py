@@ -32,7 +32,7 @@ from evo.bench_measure import (
     rank_elites,
     search_summary,
 )
-from evo.bench_report import SCHEMA, load_report, merge_reports, summary_table, unit_key, write_report
+from evo.bench_report import EVO_NAME, SCHEMA, load_report, merge_reports, summary_table, unit_key, write_report
 from evo.experiment import Experiment
 from evo.problem import HOPPER, Problem, Target
 from evo.record import Evaluation
@@ -44,7 +44,7 @@ __all__ = ["bench_main", "build_parser", "run_bench", "search_problems", "print_
            "select_problems", "versions", "evo_entrant", "EVO",
            "bench_command", "add_bench_command"]
 
-EVO = "evo"  # the contender name of evo's elite kernel
+EVO = EVO_NAME  # the contender name of evo's elite kernel
 
 
 # -- choosing what to measure -----------------------------------------------------------------------------

@@ -165,11 +165,35 @@ def _ratios(doc: dict[str, Any], name: str) -> list[float]:
             if p["contenders"].get(name, {}).get("status") == "ok" and p["contenders"][name].get("ratio")]
 
 
+EVO_NAME = "evo"  # the contender name of evo's elite kernel
+RIVAL = "torch_compile"  # with the primary, what a user would pick instead of evo (one line each)
+
+
+def _best_rival(p: dict[str, Any], primary: str, ukey: str) -> tuple[str, float] | None:
+    """(name, throughput) of the faster of the primary and torch.compile on one problem, when both were timed."""
+    timed = [(n, p["contenders"][n].get(ukey)) for n in (primary, RIVAL)
+             if p["contenders"].get(n, {}).get("status") == "ok"]
+    timed = [(n, x) for n, x in timed if x]
+    return max(timed, key=lambda t: t[1]) if len(timed) == 2 else None
+
+
+def _evo_vs_best(p: dict[str, Any], primary: str, ukey: str) -> float | None:
+    best, evo = _best_rival(p, primary, ukey), p["contenders"].get(EVO_NAME, {})
+    if best is None or evo.get("status") != "ok" or not evo.get(ukey):
+        return None
+    return evo[ukey] / best[1]
+
+
 def summary_table(doc: dict[str, Any]) -> str:
-    """The main table: throughput per problem and contender, ratio to the primary, geometric means."""
+    """The main table: throughput per problem and contender, ratio to the primary, geometric means; with
+    torch.compile and evo both present, the better of the primary and torch.compile and evo's ratio to it."""
     primary, ukey, unit = doc["primary"], unit_key(doc["throughput_unit"]), doc["throughput_unit"]
     names = list(doc.get("contenders") or [])
-    head = ["problem"] + [f"{n} ({unit})" if n == primary else n for n in names] + ["evo search"]
+    versus = RIVAL in names and EVO_NAME in names and primary != RIVAL
+    head = ["problem"] + [f"{n} ({unit})" if n == primary else n for n in names]
+    if versus:
+        head += [f"best of {primary} and {RIVAL}", f"{EVO_NAME} / best"]
+    head += ["evo search"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for p in doc["problems"]:
         search = "-"
@@ -177,8 +201,11 @@ def summary_table(doc: dict[str, Any]) -> str:
             search = f"{p['evaluations']} evals"
             if p.get("search_s") is not None:
                 search += f", {p['search_s']:.0f} s"
-        rows.append("| " + " | ".join([_problem_label(p)] + [_cell(p, n, ukey, primary) for n in names]
-                                      + [search]) + " |")
+        cells = [_problem_label(p)] + [_cell(p, n, ukey, primary) for n in names]
+        if versus:
+            best, ratio = _best_rival(p, primary, ukey), _evo_vs_best(p, primary, ukey)
+            cells += [f"{_fmt(best[1])} ({best[0]})" if best else "-", f"{ratio:.2f}×" if ratio else "-"]
+        rows.append("| " + " | ".join(cells + [search]) + " |")
     n_problems = len(doc["problems"])
     cells = []
     for n in names:
@@ -188,6 +215,11 @@ def summary_table(doc: dict[str, Any]) -> str:
         r = _ratios(doc, n)
         g = geomean(r)
         cells.append(f"**{g:.2f}×** ({len(r)}/{n_problems})" if g is not None else "-")
+    if versus:
+        r = [x for x in (_evo_vs_best(p, primary, ukey) for p in doc["problems"]) if x]
+        g = geomean(r)
+        low = min(r) if r else None
+        cells += ["", f"**{g:.2f}×** ({len(r)}/{n_problems}), lowest {low:.2f}×" if g is not None else "-"]
     rows.append("| " + " | ".join([f"geomean vs {primary}"] + cells + [""]) + " |")
     return "\n".join(rows)
 

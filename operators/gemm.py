@@ -11,7 +11,7 @@ from typing import Any
 
 from evo.problem import DTYPES, Problem, Target
 from genomes.base import Genome, GenomeFamily, InvalidGenome
-from genomes.gemm import ELEM_BYTES, GemmFamily, unaligned_rows
+from genomes.gemm import ELEM_BYTES, GemmFamily
 from operators.base import Baseline, Operator
 from operators.gemm_source import ENTRY_NAME, gemm_source
 
@@ -53,8 +53,7 @@ class GemmOperator(Operator):
         # the GPU is named by its architecture only, so H100 and H200 share one source (and compile cache)
         title = (f"GEMM kernel rendered by evo from genome {genome.hash} for {problem.key} on sm_{target.arch}.\n\n"
                  + textwrap.fill(f"Genome: {genome}", 100))
-        c_by_pointer = genome["pad_rows"] and "N" in unaligned_rows(problem)
-        return gemm_source(genome.as_dict(), title, *self._row_alignment(genome, problem), c_by_pointer=c_by_pointer)
+        return gemm_source(genome.as_dict(), title, *self._row_alignment(genome, problem))
 
     @staticmethod
     def _row_alignment(genome: Genome, problem: Problem) -> tuple[int, tuple[str, ...]]:

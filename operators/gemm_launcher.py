@@ -38,7 +38,7 @@ def launcher_source(g: Mapping[str, Any]) -> str:
     host, stream_k = g["memory"] == "host_descriptor", g["persistent"] and g["stream_k"]
     out = "_DTYPES = (torch.float16, torch.bfloat16, torch.float32)\n"
     if g["pad_rows"]:
-        out += "PAD_BLOCK_R, PAD_BLOCK_C = 8, 256  # rows and columns per program of the padding copy\n"
+        out += "PAD_BLOCK_R, PAD_BLOCK_C = 8, 256  # rows and columns per program of the padding copies\n"
     if stream_k:
         out += (f"SK_MAX_PARTS = {SK_MAX_PARTS}  # programs that may share one stream-K tile "
                 "(bounds the partials its last program sums)\n")
@@ -54,25 +54,31 @@ def launcher_source(g: Mapping[str, Any]) -> str:
     if g["pad_rows"]:
         out += "\n\n" + _block("""
             @triton.jit
-            def pad_rows_kernel(src, dst, rows, cols, dst_stride, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
-                # dst[r, c] = src[r, c] for the contiguous src[rows, cols]; dst's rows are dst_stride apart
+            def copy_rows_kernel(src, dst, rows, cols, src_stride, dst_stride, BLOCK_R: tl.constexpr,
+                                 BLOCK_C: tl.constexpr):
+                # dst[r, c] = src[r, c] for r < rows, c < cols, rows src_stride and dst_stride elements apart
                 r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
                 c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
                 inside = (r[:, None] < rows) & (c[None, :] < cols)
-                x = tl.load(src + r[:, None] * cols + c[None, :], mask=inside)
+                x = tl.load(src + r[:, None] * src_stride + c[None, :], mask=inside)
                 tl.store(dst + r[:, None] * dst_stride + c[None, :], x, mask=inside)
 
 
-            def _padded_rows(t):
-                # t's values in a buffer whose rows start every 16 bytes (what tensor descriptors need), as a view
-                # of t's shape; the bytes past each row are never read (descriptors read zeros beyond the shape).
-                # A copy kernel of its own: torch's strided copy_ ran at half the bandwidth on an H100.
-                rows, cols = t.shape
-                step = 16 // t.element_size()
-                buf = torch.empty((rows, triton.cdiv(cols, step) * step), dtype=t.dtype, device=t.device)
+            def _copy_rows(src, dst):
+                # dst[:] = src for 2-D tensors of one shape with unit column stride; a kernel of its own, since
+                # torch's copy_ between such strided tensors ran at half the bandwidth on an H100
+                rows, cols = src.shape
                 grid = (triton.cdiv(rows, PAD_BLOCK_R), triton.cdiv(cols, PAD_BLOCK_C))
-                pad_rows_kernel[grid](t, buf, rows, cols, buf.stride(0), BLOCK_R=PAD_BLOCK_R, BLOCK_C=PAD_BLOCK_C,
-                                      num_warps=4)
+                copy_rows_kernel[grid](src, dst, rows, cols, src.stride(0), dst.stride(0), BLOCK_R=PAD_BLOCK_R,
+                                       BLOCK_C=PAD_BLOCK_C, num_warps=4)
+                return dst
+
+
+            def _padded(rows, cols, like):
+                # an empty [rows, cols] view of a buffer whose rows start every 16 bytes (what tensor descriptors
+                # need); the bytes past each row are never read (descriptors read zeros beyond the shape)
+                step = 16 // like.element_size()
+                buf = torch.empty((rows, triton.cdiv(cols, step) * step), dtype=like.dtype, device=like.device)
                 return buf[:, :cols]
         """, 0)
     if desc and not host:
@@ -123,6 +129,8 @@ def launcher_source(g: Mapping[str, Any]) -> str:
             if K == 0:
                 return out.zero_()
     ''', 0)
+    if g["pad_rows"]:  # remember the caller's buffer: C may be computed into padded rows, then copied into it
+        out = out.replace("    if out is None:\n", "    given = out\n    if out is None:\n", 1)
     if desc:
         out += _descriptor_checks(g)
         if host:
@@ -138,9 +146,8 @@ def launcher_source(g: Mapping[str, Any]) -> str:
         """, 1)
     out += _block("num_tiles = triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N)", 1)
     blocks = [""] if len(column_blocks(g["BLOCK_N"])) == 1 else ["0", "1"]
-    c_desc = g["memory"] in DESCRIPTOR_MEMORY and not g.get("c_by_pointer")
-    operands = (f"a_desc, {', '.join('b_desc' + s for s in blocks)}, "
-                + (", ".join("c_desc" + s for s in blocks) if c_desc else "out")) if host else "a, b, out"
+    operands = (f"a_desc, {', '.join('b_desc' + s for s in blocks)}, {', '.join('c_desc' + s for s in blocks)}"
+                if host else "a, b, out")
     args = f"{operands}, M, N, K,"
     if stream_k:
         out += _block("""
@@ -174,37 +181,36 @@ def launcher_source(g: Mapping[str, Any]) -> str:
         out += _block("grid = (num_tiles,)", 1)
     kwargs = _wrap([f"{c}={c}" for c in constexpr_names(g)])
     kwargs += ["num_warps=NUM_WARPS, num_stages=NUM_STAGES,"]
-    out += _block(f"{KERNEL_NAME}[grid](", 1) + _block("\n".join([args] + kwargs), 2) + _block(")\nreturn out", 1)
+    out += _block(f"{KERNEL_NAME}[grid](", 1) + _block("\n".join([args] + kwargs), 2) + _block(")", 1)
+    if g["pad_rows"]:
+        out += _block("""
+            if given is not None and out is not given:  # C was computed into padded rows
+                return _copy_rows(out, given)
+        """, 1)
+    out += _block("return out", 1)
     return out
 
 
 def _descriptor_checks(g: Mapping[str, Any]) -> str:
     """Launcher lines that refuse operands a tensor descriptor cannot address, or pad them (pad_rows)."""
-    c_desc = not g.get("c_by_pointer")
     if g["pad_rows"]:
-        out = _block("""
+        return _block("""
             # Tensor descriptors need rows of 16-byte multiples: an operand whose rows are not is copied into
-            # padded rows first (every call pays for the copy, and its timing includes it).
+            # padded rows first, and C is then computed into padded rows (every call pays for the copies, and
+            # its timing includes them). Without `out`, C is returned as a view of its padded rows.
             if (K * a.element_size()) % 16:
-                a = _padded_rows(a)
+                a = _copy_rows(a, _padded(M, K, a))
             if (N * b.element_size()) % 16:
-                b = _padded_rows(b)
+                b = _copy_rows(b, _padded(K, N, b))
+                out = _padded(M, N, a)
+            if any(t.data_ptr() % 16 for t in (a, b, out)):
+                raise ValueError("tensor descriptors need A, B and out to start at 16-byte aligned addresses")
         """, 1)
-        if c_desc:
-            out += _block("""
-                if (N * a.element_size()) % 16:
-                    raise ValueError(f"rendered for C rows of 16-byte multiples; N={N} in {a.dtype} is not")
-            """, 1)
-    else:
-        out = _block("""
-            if (K * a.element_size()) % 16 or (N * a.element_size()) % 16:
-                raise ValueError(f"tensor descriptors need rows of 16-byte multiples; K={K}, N={N} in {a.dtype}")
-        """, 1)
-    tensors = "a, b, out" if c_desc else "a, b"
-    names = "A, B and out" if c_desc else "A and B"
-    return out + _block(f"""
-        if any(t.data_ptr() % 16 for t in ({tensors})):
-            raise ValueError("tensor descriptors need {names} to start at 16-byte aligned addresses")
+    return _block("""
+        if (K * a.element_size()) % 16 or (N * a.element_size()) % 16:
+            raise ValueError(f"tensor descriptors need rows of 16-byte multiples; K={K}, N={N} in {a.dtype}")
+        if any(t.data_ptr() % 16 for t in (a, b, out)):
+            raise ValueError("tensor descriptors need A, B and out to start at 16-byte aligned addresses")
     """, 1)
 
 
@@ -213,7 +219,7 @@ def _host_descriptors(g: Mapping[str, Any]) -> str:
     blocks = column_blocks(g["BLOCK_N"])
     names = [("", "BLOCK_N")] if len(blocks) == 1 else [("0", "BLOCK_N0"), ("1", "BLOCK_N1")]
     # padded operands have a row stride of their own; unpadded ones are contiguous
-    a_stride, b_stride = ("a.stride(0)", "b.stride(0)") if g["pad_rows"] else ("K", "N")
+    a_stride, b_stride, c_stride = ("a.stride(0)", "b.stride(0)", "out.stride(0)") if g["pad_rows"] else ("K", "N", "N")
     out = _block(f"""
         # Host tensor descriptors (TMA): out-of-bounds reads return zeros and out-of-bounds writes are
         # dropped, so the kernel needs no masks; the block shapes are part of the compiled signature.
@@ -221,8 +227,7 @@ def _host_descriptors(g: Mapping[str, Any]) -> str:
     """, 1)
     for s, w in names:
         out += _block(f"b_desc{s} = TensorDescriptor(b, [K, N], [{b_stride}, 1], [BLOCK_K, {w}])", 1)
-    if not g.get("c_by_pointer"):
-        for s, w in names:
-            c_block = "BLOCK_N // 2" if g["epilogue_subtile"] else w
-            out += _block(f"c_desc{s} = TensorDescriptor(out, [M, N], [N, 1], [BLOCK_M, {c_block}])", 1)
+    for s, w in names:
+        c_block = "BLOCK_N // 2" if g["epilogue_subtile"] else w
+        out += _block(f"c_desc{s} = TensorDescriptor(out, [M, N], [{c_stride}, 1], [BLOCK_M, {c_block}])", 1)
     return out

@@ -123,15 +123,9 @@ def _main_loop(g: Mapping[str, Any], depth: int, lo: str = "0", hi: str = "k_til
 
 
 # -- epilogue -------------------------------------------------------------------------------------------
-def _c_by_descriptor(g: Mapping[str, Any]) -> bool:
-    """Whether C is stored through a tensor descriptor (else by pointers: a padded-row kernel whose C rows are
-    not 16-byte multiples stores C directly, unpadded)."""
-    return g["memory"] in DESCRIPTOR_MEMORY and not g.get("c_by_pointer")
-
-
 def _store_c(g: Mapping[str, Any], tile: str, depth: int) -> str:
     """Convert the fp32 tile held in `tile` to C's dtype and store it at (pid_m, pid_n)."""
-    host_c = g["memory"] == "host_descriptor" and _c_by_descriptor(g)
+    host_c = g["memory"] == "host_descriptor"
     c_dtype = f"c_desc{_blocks(g)[0][0]}.dtype" if host_c else "c_ptr.dtype.element_ty"
     pieces = []
     if g["epilogue_subtile"]:
@@ -140,12 +134,12 @@ def _store_c(g: Mapping[str, Any], tile: str, depth: int) -> str:
             halves = tl.permute(tl.reshape({tile}, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
             {tile}_left, {tile}_right = tl.split(halves)
         """)
-    if _c_by_descriptor(g) and g["epilogue_subtile"]:
+    if g["memory"] in DESCRIPTOR_MEMORY and g["epilogue_subtile"]:
         pieces.append(f"""
             c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], {tile}_left.to({c_dtype}))
             c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N + BLOCK_N // 2], {tile}_right.to({c_dtype}))
         """)
-    elif _c_by_descriptor(g):
+    elif g["memory"] in DESCRIPTOR_MEMORY:
         pieces += [f"c_desc{s}.store([pid_m * BLOCK_M, pid_n * BLOCK_N{o}], {tile}{s}.to({c_dtype}))"
                    for s, _, o in _blocks(g)]
     elif g["epilogue_subtile"]:
@@ -225,11 +219,8 @@ def _kernel(g: Mapping[str, Any]) -> str:
     split, stream_k = g["split_k"] > 1, g["persistent"] and g["stream_k"]
     if g["memory"] == "host_descriptor":
         b_descs = ", ".join(f"b_desc{s}" for s, _, _ in _blocks(g))
-        if _c_by_descriptor(g):
-            c_descs = ", ".join(f"c_desc{s}" for s, _, _ in _blocks(g))
-            params = [f"a_desc, {b_descs}, {c_descs},  # host tensor descriptors (TMA) of A[M, K], B[K, N], C[M, N]"]
-        else:
-            params = [f"a_desc, {b_descs}, c_ptr,  # host tensor descriptors (TMA) of A[M, K], B[K, N]; C[M, N]"]
+        c_descs = ", ".join(f"c_desc{s}" for s, _, _ in _blocks(g))
+        params = [f"a_desc, {b_descs}, {c_descs},  # host tensor descriptors (TMA) of A[M, K], B[K, N], C[M, N]"]
     else:
         params = ["a_ptr, b_ptr, c_ptr,  # A[M, K], B[K, N], C[M, N]: row-major, contiguous"]
     if split or stream_k:
@@ -366,20 +357,15 @@ def _constants(g: Mapping[str, Any]) -> str:
     return "".join(f"{f'{n} = {v}':<{width}}  # {why}\n" for n, v, why in rows)
 
 
-def gemm_source(g: Mapping[str, Any], title: str, row_align: int = 1, aligned_dims: tuple[str, ...] = (),
-                c_by_pointer: bool = False) -> str:
+def gemm_source(g: Mapping[str, Any], title: str, row_align: int = 1, aligned_dims: tuple[str, ...] = ()) -> str:
     """The whole module for genome values `g`; `title` opens its docstring (names the genome).
 
     `aligned_dims` (of "K", "N") are row strides known to be multiples of `row_align` elements for the problem
     at hand though not of 16 (what Triton detects by itself); pointer kernels then state it for vectorization.
-    `c_by_pointer`: a padded-row kernel (pad_rows) for a problem whose C rows are not 16-byte multiples stores
-    C by pointers (C is the caller's tensor: it cannot be padded without a copy back).
     """
     if aligned_dims and (row_align <= 1 or g["memory"] != "pointer"):
         raise ValueError("aligned_dims needs row_align > 1 and pointer memory")
-    if c_by_pointer and not g["pad_rows"]:
-        raise ValueError("c_by_pointer needs pad_rows")
-    g = {**g, "row_align": row_align, "aligned_dims": tuple(aligned_dims), "c_by_pointer": c_by_pointer}
+    g = {**g, "row_align": row_align, "aligned_dims": tuple(aligned_dims)}
     what = textwrap.fill(f"C[M, N] = A[M, K] @ B[K, N], row-major, fp32 accumulation: {_summary(g)}.", 100)
     header = (f'"""{title}\n\n{what}\nCall {ENTRY_NAME}(a, b, out=None) for any M, N, K whose operands have '
               'fewer than 2**31 elements.\n"""\n')

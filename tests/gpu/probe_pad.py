@@ -2,10 +2,11 @@
 
 For each shape whose N is odd, in one process, timed interleaved with cuBLAS on the same inputs:
 - `pad_copy`: the launcher's copy of B into padded rows, alone;
-- `pad_kernel`: the evo module with pad_rows (B copied every call, C stored by pointers), per genome;
+- `pad_kernel`: the evo module with pad_rows (B copied every call, C computed into padded rows and copied
+  into `out`), per genome;
 - `prepadded_desc_c`: the same genome rendered for the padded problem (N rounded up to 8) and run on an
   already padded B into a padded C through a descriptor: the kernel alone, no copy, aligned stores;
-- `prepadded_ptr_c`: as above but C stored by pointers (so the store's cost shows on its own).
+- `pad_kernel_no_out`: the evo module called without `out` (C returned as a view of its padded rows).
 A stream-K section times persistent 128x256 kernels with and without stream-K on ragged squares.
 
     python tests/gpu/probe_pad.py        # writes $EVO_OUT/probe_pad.json
@@ -47,14 +48,11 @@ SK_GENOMES = [
 ]
 
 
-def _load(op: Any, values: dict[str, Any], problem: Any, target: Any, c_by_pointer: bool | None = None) -> Any:
+def _load(op: Any, values: dict[str, Any], problem: Any, target: Any) -> Any:
     from evo.modules import load_source
-    from operators.gemm_source import gemm_source
 
     genome = op.family.make({**op.family.base(), **values})
-    if c_by_pointer is None:
-        return load_source(op.render(genome, problem, target)).matmul
-    return load_source(gemm_source(genome.as_dict(), "probe", c_by_pointer=c_by_pointer)).matmul
+    return load_source(op.render(genome, problem, target)).matmul
 
 
 def main() -> int:
@@ -83,9 +81,7 @@ def main() -> int:
             fns[f"g{i}_pad_kernel"] = lambda f=_load(op, values, problem, target): f(a, b, out=out)
             plain = {**values, "pad_rows": False}
             fns[f"g{i}_prepadded_desc_c"] = lambda f=_load(op, plain, padded, target): f(a, bp, out=cp)
-            ptr_c = {**values, "pad_rows": True}
-            f_ptr = _load(op, ptr_c, padded, target, c_by_pointer=True)
-            fns[f"g{i}_prepadded_ptr_c"] = lambda f=f_ptr: f(a, bp, out=cp)
+            fns[f"g{i}_pad_kernel_no_out"] = lambda f=_load(op, values, problem, target): f(a, b)
         for fn in fns.values():  # every candidate once before timing: compile outside the measurement
             fn()
         torch.cuda.synchronize()

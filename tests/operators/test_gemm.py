@@ -191,3 +191,16 @@ def test_reference_tolerance_counts_and_baseline():
     first = OP.baselines()[0]
     assert first.name == "cublas" and first.make(problem) is torch.matmul
     assert (OP.entry, OP.dims, OP.throughput_unit) == ("matmul", ("M", "N", "K"), "TFLOP/s")
+
+
+def test_padded_rows_without_out_return_a_view_of_padded_rows():
+    """pad_rows with C rows of other than 16-byte multiples: into `out` when given, else a strided view."""
+    problem = OP.problem((40, 401, 73), "fp16")
+    genome = FAMILY.make(FAMILY.base(BLOCK_M=32, BLOCK_N=192, BLOCK_K=32, memory="host_descriptor", pad_rows=True))
+    module = load_source(OP.render(genome, problem, HOPPER))
+    assert _relative_error(module, problem) <= OP.tolerance(problem)
+    a, b = OP.make_inputs(problem, 1, device="cpu")
+    c = module.matmul(a, b)
+    assert tuple(c.shape) == (40, 401) and c.stride() == (408, 1)  # 401 halves rounded up to 16 bytes
+    ref = OP.reference(a, b)
+    assert float((c.float() - ref).norm() / ref.norm()) <= OP.tolerance(problem)
