@@ -52,7 +52,7 @@ def log(text: str) -> None:
 
 def measure_all(executor: Any, store: Any, problem: Any, genomes: list[Any], run_id: str) -> list[Any]:
     """Evaluate every genome once (served from the store when its source was measured before)."""
-    from evo.backend import Job
+    from evo.evaluate.backend import Job
 
     jobs = deque(Job(i, problem, g, "grid") for i, g in enumerate(genomes, start=1))
     rows = []
@@ -83,8 +83,8 @@ def random_search_counts(values: list[float | None], threshold: float, seed: int
 
 def run_mapelites(op: Any, problem: Any, store: Any, executor: Any, seed: int, budget: int,
                   space: dict[str, list[Any]]) -> tuple[Any, list[Any]]:
-    from evo.experiment import Budget, ExecutorSpec, Experiment
-    from evo.search import Search
+    from evo.experiment.spec import Budget, ExecutorSpec, Experiment
+    from evo.search.loop import Search
 
     name = f"mapelites-{problem.shape_text}-s{seed}"
     exp = Experiment(name=name, operator=op.name, problems=(problem,), genome=space,
@@ -170,12 +170,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--budget-fraction must be in (0, 1]")
 
     import operators
-    from evo.evaluator_backend import EvaluatorBackend
-    from evo.experiment import EvaluationSpec, ExecutorSpec
+    from evo.evaluate.evaluator_backend import EvaluatorBackend
+    from evo.evaluate.ray_executor import RayExecutor
+    from evo.evaluate.smoke_backend import SmokeBackend
+    from evo.experiment.spec import EvaluationSpec, ExecutorSpec
     from evo.problem import Problem
-    from evo.ray_executor import RayExecutor
-    from evo.smoke_backend import SmokeBackend
-    from evo.store import Store
+    from evo.store.sqlite import Store
 
     out = Path(os.environ["OUT"]) if os.environ.get("OUT") else None
     store_path = Path(args.store) if args.store else (out or Path(tempfile.mkdtemp())) / "compare_search.sqlite"

@@ -8,10 +8,10 @@ import os
 
 import pytest
 
-from evo.candidate import Prepared
-from evo.compile_pool import CompilePool
-from evo.worker import EvalSettings, GpuWorker
-from tests.evo.faulty_operator import FaultyOperator, candidate
+from evo.evaluate.candidate import Prepared
+from evo.evaluate.compile_pool import CompilePool
+from evo.evaluate.worker import EvalSettings, GpuWorker
+from tests.fixtures.faulty_operator import FaultyOperator, candidate
 
 pytestmark = pytest.mark.gpu
 
@@ -37,7 +37,7 @@ def gemm_candidates(target, count=4):
 
     try:
         import operators
-        from evo.candidate import make_candidate
+        from evo.evaluate.candidate import make_candidate
 
         op = operators.get("gemm")
     except Exception:

@@ -7,11 +7,11 @@ Run on the GPU machine:  python -m pytest tests/gpu/test_faults.py -q
 
 import pytest
 
-from evo.compile_pool import CompilePool
-from evo.evaluator import Evaluator
-from evo.store import Store
-from evo.worker import EvalSettings, GpuWorker
-from tests.evo.faulty_operator import FaultyOperator, candidate
+from evo.evaluate.compile_pool import CompilePool
+from evo.evaluate.evaluator import Evaluator
+from evo.evaluate.worker import EvalSettings, GpuWorker
+from evo.store.sqlite import Store
+from tests.fixtures.faulty_operator import FaultyOperator, candidate
 
 pytestmark = pytest.mark.gpu
 

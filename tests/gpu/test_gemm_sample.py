@@ -56,7 +56,7 @@ def _run_problem(op: Any, problem: Any, target: Any, time_kernels: bool, device:
     import torch
     import triton
 
-    from evo.modules import load_source
+    from evo.evaluate.modules import load_source
     from tests.operators.gemm_sample import raw_sample, repaired
 
     family = op.family

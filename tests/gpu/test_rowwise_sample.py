@@ -65,7 +65,7 @@ def _run_problem(op: Any, problem: Any, target: Any, n_random: int, time_kernels
                  time_compile: bool, device: str = "cuda") -> tuple[list[dict[str, Any]], dict[str, Any]]:
     import torch
 
-    from evo.modules import load_source
+    from evo.evaluate.modules import load_source
 
     inputs = op.make_inputs(problem, SEED, device=device)
     ref = op.reference(*inputs)

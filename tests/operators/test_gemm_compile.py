@@ -1,7 +1,7 @@
 """Rendered GEMM kernels compile for Hopper (sm_90) without a GPU, one genome per structural feature.
 
 The interpreter ignores launch options, loop hints and warp specialization; compiling through the product's
-own ahead-of-time path (evo.compiler) checks that Triton's GPU pipeline accepts what the renderer writes.
+own ahead-of-time path (evo.evaluate.compiler) checks that Triton's GPU pipeline accepts what the renderer writes.
 It runs in a subprocess because this test process has TRITON_INTERPRET set.
 """
 
@@ -46,8 +46,8 @@ SCRIPT = """
 import json, sys, warnings
 warnings.filterwarnings("ignore")
 import operators
-from evo.candidate import make_candidate
-from evo.compiler import compile_candidate
+from evo.evaluate.candidate import make_candidate
+from evo.evaluate.compiler import compile_candidate
 from evo.problem import HOPPER
 op = operators.get("gemm")
 out = []

@@ -1,0 +1,1 @@
+"""Evaluation: render -> compile (CPU) -> check -> time (GPU); executors decide where each stage runs."""

@@ -1,0 +1,1 @@
+"""The experiment: YAML -> validated, frozen spec; run directories."""

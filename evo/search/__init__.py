@@ -1,0 +1,1 @@
+"""The search: asynchronous steady-state MAP-Elites, selection, variation, events."""

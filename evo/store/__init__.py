@@ -1,0 +1,1 @@
+"""The store: the SQLite evaluation store and the evaluation record."""

@@ -1,0 +1,1 @@
+"""The user surface: cli, progress, status, export, report."""
