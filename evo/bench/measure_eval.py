@@ -3,9 +3,10 @@
     python -m evo.bench.measure_eval [--count 300] [--shape 4096x4096x4096] [--dtype bf16] [--compile-workers N]
 
 1. Throughput: `count` distinct GEMM candidates (the family's seeds, then random valid genomes) are
-   compiled by a pool of CPU workers ahead of one GPU worker, which checks and times each as soon as it is
-   compiled. Reported: candidates per GPU-minute (the GPU worker's wall time from its first evaluation to
-   its last; goal >= 300), and the share of that time the GPU child spent checking and timing.
+   compiled on CPU tasks ahead of one GPU worker (the search's Ray executor and pipeline stages), which checks
+   and times each as soon as it is compiled. Reported: candidates per GPU-minute (the GPU worker's wall time
+   from its first evaluation to its last; goal >= 300), and the share of that time the GPU child spent
+   checking and timing.
 2. Repeatability: one kernel (the first seed) timed in two fresh worker processes; goal: medians within 3%.
 
 Prints a short table last; writes measure_eval.json (and the evaluation store) to $OUT when it is set.
@@ -20,7 +21,6 @@ import os
 import sys
 import tempfile
 import time
-from concurrent.futures import as_completed
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +33,8 @@ GOAL_REPEAT = 0.03
 
 
 def make_candidates(operator: Any, problem: Any, target: Any, count: int, seed: int) -> list[Any]:
-    """`count` candidates with distinct sources: the family's seeds first, then random valid genomes."""
-    from evo.evaluate.candidate import make_candidate
+    """`count` rendered candidates with distinct sources: the family's seeds first, then random valid genomes."""
+    from evo.evaluate import make_candidate
 
     rng = np.random.default_rng(seed)
     out, seen, tries = [], set(), 0
@@ -43,7 +43,7 @@ def make_candidates(operator: Any, problem: Any, target: Any, count: int, seed: 
         tries += 1
         genome = next(genomes, None) or operator.family.random(rng, problem, target)
         try:
-            cand = make_candidate(operator, genome, problem, target, origin="measure")
+            cand = make_candidate(operator, genome, problem, target, origin="measure", ticket=len(out) + 1)
         except ValueError:
             continue
         if cand.source_hash not in seen:
@@ -52,53 +52,49 @@ def make_candidates(operator: Any, problem: Any, target: Any, count: int, seed: 
     return out
 
 
-def throughput(candidates: list[Any], worker: Any, pool: Any, store: Any, timeout_s: float) -> dict[str, Any]:
-    from evo.evaluate.candidate import Prepared
-    from evo.evaluate.evaluator import Evaluator
-
-    evaluator = Evaluator(worker, store, timeout_s=timeout_s, remeasure=True)
-    futures = {pool.submit(c): c for c in candidates}
+def throughput(candidates: list[Any], executor: Any, store: Any) -> dict[str, Any]:
+    """Every candidate through the executor's stages (compile ahead, then check and time); rows stored as
+    they come, as the search does. GPU wall time: from the first evaluation a worker started to the last."""
+    for cand in candidates:
+        executor.submit(cand)
+    rows, measured = [], []
+    while executor.in_flight:
+        for cand, ev in executor.poll(timeout_s=1.0):
+            store.add(ev)
+            rows.append(ev)
+            if cand.ready:  # rendered and compiled fine: a worker checked (and timed) it
+                measured.append(ev)
     statuses: dict[str, int] = {}
-    gpu_busy = check_s = time_s = load_s = 0.0
-    hits = measured = 0
-    first = last = None
-    for fut in as_completed(futures):
-        prepared = Prepared(futures[fut], fut.result())
-        t0 = time.perf_counter()
-        first = t0 if first is None else first
-        ev = evaluator.evaluate(prepared)
-        last = time.perf_counter()
+    for ev in rows:
         statuses[ev.status] = statuses.get(ev.status, 0) + 1
-        phases = ev.resources.get("eval", {}) if isinstance(ev.resources, dict) else {}
-        if prepared.ready:
-            measured += 1
-            hits += bool(ev.resources.get("cache_hit"))
-            check_s += phases.get("check_s", 0.0)
-            time_s += phases.get("time_s", 0.0)
-            load_s += phases.get("load_s", 0.0)
-            gpu_busy += last - t0
-    wall = (last - first) if first is not None and last is not None else 0.0
+    phases = [ev.resources.get("eval", {}) for ev in measured]
+    wall = max(ev.finished_at for ev in measured) - min(ev.started_at for ev in measured) if measured else 0.0
+    busy = sum(ev.finished_at - ev.started_at for ev in measured)
+    check_s, time_s = sum(p.get("check_s", 0.0) for p in phases), sum(p.get("time_s", 0.0) for p in phases)
+    hits = sum(bool(ev.resources.get("cache_hit")) for ev in measured)
     return {
-        "candidates": len(candidates), "statuses": statuses, "gpu_evaluated": measured,
+        "candidates": len(candidates), "statuses": statuses, "gpu_evaluated": len(measured),
         "gpu_wall_s": wall, "per_gpu_minute": len(candidates) / wall * 60 if wall else 0.0,
-        "gpu_evaluated_per_gpu_minute": measured / wall * 60 if wall else 0.0,
-        "check_s": check_s, "time_s": time_s, "load_s": load_s,
+        "gpu_evaluated_per_gpu_minute": len(measured) / wall * 60 if wall else 0.0,
+        "check_s": check_s, "time_s": time_s, "load_s": sum(p.get("load_s", 0.0) for p in phases),
         "busy_share": (check_s + time_s) / wall if wall else 0.0,
-        "worker_busy_share": gpu_busy / wall if wall else 0.0,
-        "cache_hit_share": hits / measured if measured else 0.0,
-        "worker_restarts": worker.restarts, "compile_restarts": pool.restarts,
+        "worker_busy_share": busy / wall if wall else 0.0,
+        "cache_hit_share": hits / len(measured) if measured else 0.0,
     }
 
 
-def repeatability(candidate: Any, pool: Any, cache_dir: str, reps: int, timeout_s: float) -> dict[str, Any]:
-    from evo.evaluate.candidate import Prepared
+def repeatability(candidate: Any, backend: Any, target: Any, reps: int, timeout_s: float) -> dict[str, Any]:
+    """One kernel compiled once, then checked and timed in two fresh GPU worker processes, one after the other."""
+    from evo.evaluate import CompileChild, pipeline
     from evo.evaluate.worker import EvalSettings, GpuWorker
 
-    prepared = Prepared(candidate, pool.compile(candidate))
+    with CompileChild(backend, target, timeout_s * 2) as compiler:
+        failed = pipeline.compiled(candidate, compiler.compile(candidate))
     runs = []
-    for i in range(2):  # two fresh processes, one after the other
-        with GpuWorker(0, settings=EvalSettings(reps=reps, budget_ms=2000), seed=100 + i, cache_dir=cache_dir) as w:
-            ev = w.evaluate(prepared, timeout_s)
+    for i in range(2):
+        with GpuWorker(0, settings=EvalSettings(reps=reps, budget_ms=2000), seed=100 + i,
+                       cache_dir=backend.cache_dir) as w:
+            ev = failed or pipeline.measure(w, candidate, timeout_s)
         runs.append({"status": ev.status, "median_ms": ev.median_ms, "spread_ms": ev.spread_ms,
                      "baseline_ms": ev.baseline_ms, "reason": ev.reason})
     a, b = runs[0]["median_ms"], runs[1]["median_ms"]
@@ -130,8 +126,9 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--count must be >= 1")
 
     import operators
-    from evo.evaluate.compile_pool import CompilePool
-    from evo.evaluate.worker import EvalSettings, GpuWorker
+    from evo.evaluate import GpuBackend
+    from evo.evaluate.ray_executor import RayExecutor
+    from evo.experiment.spec import EvaluationSpec, ExecutorSpec
     from evo.problem import Problem
     from evo.store.sqlite import Store
 
@@ -141,19 +138,18 @@ def main(argv: list[str] | None = None) -> int:
     problem = op.problem(Problem.parse_shape(args.shape), args.dtype)
     store_path = (out_dir or Path(tempfile.mkdtemp(prefix="evo-measure-"))) / "measure_eval.db"
     started = time.time()
-    worker = GpuWorker(0, settings=EvalSettings(reps=args.reps), seed=args.seed, cache_dir=cache_dir)
-    worker.start()  # its CUDA start-up overlaps the compile pool's
-    gpu, versions, target = worker.gpu, worker.versions, _target_of(worker)
-    pool = CompilePool(args.compile_workers, timeout_s=args.timeout * 2, cache_dir=cache_dir, target=target)
-    try:
-        candidates = make_candidates(op, problem, pool.target, args.count, args.seed)
+    evaluation = EvaluationSpec(reps=args.reps, timeout_s=args.timeout, compile_timeout_s=args.timeout * 2)
+    backend = GpuBackend(evaluation, seed=args.seed, cache_dir=cache_dir)
+    # the search's own executor: compiles on CPU tasks ahead of one GPU worker
+    spec = ExecutorSpec(kind="ray", gpus=1, compile_workers=args.compile_workers)
+    with RayExecutor(backend, spec, evaluation) as executor:
+        info = executor.infos[0]
+        gpu, versions, target = info.gpu, info.versions, executor.target
+        candidates = make_candidates(op, problem, target, args.count, args.seed)
         with Store(store_path) as store:
-            tp = throughput(candidates, worker, pool, store, args.timeout)
-        worker.close()
-        rep = repeatability(candidates[0], pool, cache_dir, args.repeat_reps, args.timeout)
-    finally:
-        pool.close()
-        worker.close()
+            tp = throughput(candidates, executor, store)
+    first = make_candidates(op, problem, target, 1, args.seed)[0]
+    rep = repeatability(first, backend, target, args.repeat_reps, args.timeout)
     result = {"problem": problem.key, "gpu": gpu, "versions": versions,
               "compile_workers": args.compile_workers, "throughput": tp, "repeatability": rep,
               "wall_s": time.time() - started, "store": str(store_path)}
@@ -176,14 +172,6 @@ def main(argv: list[str] | None = None) -> int:
     print(_table(rows))
     return 0
 
-
-def _target_of(worker: Any) -> Any:
-    target = worker.info.get("target")
-    if target is None:
-        from evo.problem import HOPPER
-
-        return HOPPER
-    return target
 
 
 if __name__ == "__main__":

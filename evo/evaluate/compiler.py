@@ -1,9 +1,9 @@
 """Compiling a candidate ahead of time, on a CPU, for a GPU target: the static half of an evaluation.
 
 `compile_candidate` is a pure function (picklable in, picklable out) meant to run in a compile worker
-process (see evo.evaluate.compile_pool): it writes the rendered module, finds out exactly which kernels the
-launcher would launch for the problem, compiles each for the target GPU, reads shared memory, registers and
-spills, and rejects what cannot fit the target.
+process (a Ray task, or the local executor's compile child): it writes the rendered module, finds out
+exactly which kernels the launcher would launch for the problem, compiles each for the target GPU, reads
+shared memory, registers and spills, and rejects what cannot fit the target.
 
 Finding the launches: every module-global `JITFunction` is swapped for a recorder while the launcher runs
 on the operator's inputs made on the "meta" device (no data, real shapes and dtypes). Each recorded call is
@@ -22,11 +22,11 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from evo.evaluate.candidate import Candidate
+from evo.evaluate.candidate import Candidate, CompileResult
 from evo.evaluate.faults import classify
 from evo.problem import Target
 
@@ -36,22 +36,6 @@ __all__ = ["CompileResult", "Launch", "compile_candidate", "record_launches", "j
 # Spilling a few registers costs little; beyond this many bytes of stack frame (spill space) per thread the
 # kernel is bound by its own local-memory traffic and not worth a GPU's time.
 DEFAULT_MAX_SPILL_BYTES = 2048
-
-
-@dataclass
-class CompileResult:
-    status: str  # ok | compile_error | out_of_resources | timeout | crashed | error
-    reason: str = ""
-    resources: dict[str, Any] = field(default_factory=dict)  # shared, registers, spills (max over kernels), kernels
-    compile_s: float = 0.0
-    target: Target | None = None
-    triton_version: str = ""
-    cache_hashes: list[str] = field(default_factory=list)  # Triton cache entries written (one per kernel)
-    worker: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok"
 
 
 @dataclass(frozen=True)
@@ -200,13 +184,13 @@ def interpreter_has_run() -> bool:
     return getattr(tl.core.tensor.__mul__, "__module__", "") == "triton.runtime.interpreter"
 
 
-def compile_candidate(candidate: Candidate, target: Target, *, operator: Any = None, cache_dir: str | None = None,
+def compile_candidate(candidate: Candidate, target: Target, *, cache_dir: str | None = None,
                       max_spill_bytes: int | None = DEFAULT_MAX_SPILL_BYTES) -> CompileResult:
     """Compile every kernel `candidate`'s launcher launches for its problem, for `target`, and judge them.
 
-    Meant for a compile worker process (evo.evaluate.compile_pool, or a Ray task); it may run in any process, even
-    one that runs the Triton interpreter, since it sets TRITON_INTERPRET=0 while it works. `operator`
-    defaults to `operators.get(candidate.problem.operator)`. `cache_dir` is the TRITON_CACHE_DIR to compile
+    Meant for a compile worker process (a Ray task, or the local executor's compile child); it may run in any
+    process that has not run the Triton interpreter, since it sets TRITON_INTERPRET=0 while it works.
+    `cache_dir` is the TRITON_CACHE_DIR to compile
     into; the GPU worker must use the same directory, which is the case by default (~/.triton/cache).
     """
     import triton
@@ -218,16 +202,13 @@ def compile_candidate(candidate: Candidate, target: Target, *, operator: Any = N
     if interpreter_has_run():
         result.status = "error"
         result.reason = ("this process has run the Triton interpreter, which patches triton.language for the rest "
-                         "of its life; compile in a fresh process (evo.evaluate.compile_pool.CompilePool)")
+                         "of its life; compile in a fresh process (evo.evaluate.executor.CompileChild)")
         return result
     module = None
     # Real JITFunctions are needed, whatever this process otherwise runs (tests run the interpreter).
     try:
         with _environment(TRITON_INTERPRET="0", TRITON_CACHE_DIR=str(cache_dir) if cache_dir else None):
-            if operator is None:
-                import operators
-
-                operator = operators.get(candidate.problem.operator)
+            operator = candidate.operator
             module = load_source(candidate.source)
             if not jit_functions(module):  # imported earlier by this process under the interpreter
                 sys.modules.pop(module.__name__, None)

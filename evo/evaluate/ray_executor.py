@@ -1,5 +1,5 @@
-"""The Ray executor: jobs are rendered in the driver, compiled ahead of time as CPU tasks, and evaluated by
-one actor per GPU, so that a GPU that frees up is handed an already compiled job at once.
+"""The Ray executor: candidates are rendered in the driver, compiled ahead of time as CPU tasks, and measured
+by one actor per GPU, so that a GPU that frees up is handed an already compiled candidate at once.
 
 Ray is imported here only, when the executor starts: GPU workers and exported kernels never need it.
 By default an embedded Ray instance is started on this machine, bound to 127.0.0.1 with the dashboard off
@@ -15,8 +15,11 @@ import time
 from collections import deque
 from typing import Any
 
-from evo.evaluate.backend import Backend, Job, Ready, job_evaluation
-from evo.evaluate.executor import Executor, Lookup
+from evo.evaluate import pipeline
+from evo.evaluate.backend import Backend
+from evo.evaluate.candidate import Candidate, CompileResult
+from evo.evaluate.executor import Executor
+from evo.evaluate.pipeline import Lookup
 from evo.experiment.spec import EvaluationSpec, ExecutorSpec
 from evo.problem import Target
 from evo.store.record import Evaluation
@@ -32,8 +35,8 @@ _GRACE_S = 30.0  # beyond the evaluator's own time limits, before the executor g
 _MAX_ACTOR_FAILURES = 3  # consecutive deaths of a worker's actor before it is given no more jobs
 
 
-def _compile_task(backend: Backend, ready: Ready, target: Target) -> Ready | Evaluation:
-    return backend.compile(ready, target)
+def _compile_task(backend: Backend, cand: Candidate, target: Target) -> CompileResult | None:
+    return backend.compile(cand, target)
 
 
 class _WorkerActor:
@@ -45,8 +48,8 @@ class _WorkerActor:
     def info(self) -> Any:
         return self.worker.info
 
-    def evaluate(self, ready: Ready, timeout_s: float) -> Evaluation:
-        return self.worker.evaluate(ready, timeout_s)
+    def evaluate(self, cand: Candidate, timeout_s: float) -> Evaluation:
+        return pipeline.measure(self.worker, cand, timeout_s)
 
     def close(self) -> None:
         self.worker.close()
@@ -69,11 +72,11 @@ class RayExecutor(Executor):
         self._started_ray = False
         self._actors: list[Any] = []
         self._idle: deque[int] = deque()
-        self._waiting: deque[Ready] = deque()  # rendered, waiting for a compile slot
-        self._compiling: dict[Any, tuple[Ready, float]] = {}
-        self._ready: deque[Ready] = deque()
-        self._running: dict[Any, tuple[int, Ready, float]] = {}
-        self._done: list[tuple[Job, Evaluation]] = []
+        self._waiting: deque[Candidate] = deque()  # rendered, waiting for a compile slot
+        self._compiling: dict[Any, tuple[Candidate, float]] = {}
+        self._ready: deque[Candidate] = deque()
+        self._running: dict[Any, tuple[int, Candidate, float]] = {}
+        self._done: list[tuple[Candidate, Evaluation]] = []
         self._compile_slots = 1
         self._actor_failures: list[int] = []
         self._fatal: RuntimeError | None = None  # set when no worker is left; raised once results are out
@@ -183,27 +186,27 @@ class RayExecutor(Executor):
     def in_flight(self) -> int:
         return len(self._waiting) + len(self._compiling) + len(self._ready) + len(self._running) + len(self._done)
 
-    def submit(self, job: Job) -> None:
+    def submit(self, cand: Candidate) -> None:
         if self._ray is None:
             raise RuntimeError("executor not started")
-        ready = self._render(job)
-        if isinstance(ready, Evaluation):
-            self._done.append((job, ready))
+        ev = self._render(cand)
+        if ev is not None:
+            self._done.append((cand, ev))
         else:
-            self._waiting.append(ready)
+            self._waiting.append(cand)
             self._pump()
 
-    def cancel_waiting(self) -> list[Job]:
-        dropped = [r.job for r in self._waiting] + [r.job for r in self._ready]
-        for ref, (ready, _) in list(self._compiling.items()):
+    def cancel_waiting(self) -> list[Candidate]:
+        dropped = list(self._waiting) + list(self._ready)
+        for ref, (cand, _) in list(self._compiling.items()):
             self._ray.cancel(ref, force=True)
-            dropped.append(ready.job)
+            dropped.append(cand)
         self._compiling.clear()
         self._waiting.clear()
         self._ready.clear()
         return dropped
 
-    def poll(self, timeout_s: float | None = None) -> list[tuple[Job, Evaluation]]:
+    def poll(self, timeout_s: float | None = None) -> list[tuple[Candidate, Evaluation]]:
         ray = self._ray
         if ray is None:
             return []
@@ -233,48 +236,44 @@ class RayExecutor(Executor):
 
     # -- internals ------------------------------------------------------------------------------------
     def _pump(self) -> None:
-        """Start compiles while CPU slots are free; hand compiled jobs to idle workers."""
+        """Start compiles while CPU slots are free; hand compiled candidates to idle workers."""
         while self._waiting and len(self._compiling) < self._compile_slots:
-            ready = self._waiting.popleft()
-            ref = self._compile.remote(self._backend_ref, ready, self.target)
-            self._compiling[ref] = (ready, time.monotonic())
+            cand = self._waiting.popleft()
+            ref = self._compile.remote(self._backend_ref, cand, self.target)
+            self._compiling[ref] = (cand, time.monotonic())
         while self._ready and self._idle:
             i = self._idle.popleft()
-            ready = self._ready.popleft()
-            ref = self._actors[i].evaluate.remote(ready, self.evaluation.timeout_s)
-            self._running[ref] = (i, ready, time.monotonic())
+            cand = self._ready.popleft()
+            ref = self._actors[i].evaluate.remote(cand, self.evaluation.timeout_s)
+            self._running[ref] = (i, cand, time.monotonic())
 
     def _collect(self, ref: Any) -> None:
         ray = self._ray
         if ref in self._compiling:
-            ready, _ = self._compiling.pop(ref)
-            job = ready.job
+            cand, _ = self._compiling.pop(ref)
             try:
-                out = ray.get(ref)
+                out = pipeline.compiled(cand, ray.get(ref))
             except ray.exceptions.RayTaskError as e:  # compile raised: a backend bug, not the kernel's fault
-                out = job_evaluation(job, "error", f"compile failed: {_short(e)}", ready.source_hash)
+                out = cand.row("error", f"compile failed: {_short(e)}")
             except Exception as e:  # the task's process died under it: compilers abort on some kernels
-                out = job_evaluation(job, "compile_error", f"the compile process died: {_short(e)}",
-                                     ready.source_hash)
-            if isinstance(out, Evaluation):
-                self._done.append((job, self._named(out)))
+                out = cand.row("compile_error", f"the compile process died: {_short(e)}")
+            if out is not None:
+                self._done.append((cand, self._named(out)))
             else:
-                self._ready.append(out)
+                self._ready.append(cand)
         elif ref in self._running:
-            i, ready, _ = self._running.pop(ref)
+            i, cand, _ = self._running.pop(ref)
             info = self.infos[i]
             try:
                 ev = ray.get(ref)
             except ray.exceptions.RayActorError as e:
-                ev = job_evaluation(ready.job, "crashed", f"worker died: {_short(e)}", ready.source_hash,
-                                    gpu=info.gpu, worker=info.name)
+                ev = cand.row("crashed", f"worker died: {_short(e)}", gpu=info.gpu, worker=info.name)
                 self._actor_failures[i] += 1
             except Exception as e:
-                ev = job_evaluation(ready.job, "error", f"worker failed: {_short(e)}", ready.source_hash,
-                                    gpu=info.gpu, worker=info.name)
+                ev = cand.row("error", f"worker failed: {_short(e)}", gpu=info.gpu, worker=info.name)
             else:
                 self._actor_failures[i] = 0
-            self._done.append((ready.job, ev))
+            self._done.append((cand, ev))
             self._release(i)
 
     def _release(self, i: int) -> None:
@@ -291,20 +290,19 @@ class RayExecutor(Executor):
 
     def _reap_overdue(self) -> None:
         now = time.monotonic()
-        for ref, (ready, started) in list(self._compiling.items()):
+        for ref, (cand, started) in list(self._compiling.items()):
             if now - started > self.evaluation.compile_timeout_s + _GRACE_S:
                 self._ray.cancel(ref, force=True)
                 del self._compiling[ref]
-                self._done.append((ready.job, self._named(job_evaluation(
-                    ready.job, "timeout", "compile overran its time limit", ready.source_hash))))
-        for ref, (i, ready, started) in list(self._running.items()):
+                self._done.append((cand, self._named(cand.row("timeout", "compile overran its time limit"))))
+        for ref, (i, cand, started) in list(self._running.items()):
             if now - started > self.evaluation.timeout_s + _GRACE_S:
                 # the worker did not honour its own limit: replace its actor (Ray restarts it)
                 self._ray.kill(self._actors[i], no_restart=False)
                 del self._running[ref]
                 info = self.infos[i]
-                self._done.append((ready.job, job_evaluation(ready.job, "timeout", "worker overran its time limit",
-                                                             ready.source_hash, gpu=info.gpu, worker=info.name)))
+                self._done.append((cand, cand.row("timeout", "worker overran its time limit", gpu=info.gpu,
+                                                  worker=info.name)))
                 self._release(i)
 
 

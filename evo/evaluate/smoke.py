@@ -18,14 +18,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
-from evo.evaluate.candidate import Candidate, Prepared
-from evo.evaluate.supervisor import ChildDied, ChildRaised, ChildTimeout, Supervised
+from evo.evaluate.backend import Worker
+from evo.evaluate.candidate import Candidate
+from evo.evaluate.worker import ChildWorker, GpuBackend
+from evo.experiment.spec import EvaluationSpec
 from evo.problem import HOPPER, Problem, Target
 from evo.store.record import Evaluation
 
-__all__ = ["SmokeWorker", "SMOKE_GPU", "SMOKE_NOTE", "smoke_problem", "smoke_setup", "smoke_evaluate"]
+__all__ = ["SmokeBackend", "SmokeWorker", "SMOKE_GPU", "SMOKE_NOTE", "smoke_problem", "smoke_setup", "smoke_evaluate"]
 
 SMOKE_GPU = "cpu-interpreter"
 SMOKE_NOTE = "smoke: fitness is a model estimate, not a timing"
@@ -47,34 +47,25 @@ def smoke_problem(operator: Any, genome: Any, problem: Problem, target: Target) 
     raise ValueError(f"smoke: {genome} runs no problem clipped to <= {SMOKE_SIZES[-1]}: {'; '.join(reasons)}")
 
 
-def smoke_setup(settings: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def smoke_setup(target: Target) -> tuple[dict[str, Any], dict[str, Any]]:
     import torch
     import triton
 
     versions = {"triton": triton.__version__, "torch": torch.__version__.split("+")[0], "cuda": "none",
                 "mode": "smoke"}
-    state = {"operators": dict(settings.get("operators") or {}), "target": settings.get("target") or HOPPER,
-             "versions": versions, "worker": f"smoke:pid{os.getpid()}"}
+    state = {"target": target, "versions": versions, "worker": f"smoke:pid{os.getpid()}"}
     return state, {"gpu": SMOKE_GPU, "versions": versions, "worker": state["worker"]}
 
 
-def smoke_evaluate(state: dict[str, Any], request: tuple[Prepared, int]) -> Evaluation:
+def smoke_evaluate(state: dict[str, Any], cand: Candidate) -> Evaluation:
     from evo.evaluate.check import run_check
     from evo.evaluate.faults import classify
     from evo.evaluate.modules import load_source
 
-    prepared, seed = request
-    cand = prepared.candidate
-    name = cand.problem.operator
-    if name not in state["operators"]:
-        import operators
-
-        state["operators"][name] = operators.get(name)
-    op = state["operators"][name]
-    compiled = prepared.compiled
-    resources = dict(compiled.resources) if compiled else {}
+    op = cand.operator
+    resources = dict(cand.compiled.resources) if cand.compiled else {}
     common = {"gpu": SMOKE_GPU, "versions": state["versions"], "worker": state["worker"], "started_at": time.time(),
-              "baseline": "smoke-roofline", "compile_s": compiled.compile_s if compiled else None}
+              "baseline": "smoke-roofline", "resources": resources}
     phase, module = "compile", None
     try:
         small = smoke_problem(op, cand.genome, cand.problem, state["target"])
@@ -82,72 +73,44 @@ def smoke_evaluate(state: dict[str, Any], request: tuple[Prepared, int]) -> Eval
         module = load_source(op.render(cand.genome, small, state["target"]))
         launcher = getattr(module, op.entry)
         phase = "run"
-        checked = run_check(launcher, op, small, seed, device="cpu")
+        checked = run_check(launcher, op, small, cand.seed or 0, device="cpu")
     except Exception as exc:
         fault = classify(exc, phase=phase)
-        return cand.evaluation(fault.status, f"smoke: {fault.reason}", resources=resources, finished_at=time.time(),
-                               **common)
+        return cand.row(fault.status, f"smoke: {fault.reason}", finished_at=time.time(), **common)
     finally:
         if module is not None:
             sys.modules.pop(module.__name__, None)
     if checked.status != "ok":
-        return cand.evaluation(checked.status, f"smoke: {checked.reason}", max_rel_error=checked.max_rel_error,
-                               resources=resources, finished_at=time.time(), **common)
+        return cand.row(checked.status, f"smoke: {checked.reason}", max_rel_error=checked.max_rel_error,
+                        finished_at=time.time(), **common)
     estimate = float(op.smoke_cost(cand.genome, cand.problem))
     roofline = op.smoke_roofline_ms(cand.problem)
-    return cand.evaluation("ok", SMOKE_NOTE, median_ms=estimate, spread_ms=0.0, times_ms=[], baseline_ms=roofline,
-                           baseline_spread_ms=0.0, max_rel_error=checked.max_rel_error, resources=resources,
-                           finished_at=time.time(), **common)
+    return cand.row("ok", SMOKE_NOTE, median_ms=estimate, spread_ms=0.0, times_ms=[], baseline_ms=roofline,
+                    baseline_spread_ms=0.0, max_rel_error=checked.max_rel_error, finished_at=time.time(), **common)
 
 
-class SmokeWorker:
-    """The CPU stand-in for a GpuWorker (same `evaluate`, `gpu`, `versions`), for runs without a GPU."""
+class SmokeWorker(ChildWorker):
+    """The CPU stand-in for a GpuWorker (same supervision, same rows), for runs without a GPU."""
 
-    def __init__(self, *, target: Target = HOPPER, seed: int = 0, operators: dict[str, Any] | None = None,
-                 setup: Callable[..., Any] | None = None, start_timeout_s: float = 300.0) -> None:
-        settings = {"target": target, "operators": dict(operators or {})}
-        self._child = Supervised(setup or smoke_setup, smoke_evaluate, setup_args=(settings,),
-                                 env={"TRITON_INTERPRET": "1"}, name="evo-smoke", start_timeout_s=start_timeout_s)
-        self._rng = np.random.default_rng([seed, 0x5A0CE])
+    note = "smoke: "
 
-    @property
-    def info(self) -> dict[str, Any]:
-        return self._child.info()
+    def __init__(self, *, target: Target = HOPPER, seed: int = 0, setup: Callable[..., Any] | None = None,
+                 start_timeout_s: float = 300.0) -> None:
+        super().__init__(setup or smoke_setup, smoke_evaluate, setup_args=(target,), env={"TRITON_INTERPRET": "1"},
+                         name="evo-smoke", seed=[seed, 0x5A0CE], start_timeout_s=start_timeout_s, target=target)
 
-    @property
-    def gpu(self) -> str:
-        return SMOKE_GPU
 
-    @property
-    def versions(self) -> dict[str, str]:
-        return self.info["versions"]
+class SmokeBackend(GpuBackend):
+    """CPU smoke runs: compiles for `target` (Hopper by default) on CPUs like a real run, then checks in the
+    CPU interpreter with a fitness that is a model estimate, NOT a timing (evo.evaluate.smoke)."""
 
-    @property
-    def restarts(self) -> int:
-        return max(0, self._child.starts - 1)
+    needs_gpu = False
 
-    def evaluate(self, item: Prepared | Candidate, timeout_s: float = 60.0) -> Evaluation:
-        prepared = item if isinstance(item, Prepared) else Prepared(item)
-        cand = prepared.candidate
-        info = self.info
-        common = {"gpu": SMOKE_GPU, "versions": info["versions"], "worker": info["worker"], "started_at": time.time()}
-        try:
-            return self._child.call((prepared, int(self._rng.integers(0, 2**31 - 1))), timeout_s)
-        except ChildTimeout as exc:
-            return cand.evaluation("timeout", f"smoke: {exc}", finished_at=time.time(), **common)
-        except ChildDied as exc:
-            return cand.evaluation("crashed", f"smoke: {exc}", finished_at=time.time(), **common)
-        except ChildRaised as exc:
-            from evo.evaluate.faults import classify
+    def __init__(self, evaluation: EvaluationSpec | None = None, seed: int = 0, target: Target = HOPPER) -> None:
+        super().__init__(evaluation, seed)
+        self.target = target
 
-            return cand.evaluation(classify(f"{exc.kind}: {exc.message}").status, f"smoke: {exc.message[-1000:]}",
-                                   finished_at=time.time(), **common)
-
-    def close(self) -> None:
-        self._child.close()
-
-    def __enter__(self) -> SmokeWorker:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+    def open_worker(self, device_index: int) -> Worker:
+        worker = SmokeWorker(target=self.target, seed=self.seed)
+        worker.info  # noqa: B018 - starts the child now, not on the first candidate
+        return worker

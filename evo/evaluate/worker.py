@@ -1,30 +1,36 @@
 """The GPU worker: one child process per GPU holds the CUDA context, checks and times candidates; a
 supervisor object in the parent survives whatever the candidates do to it.
 
-In the child, each candidate is first checked on fresh random inputs (evo.evaluate.check), then timed interleaved
-with the operator's primary baseline on the same inputs in the same process (evo.evaluate.timing). Faults become
-statuses (evo.evaluate.faults). An illegal address poisons the CUDA context: the child replies and exits, and the
-supervisor starts a new one. A kernel that never ends is killed with its process when the time limit
-passes (status timeout). Whatever kills the child otherwise, the candidate it was on is recorded as crashed.
+In the child, each candidate is first checked on fresh random inputs (evo.evaluate.check), then timed
+interleaved with the operator's primary baseline on the same inputs in the same process (evo.evaluate.timing).
+Faults become statuses (evo.evaluate.faults). An illegal address poisons the CUDA context: the child replies
+and exits, and the supervisor starts a new one. A kernel that never ends is killed with its process when the
+time limit passes (status timeout). Whatever kills the child otherwise, the candidate it was on is recorded
+as crashed. `ChildWorker` is that supervision, shared with the CPU smoke worker (evo.evaluate.smoke).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from evo.evaluate.candidate import Candidate, Prepared
+from evo.evaluate.backend import Backend, Worker, WorkerInfo
+from evo.evaluate.candidate import Candidate, CompileResult
 from evo.evaluate.supervisor import ChildDied, ChildRaised, ChildTimeout, ExitAfter, Supervised
 from evo.evaluate.timing import PROTOCOL as TIMING_PROTOCOL
+from evo.experiment.spec import EvaluationSpec
+from evo.problem import Target
 from evo.store.record import Evaluation
 
-__all__ = ["GpuWorker", "GpuState", "EvalSettings", "EvalRequest", "gpu_setup", "gpu_evaluate", "visible_device"]
+__all__ = ["GpuBackend", "ChildWorker", "GpuWorker", "GpuState", "EvalSettings", "gpu_setup", "gpu_evaluate",
+           "visible_device"]
 
 
 @dataclass(frozen=True)
@@ -32,17 +38,10 @@ class EvalSettings:
     reps: int = 30  # timed repetitions of each of candidate and baseline (fewer when slow: evo.evaluate.timing)
     warmup: int = 3
     budget_ms: float = 400.0  # GPU time the timing of one candidate (with its baseline) aims at
-    operators: dict[str, Any] = field(default_factory=dict)  # name -> Operator, for operators not in the registry
 
     def __post_init__(self) -> None:
         if self.reps < 1 or self.warmup < 0 or self.budget_ms <= 0:
             raise ValueError(f"bad evaluation settings: {self}")
-
-
-@dataclass(frozen=True)
-class EvalRequest:
-    prepared: Prepared
-    seed: int  # inputs of the check are drawn from it: a fresh seed for every evaluation
 
 
 def visible_device(device_index: int) -> str:
@@ -78,21 +77,14 @@ class GpuState:
         self.versions = {"triton": triton.__version__, "torch": torch.__version__.split("+")[0],
                          "cuda": str(torch.version.cuda or ""), "timing": TIMING_PROTOCOL}
         self.worker = f"{socket.gethostname()}:gpu{device_index}:pid{os.getpid()}"
-        self._operators: dict[str, Any] = dict(settings.operators)
-        self._baselines: dict[str, tuple[str, Callable[..., Any]]] = {}
-
-    def operator(self, name: str) -> Any:
-        if name not in self._operators:
-            import operators
-
-            self._operators[name] = operators.get(name)
-        return self._operators[name]
+        self._baselines: dict[tuple[str, str], tuple[str, Callable[..., Any]]] = {}
 
     def baseline(self, operator: Any, problem: Any) -> tuple[str, Callable[..., Any]]:
-        if problem.key not in self._baselines:
+        key = (operator.name, problem.key)
+        if key not in self._baselines:
             primary = operator.baselines()[0]
-            self._baselines[problem.key] = (primary.name, primary.make(problem))
-        return self._baselines[problem.key]
+            self._baselines[key] = (primary.name, primary.make(problem))
+        return self._baselines[key]
 
 
 def gpu_setup(device_index: int, settings: EvalSettings) -> tuple[GpuState, dict[str, Any]]:
@@ -115,52 +107,40 @@ def _context_ok(device: str) -> bool:
         return False
 
 
-def _loaded_kernels(module: Any) -> list[Any]:
-    from evo.evaluate.compiler import jit_functions
-
-    kernels = []
-    for fn in jit_functions(module).values():
-        for entry in getattr(fn, "device_caches", {}).values():
-            kernels.extend(k for k in entry[0].values() if hasattr(k, "metadata"))
-    return kernels
-
-
-def _gpu_resources(module: Any, prepared: Prepared) -> dict[str, Any]:
+def _gpu_resources(module: Any, cand: Candidate) -> dict[str, Any]:
     """Resources as loaded on the GPU, and whether every kernel came from the compile-ahead cache."""
-    kernels = _loaded_kernels(module)
+    from evo.evaluate.compiler import jit_functions, summarize
+
+    kernels = [k for fn in jit_functions(module).values() for entry in getattr(fn, "device_caches", {}).values()
+               for k in entry[0].values() if hasattr(k, "metadata")]
     loaded = [{"name": k.metadata.name, "hash": k.hash, "shared": int(k.metadata.shared),
                "registers": getattr(k, "n_regs", None), "spills": getattr(k, "n_spills", None)} for k in kernels]
-    compiled = prepared.compiled
+    compiled = cand.compiled
     if compiled is not None and compiled.resources:
         resources = dict(compiled.resources)
         hit = bool(loaded) and all(k["hash"] in compiled.cache_hashes for k in loaded)
     else:
-        from evo.evaluate.compiler import summarize
-
         resources, hit = summarize(loaded), None
     resources["gpu_kernels"] = loaded
     resources["cache_hit"] = hit
     return resources
 
 
-def gpu_evaluate(state: GpuState, request: EvalRequest) -> Evaluation | ExitAfter:
-    """Check, then time, one candidate. Never raises for a fault of the candidate."""
+def gpu_evaluate(state: GpuState, cand: Candidate) -> Evaluation | ExitAfter:
+    """Check, then time, one candidate (its `seed` draws the check's inputs). Never raises for a fault of
+    the candidate."""
     from evo.evaluate.check import run_check
+    from evo.evaluate.compiler import forget_module
     from evo.evaluate.faults import classify
     from evo.evaluate.modules import load_source
     from evo.evaluate.timing import time_interleaved
 
-    prepared, cand = request.prepared, request.prepared.candidate
-    compiled = prepared.compiled
-    started = time.time()
-    operator = state.operator(cand.problem.operator)
+    operator = cand.operator
     baseline_name, baseline_fn = state.baseline(operator, cand.problem)
-    common: dict[str, Any] = {
-        "gpu": state.gpu, "versions": state.versions, "worker": state.worker, "started_at": started,
-        "baseline": baseline_name, "compile_s": compiled.compile_s if compiled else None,
-        "resources": dict(compiled.resources) if compiled else {},
-    }
-    phases: dict[str, Any] = {"seed": request.seed}
+    common: dict[str, Any] = {"gpu": state.gpu, "versions": state.versions, "worker": state.worker,
+                              "started_at": time.time(), "baseline": baseline_name,
+                              "resources": dict(cand.compiled.resources) if cand.compiled else {}}
+    phases: dict[str, Any] = {"seed": cand.seed}
     module = None
     phase = "compile"
     try:
@@ -169,13 +149,13 @@ def gpu_evaluate(state: GpuState, request: EvalRequest) -> Evaluation | ExitAfte
         launcher = getattr(module, operator.entry)
         phase = "run"
         t1 = time.perf_counter()
-        checked = run_check(launcher, operator, cand.problem, request.seed, device=state.device)
+        checked = run_check(launcher, operator, cand.problem, cand.seed or 0, device=state.device)
         t2 = time.perf_counter()
         phases.update(load_s=t1 - t0, check_s=t2 - t1)
-        common["resources"] = _gpu_resources(module, prepared)
+        common["resources"] = _gpu_resources(module, cand)
         if checked.status != "ok":
-            return cand.evaluation(checked.status, checked.reason, max_rel_error=checked.max_rel_error,
-                                   **_finish(common, phases))
+            return cand.row(checked.status, checked.reason, max_rel_error=checked.max_rel_error,
+                            **_finish(common, phases))
         inputs, out = checked.inputs, checked.out
         run = (lambda: launcher(*inputs, out=out)) if checked.takes_out else (lambda: launcher(*inputs))
         base = lambda: baseline_fn(*inputs)
@@ -184,20 +164,18 @@ def gpu_evaluate(state: GpuState, request: EvalRequest) -> Evaluation | ExitAfte
         timing, base_timing = time_interleaved([run, base], reps=s.reps, warmup=s.warmup, budget_ms=s.budget_ms,
                                               device=state.device)
         phases.update(time_s=time.perf_counter() - t2)
-        return cand.evaluation("ok", median_ms=timing.median_ms, spread_ms=timing.spread_ms, times_ms=timing.times_ms,
-                               baseline_ms=base_timing.median_ms, baseline_spread_ms=base_timing.spread_ms,
-                               max_rel_error=checked.max_rel_error, **_finish(common, phases))
+        return cand.row("ok", median_ms=timing.median_ms, spread_ms=timing.spread_ms, times_ms=timing.times_ms,
+                        baseline_ms=base_timing.median_ms, baseline_spread_ms=base_timing.spread_ms,
+                        max_rel_error=checked.max_rel_error, **_finish(common, phases))
     except Exception as exc:
         fault = classify(exc, phase=phase)
         fatal = fault.fatal or (phase == "run" and not _context_ok(state.device))
         status = "crashed" if fatal else fault.status
         reason = fault.reason if status == fault.status else f"CUDA context lost after: {fault.reason}"
-        ev = cand.evaluation(status, reason, **_finish(common, phases))
+        ev = cand.row(status, reason, **_finish(common, phases))
         return ExitAfter(ev) if fatal else ev
     finally:
         if module is not None:  # loaded kernels stay alive only as long as their module
-            from evo.evaluate.compiler import forget_module
-
             forget_module(module)
 
 
@@ -211,30 +189,25 @@ def _finish(common: dict[str, Any], phases: dict[str, Any]) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------------------
 # In the parent process
 # ------------------------------------------------------------------------------------------------------
-class GpuWorker:
-    """Supervisor of the child process that evaluates candidates on GPU `device_index`.
+class ChildWorker(Worker):
+    """A Worker whose checking runs in a supervised child process (`Supervised`).
 
-    `evaluate` always returns an Evaluation: a candidate that hangs the GPU is recorded as timeout, one
-    that kills the process as crashed, and the child is replaced before the next candidate. `setup` and
-    `handler` replace the GPU code (tests use stand-ins); `recycle_after` evaluations start a fresh child
-    to bound what loaded kernels leak.
+    `evaluate` always returns a row: a candidate that hangs the child is recorded as timeout, one that kills
+    the process as crashed, and the child is replaced before the next candidate. Each candidate gets a fresh
+    seed for its check. `recycle_after` evaluations start a fresh child to bound what loaded kernels leak.
     """
 
-    def __init__(self, device_index: int = 0, *, settings: EvalSettings | None = None, seed: int = 0,
-                 cache_dir: str | None = None, setup: Callable[..., Any] | None = None,
-                 handler: Callable[[Any, Any], Any] | None = None, setup_args: tuple[Any, ...] | None = None,
-                 start_timeout_s: float = 300.0, recycle_after: int | None = 2000) -> None:
+    note = ""  # prefixes the reasons this supervisor writes (the smoke worker's say "smoke: ")
+
+    def __init__(self, setup: Callable[..., Any], handler: Callable[[Any, Any], Any], *, setup_args: tuple[Any, ...],
+                 env: dict[str, str], name: str, seed: Any, start_timeout_s: float = 300.0,
+                 recycle_after: int | None = 2000, target: Any = None) -> None:
         if recycle_after is not None and recycle_after < 1:
             raise ValueError(f"recycle_after must be >= 1 or None, got {recycle_after}")
-        self.device_index = device_index
-        self.settings = settings or EvalSettings()
-        env = {"CUDA_VISIBLE_DEVICES": visible_device(device_index), "TRITON_INTERPRET": "0"}
-        if cache_dir:
-            env["TRITON_CACHE_DIR"] = str(cache_dir)
-        args = setup_args if setup_args is not None else (device_index, self.settings)
-        self._child = Supervised(setup or gpu_setup, handler or gpu_evaluate, setup_args=args, env=env,
-                                 name=f"evo-gpu{device_index}", start_timeout_s=start_timeout_s)
-        self._rng = np.random.default_rng([seed, device_index])
+        self._child = Supervised(setup, handler, setup_args=setup_args, env=env, name=name,
+                                 start_timeout_s=start_timeout_s)
+        self._rng = np.random.default_rng(seed)
+        self._target = target
         self.recycle_after = recycle_after
         self._served_by_child = 0
         self.evaluated = 0
@@ -243,16 +216,19 @@ class GpuWorker:
         self._child.start()
 
     @property
-    def info(self) -> dict[str, Any]:
-        return self._child.info()
+    def info(self) -> WorkerInfo:
+        """Waits for a (re)started child: its start-up is never a candidate's time."""
+        d = self._child.info()
+        return WorkerInfo(str(d.get("worker", self._child.name)), str(d["gpu"]), dict(d["versions"]),
+                          d.get("target") or self._target)
 
     @property
     def gpu(self) -> str:
-        return self.info["gpu"]
+        return self.info.gpu
 
     @property
     def versions(self) -> dict[str, str]:
-        return self.info["versions"]
+        return self.info.versions
 
     @property
     def restarts(self) -> int:
@@ -262,40 +238,33 @@ class GpuWorker:
     def pid(self) -> int | None:
         return self._child.pid
 
-    def evaluate(self, item: Prepared | Candidate, timeout_s: float = 60.0) -> Evaluation:
-        prepared = item if isinstance(item, Prepared) else Prepared(item)
-        cand = prepared.candidate
-        info = self.info  # waits for a (re)started child: its start-up is not the candidate's time
+    def evaluate(self, cand: Candidate, timeout_s: float = 60.0) -> Evaluation:
+        info = self.info
         if self.recycle_after is not None and self._served_by_child >= self.recycle_after:
             self._child.close()
             self._served_by_child = 0
             info = self.info
-        request = EvalRequest(prepared, int(self._rng.integers(0, 2**31 - 1)))
-        started = time.time()
-        common = {"gpu": info["gpu"], "versions": info["versions"], "worker": info.get("worker", ""),
-                  "started_at": started, "compile_s": prepared.compiled.compile_s if prepared.compiled else None,
-                  "resources": dict(prepared.compiled.resources) if prepared.compiled else {}}
+        cand = dataclasses.replace(cand, seed=int(self._rng.integers(0, 2**31 - 1)))
+        common = {"gpu": info.gpu, "versions": info.versions, "worker": info.name, "started_at": time.time()}
         self._served_by_child += 1
         self.evaluated += 1
         try:
-            ev = self._child.call(request, timeout_s)
-        except ChildTimeout as exc:
+            ev = self._child.call(cand, timeout_s)
+        except (ChildTimeout, ChildDied) as exc:
             self._served_by_child = 0
-            return cand.evaluation("timeout", f"{exc}; worker replaced", finished_at=time.time(), **common)
-        except ChildDied as exc:
-            self._served_by_child = 0
-            return cand.evaluation("crashed", f"{exc}; worker replaced", finished_at=time.time(), **common)
+            status = "timeout" if isinstance(exc, ChildTimeout) else "crashed"
+            return cand.row(status, f"{self.note}{exc}; worker replaced", finished_at=time.time(), **common)
         except ChildRaised as exc:
             from evo.evaluate.faults import classify
 
             fault = classify(f"{exc.kind}: {exc.message}")
-            status = "crashed" if exc.fatal else fault.status
             if exc.fatal:
                 self._served_by_child = 0
-            return cand.evaluation(status, fault.reason, finished_at=time.time(), **common)
+            return cand.row("crashed" if exc.fatal else fault.status, f"{self.note}{fault.reason}",
+                            finished_at=time.time(), **common)
         if not isinstance(ev, Evaluation):
-            return cand.evaluation("error", f"worker replied with {type(ev).__name__}, not an Evaluation",
-                                   finished_at=time.time(), **common)
+            return cand.row("error", f"worker replied with {type(ev).__name__}, not an Evaluation",
+                            finished_at=time.time(), **common)
         if ev.status == "crashed":
             self._served_by_child = 0
         return ev
@@ -303,8 +272,54 @@ class GpuWorker:
     def close(self) -> None:
         self._child.close()
 
-    def __enter__(self) -> GpuWorker:
+    def __enter__(self) -> ChildWorker:
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+class GpuWorker(ChildWorker):
+    """The supervised child that checks and times candidates on GPU `device_index`. `setup` and `handler`
+    replace the GPU code (tests use stand-ins)."""
+
+    def __init__(self, device_index: int = 0, *, settings: EvalSettings | None = None, seed: int = 0,
+                 cache_dir: str | None = None, setup: Callable[..., Any] | None = None,
+                 handler: Callable[[Any, Any], Any] | None = None, setup_args: tuple[Any, ...] | None = None,
+                 start_timeout_s: float = 300.0, recycle_after: int | None = 2000) -> None:
+        self.device_index = device_index
+        self.settings = settings or EvalSettings()
+        env = {"CUDA_VISIBLE_DEVICES": visible_device(device_index), "TRITON_INTERPRET": "0"}
+        if cache_dir:
+            env["TRITON_CACHE_DIR"] = str(cache_dir)
+        super().__init__(setup or gpu_setup, handler or gpu_evaluate, env=env, name=f"evo-gpu{device_index}",
+                         setup_args=setup_args if setup_args is not None else (device_index, self.settings),
+                         seed=[seed, device_index], start_timeout_s=start_timeout_s, recycle_after=recycle_after)
+
+
+class GpuBackend(Backend):
+    """Compile on CPUs (evo.evaluate.compiler), check and time on GPUs (evo.evaluate.worker.GpuWorker):
+    every fitness it returns is a GPU measurement. Heavy modules are imported in the processes that use them."""
+
+    def __init__(self, evaluation: EvaluationSpec | None = None, seed: int = 0, cache_dir: str | None = None) -> None:
+        """`cache_dir`: the TRITON_CACHE_DIR that compile processes and GPU workers share (None: Triton's)."""
+        self.evaluation = evaluation or EvaluationSpec()
+        self.seed = seed
+        self.cache_dir = cache_dir
+
+    def compile_env(self) -> dict[str, str]:
+        # Triton must not be in interpreter mode when a compile process imports it (a test session or a
+        # smoke run may have set it for this one)
+        return {"TRITON_INTERPRET": "0", **({"TRITON_CACHE_DIR": str(self.cache_dir)} if self.cache_dir else {})}
+
+    def compile(self, cand: Candidate, target: Target) -> CompileResult | None:
+        from evo.evaluate.compiler import compile_candidate  # in compile processes only: it imports triton
+
+        return compile_candidate(cand, target)
+
+    def open_worker(self, device_index: int) -> Worker:
+        worker = GpuWorker(device_index, seed=self.seed, cache_dir=self.cache_dir,
+                           settings=EvalSettings(reps=self.evaluation.reps, warmup=self.evaluation.warmup))
+        worker.start()
+        worker.info  # noqa: B018 - a GPU that cannot start fails here, not mid-run
+        return worker

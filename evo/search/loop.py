@@ -27,8 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from evo.archive import Elite, GridArchive
-from evo.evaluate.backend import Job
-from evo.evaluate.executor import Executor, make_backend, make_executor
+from evo.evaluate import Candidate, Executor, make_backend, make_executor
 from evo.experiment.rundir import RunDir
 from evo.experiment.spec import Experiment
 from evo.mutators import MutatorMix
@@ -70,8 +69,7 @@ def run_experiment(experiment: Experiment, run_dir: str | Path, resume: bool = F
     owned = executor is None
     try:
         if executor is None:
-            backend = make_backend(experiment.operator, dict(experiment.genome), experiment.executor,
-                                   experiment.evaluation, experiment.seed)
+            backend = make_backend(experiment.executor, experiment.evaluation, experiment.seed)
             executor = make_executor(experiment.executor, backend, experiment.evaluation, lookup=store.lookup)
         try:
             executor.start()
@@ -202,8 +200,8 @@ class Search:
                         proposal = queue.popleft() if queue else variation.child(archive, seen, rng)
                         seen.add(proposal.genome.hash)
                         self._ticket += 1
-                        self.executor.submit(Job(self._ticket, problem, proposal.genome, proposal.origin,
-                                                 proposal.parents))
+                        self.executor.submit(Candidate(problem, proposal.genome, self.operator, proposal.origin,
+                                                       proposal.parents, self._ticket))
                 elif not cancelled:
                     self.executor.cancel_waiting()
                     cancelled = True
@@ -229,7 +227,7 @@ class Search:
         self._emit("problem_done", index, problem, archive, elapsed(), reason=summary.reason)
         return archive, summary
 
-    def _record(self, index: int, problem: Problem, archive: GridArchive, job: Job, ev: Evaluation,
+    def _record(self, index: int, problem: Problem, archive: GridArchive, job: Candidate, ev: Evaluation,
                 elapsed: float) -> None:
         if ev.problem_key != problem.key or ev.genome_hash != job.genome.hash:
             raise RuntimeError(f"executor returned an evaluation of {ev.problem_key} {ev.genome_hash} for job "

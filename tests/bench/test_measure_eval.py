@@ -1,9 +1,7 @@
 """The pieces of `python -m evo.bench.measure_eval` that run without a GPU (the script itself runs on the GPU)."""
 
-from concurrent.futures import Future
-
 from evo.bench.measure_eval import _table, make_candidates, throughput
-from evo.evaluate.compiler import CompileResult
+from evo.evaluate import Backend, CompileResult, LocalExecutor
 from evo.evaluate.worker import GpuWorker
 from evo.problem import HOPPER
 from evo.store.sqlite import Store
@@ -13,17 +11,19 @@ from tests.fixtures.faulty_operator import FaultyOperator
 OP = FaultyOperator()
 
 
-class InstantPool:
-    """Compiles nothing: every candidate is 'ok' at once, except the ones asking for too much shared memory."""
+class InstantCompile(Backend):
+    """Compiles nothing: every candidate is 'ok' at once, except the ones asking for too much shared memory;
+    the worker is a GpuWorker over stand-in children (test data, no GPU)."""
 
-    restarts = 0
+    needs_gpu = False
 
-    def submit(self, cand):
-        f = Future()
+    def compile(self, cand, target):
         bad = cand.genome["fault"] == "smem"
-        f.set_result(CompileResult("out_of_resources" if bad else "ok", "too much shared memory" if bad else "",
-                                   resources={"shared": 0, "registers": 8}))
-        return f
+        return CompileResult("out_of_resources" if bad else "ok", "too much shared memory" if bad else "",
+                             resources={"shared": 0, "registers": 8})
+
+    def open_worker(self, device_index):
+        return GpuWorker(0, setup=worker_standins.setup, handler=worker_standins.handle, setup_args=("m",))
 
 
 def test_make_candidates_are_distinct():
@@ -37,9 +37,8 @@ def test_throughput_counts_and_stores_everything(tmp_path):
     problem = OP.problem((4096,), "fp32")
     cands = [c for c in make_candidates(OP, problem, HOPPER, 40, seed=2)
              if c.genome["fault"] in ("none", "wrong", "smem")][:8]
-    with GpuWorker(0, setup=worker_standins.setup, handler=worker_standins.handle, setup_args=("m",)) as worker, \
-            Store(tmp_path / "m.db") as store:
-        result = throughput(cands, worker, InstantPool(), store, timeout_s=30)
+    with LocalExecutor(InstantCompile()) as executor, Store(tmp_path / "m.db") as store:
+        result = throughput(cands, executor, store)
         assert store.count() == len(cands)
     assert sum(result["statuses"].values()) == len(cands)
     assert result["gpu_evaluated"] == sum(c.genome["fault"] != "smem" for c in cands)

@@ -1,12 +1,12 @@
 """Compiling ahead on the CPU for sm_90: recording the launcher's launches, reading shared memory and
-registers from the cubin, static rejections, and a compile pool that survives compilers that die or hang."""
+registers from the cubin, static rejections, and a compile child that survives compilers that die or hang."""
 
 import os
 from pathlib import Path
 
 import pytest
 
-from evo.evaluate.compile_pool import CompilePool
+from evo.evaluate import CompileChild, GpuBackend
 from evo.evaluate.compiler import compile_candidate, jit_functions, record_launches
 from evo.evaluate.modules import load_source
 from evo.problem import HOPPER
@@ -38,10 +38,10 @@ def test_record_launches_sees_what_the_launcher_launches(real_jit):
 
 @pytest.fixture(scope="module")
 def pool(tmp_path_factory):
-    """Compiles in fresh processes: this test process has run the interpreter, which patches triton.language
+    """Compiles in a fresh process: this test process has run the interpreter, which patches triton.language
     for the rest of the process's life, so it could not compile for a GPU itself."""
     cache = tmp_path_factory.mktemp("triton-cache")
-    with CompilePool(2, target=HOPPER, timeout_s=60, cache_dir=str(cache), operators={"faulty": OP}) as p:
+    with CompileChild(GpuBackend(), target=HOPPER, timeout_s=60, cache_dir=str(cache)) as p:
         yield p, cache
 
 
@@ -77,7 +77,7 @@ def test_compiling_after_the_interpreter_ran_is_refused_clearly(monkeypatch):
     import triton.language as tl
 
     monkeypatch.setattr(tl.core.tensor, "__mul__", _pretend_interpreter_patch, raising=True)
-    result = compile_candidate(candidate("none", n=4096), HOPPER, operator=OP)
+    result = compile_candidate(candidate("none", n=4096), HOPPER)
     assert result.status == "error" and "interpreter" in result.reason
 
 
@@ -92,30 +92,27 @@ def test_pool_rejects_too_much_shared_memory(pool):
 def test_pool_survives_a_dying_compiler(pool):
     p, cache = pool
     restarts = p.restarts
-    futures = [p.submit(candidate("launcher_exit")), p.submit(candidate("none", n=2048)),
-               p.submit(candidate("compile"))]
-    died, ok, error = (f.result(timeout=300) for f in futures)
+    died, ok, error = (p.compile(c) for c in (candidate("launcher_exit"), candidate("none", n=2048),
+                                             candidate("compile")))
     assert died.status == "compile_error" and "died" in died.reason and "exit code 7" in died.reason
     assert ok.status == "ok" and error.status == "compile_error"
     assert p.restarts == restarts + 1
     # same kernel, same specialisation, other process: the cache entry is found, not written again
     entries = set(os.listdir(cache))
-    with CompilePool(1, target=HOPPER, timeout_s=60, cache_dir=str(cache), operators={"faulty": OP}) as other:
+    with CompileChild(GpuBackend(), target=HOPPER, timeout_s=60, cache_dir=str(cache)) as other:
         again = other.compile(candidate("none", n=2048))
     assert again.cache_hashes == ok.cache_hashes and set(os.listdir(cache)) == entries
 
 
 def test_pool_kills_a_hanging_compile():
-    with CompilePool(1, target=HOPPER, timeout_s=6, operators={"faulty": OP}) as p:
-        hung = p.submit(candidate("launcher_sleep"))
-        after = p.submit(candidate("compile"))
-        assert hung.result(timeout=300).status == "timeout"
-        assert after.result(timeout=300).status == "compile_error"
+    with CompileChild(GpuBackend(), target=HOPPER, timeout_s=6) as p:
+        hung = p.compile(candidate("launcher_sleep"))
+        after = p.compile(candidate("compile"))
+        assert hung.status == "timeout"
+        assert after.status == "compile_error"
         assert p.restarts == 1
 
 
 def test_pool_input_checks():
     with pytest.raises(ValueError):
-        CompilePool(0)
-    with pytest.raises(ValueError):
-        CompilePool(1, timeout_s=0)
+        CompileChild(GpuBackend(), timeout_s=0)

@@ -3,7 +3,6 @@ estimate (and says so in every row), and the same fault handling as on a GPU."""
 
 import pytest
 
-from evo.evaluate.evaluator import Evaluator
 from evo.evaluate.smoke import SMOKE_GPU, SMOKE_NOTE, SmokeWorker, smoke_problem
 from evo.problem import HOPPER
 from evo.store.sqlite import Store
@@ -14,7 +13,7 @@ OP = FaultyOperator()
 
 @pytest.fixture(scope="module")
 def smoke():
-    with SmokeWorker(operators={"faulty": OP}, start_timeout_s=120) as w:
+    with SmokeWorker(start_timeout_s=120) as w:
         yield w
 
 
@@ -27,7 +26,8 @@ def test_smoke_problem_is_tiny_and_interpretable():
 def test_ok_rows_say_they_are_not_timings(smoke, tmp_path):
     cand = candidate("none", n=1 << 20)
     with Store(tmp_path / "smoke.db") as store:
-        ev = Evaluator(smoke, store).evaluate(cand)
+        ev = smoke.evaluate(cand)
+        store.add(ev)
         assert ev.status == "ok", ev.reason
         assert ev.gpu == SMOKE_GPU == "cpu-interpreter" and ev.reason == SMOKE_NOTE
         assert ev.baseline == "smoke-roofline" and ev.times_ms == [] and ev.versions["mode"] == "smoke"

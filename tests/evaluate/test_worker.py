@@ -24,13 +24,13 @@ def test_faults_are_recorded_and_the_worker_replaced(worker):
     results = []
     for i, (fault, expected, replaced) in enumerate(plan):
         cand = candidate(fault, n=1024 + i)  # distinct problems: a result cannot stand in for another
-        pid_before = worker.info["pid"]
+        pid_before = worker.info.name  # names the child's process id
         ev = worker.evaluate(cand, timeout_s=4.0)
         results.append(ev)
         assert ev.status == expected, (fault, ev.reason)
         assert ev.source_hash == cand.source_hash and ev.problem_key == cand.problem.key
         assert ev.gpu == worker_standins.GPU and ev.versions == worker_standins.VERSIONS
-        assert (worker.info["pid"] != pid_before) == replaced, fault
+        assert (worker.info.name != pid_before) == replaced, fault
     assert worker.restarts == 3
     oks = [ev for ev in results if ev.status == "ok"]
     assert len(oks) == 5 and len({ev.resources["seed"] for ev in oks}) == 5  # a fresh seed for each
@@ -40,13 +40,12 @@ def test_faults_are_recorded_and_the_worker_replaced(worker):
     assert "deliberate failure" in by_fault["raise"].reason
 
 
-def test_evaluate_accepts_prepared_and_keeps_compile_facts(worker):
-    from evo.evaluate.candidate import Prepared
-    from evo.evaluate.compiler import CompileResult
+def test_evaluate_keeps_compile_facts(worker):
+    from evo.evaluate.candidate import CompileResult
 
     cand = candidate("hang", n=4096)
-    compiled = CompileResult("ok", resources={"shared": 1024, "registers": 40}, compile_s=0.5)
-    ev = worker.evaluate(Prepared(cand, compiled), timeout_s=2.0)
+    cand.compiled = CompileResult("ok", resources={"shared": 1024, "registers": 40}, compile_s=0.5)
+    ev = worker.evaluate(cand, timeout_s=2.0)
     assert ev.status == "timeout" and ev.resources["shared"] == 1024 and ev.compile_s == 0.5
 
 
@@ -64,10 +63,10 @@ def test_recycling_starts_a_fresh_child():
     w = GpuWorker(0, setup=worker_standins.setup, handler=worker_standins.handle, setup_args=("r",),
                   recycle_after=2, start_timeout_s=120)
     try:
-        pids = [w.info["pid"]]
+        pids = [w.info.name]
         for i in range(3):
             assert w.evaluate(candidate("none", n=64 + i)).status == "ok"
-            pids.append(w.info["pid"])
+            pids.append(w.info.name)
         assert pids[0] == pids[1] == pids[2] != pids[3]
     finally:
         w.close()

@@ -3,11 +3,10 @@ for the CUDA-event timing: every status path of gpu_evaluate short of a real GPU
 
 import pytest
 
-from evo.evaluate.candidate import Prepared
-from evo.evaluate.compiler import CompileResult
+from evo.evaluate.candidate import CompileResult
 from evo.evaluate.supervisor import ExitAfter
 from evo.evaluate.timing import Timing
-from evo.evaluate.worker import EvalRequest, EvalSettings, GpuState, gpu_evaluate
+from evo.evaluate.worker import EvalSettings, GpuState, gpu_evaluate
 from evo.store.record import Evaluation
 from tests.fixtures.faulty_operator import FaultyOperator, candidate
 
@@ -30,12 +29,13 @@ def timed(monkeypatch):
 
 
 def state():
-    return GpuState(0, EvalSettings(operators={"faulty": OP}), device="cpu")
+    return GpuState(0, EvalSettings(), device="cpu")
 
 
 def evaluate(st, fault, n=256, seed=5, compiled=None):
-    ev = gpu_evaluate(st, EvalRequest(Prepared(candidate(fault, n=n, block=256), compiled), seed))
-    return ev
+    cand = candidate(fault, n=n, block=256)
+    cand.compiled, cand.seed = compiled, seed
+    return gpu_evaluate(st, cand)
 
 
 def test_ok_is_checked_then_timed_against_the_baseline(timed):

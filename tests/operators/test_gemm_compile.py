@@ -46,7 +46,7 @@ SCRIPT = """
 import json, sys, warnings
 warnings.filterwarnings("ignore")
 import operators
-from evo.evaluate.candidate import make_candidate
+from evo.evaluate.pipeline import make_candidate
 from evo.evaluate.compiler import compile_candidate
 from evo.problem import HOPPER
 op = operators.get("gemm")
