@@ -1,9 +1,10 @@
 """`evo bench`: evo's elite kernels against what users would pick instead, measured side by side.
 
 For each problem of an experiment: search (evo.search.loop.run_experiment), or read an existing run (`--run`);
-take the elite (the best correct evaluation, its genome rendered again by the operator); then, in ONE process
-on ONE GPU, on the same fresh random inputs, check every contender (the operator's `bench_baselines()` and
-evo) against the operator's reference and time the correct ones interleaved (evo.evaluate.timing.time_interleaved).
+take the elite (evo.archive.elite, as status, report and export do; with `--finalists N` the archive's best N
+re-timed on other inputs, the fastest kept), its genome rendered again by the operator; then, in ONE process on
+ONE GPU, on the same fresh random inputs, check every contender (the operator's `bench_baselines()` and evo)
+with the search's check and time the correct ones interleaved (evo.evaluate.timing.time_interleaved).
 Results go to `<out>/<operator>-<gpu slug>.json` and a markdown table beside it (evo.bench.results).
 
 With several GPUs visible, problems are benchmarked concurrently, one child process per GPU and problem
@@ -22,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from evo.archive.elite import ranked
 from evo.bench.measure import (
     ContenderResult,
     Entrant,
@@ -29,10 +31,9 @@ from evo.bench.measure import (
     copy_bandwidth,
     measure_contenders,
     peak_tflops,
-    rank_elites,
     search_summary,
 )
-from evo.bench.results import SCHEMA, load_report, merge_reports, summary_table, unit_key, write_report
+from evo.bench.results import SCHEMA, load_report, merge_reports, print_summary, unit_key, write_report
 from evo.evaluate.timing import PROTOCOL as TIMING_PROTOCOL
 from evo.experiment.rundir import STORE_NAME
 from evo.experiment.spec import Experiment
@@ -151,10 +152,11 @@ def problem_entry(operator: Any, problem: Problem, results: list[ContenderResult
 
 def _bench_problem(operator: Any, problem: Problem, store: Store | None, entrants: list[Entrant], *,
                    target: Target, gpu: str, copy_GBps: float, timer: Timer, device: str, seed: int, reps: int,
-                   finalists: int, with_evo: bool) -> dict[str, Any]:
+                   finalists: int, with_evo: bool, experiment: Experiment | None = None) -> dict[str, Any]:
     extra: dict[str, Any] = {"evo_genome": None}
     evo_result: ContenderResult | None = None
-    elites = rank_elites(store, problem.key, gpu) if (store is not None and with_evo) else []
+    # the elites status, report and export name (evo.archive.elite), this GPU's when it measured any
+    elites = ranked(store, problem, experiment, gpu=gpu) if (store is not None and with_evo) else []
     if with_evo:
         extra.update(search_summary(store, problem.key) if store is not None else {"evaluations": 0})
     chosen = elites[0] if elites else None
@@ -253,7 +255,7 @@ def run_bench(experiment: Experiment, problems: list[Problem], run_dir: Path | N
             try:
                 entry = _bench_problem(operator, problem, store, entrants, target=target, gpu=gpu, copy_GBps=copy_GBps,
                                        timer=timer, device=device, seed=seed, reps=reps, finalists=finalists,
-                                       with_evo=with_evo)
+                                       with_evo=with_evo, experiment=experiment)
             except Exception as e:
                 failures.append({"key": problem.key, "reason": f"{type(e).__name__}: {e}"})
                 print(f"[bench] {problem.key}: failed: {type(e).__name__}: {e}", flush=True)
@@ -298,11 +300,6 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     return p
 
 
-def print_summary(doc: dict[str, Any], paths: tuple[Path, Path | None]) -> None:
-    print(summary_table(doc))
-    print("wrote " + ", ".join(str(p) for p in paths if p is not None))
-
-
 def bench_command(args: argparse.Namespace) -> int:
     """Runs `evo bench` from parsed arguments (see build_parser); returns the exit status."""
     if args.merge:
@@ -343,7 +340,7 @@ def bench_command(args: argparse.Namespace) -> int:
 
         slots = gpu_slots(args.gpus)
         if len(slots) > 1 and len(problems) > 1:
-            return run_parallel(args, experiment, problems, run_dir, slots)
+            return run_parallel(args, experiment, problems, run_dir, slots, search_problems)
     if args.partial is not None and args.search_per_gpu and not args.run:
         # one process per GPU: several embedded Ray instances on one machine are not supported
         experiment = dataclasses.replace(experiment, executor=dataclasses.replace(experiment.executor, kind="local",

@@ -1,25 +1,25 @@
 """Measuring contenders for one problem side by side: in one process, on one device, on the same inputs.
 
-Each contender is set up (its first call: autotuning, compiling; timed apart as `setup_s`), run again and
-checked against the operator's reference, and only if correct timed — all correct contenders together,
-interleaved, through one timer (evo.evaluate.timing.time_interleaved on a GPU). Anything a contender raises becomes
-its status and reason; nothing is dropped silently.
+Each contender is set up (its first call: autotuning, compiling; timed apart as `setup_s`), then checked
+against the operator's reference by the search's own check (evo.evaluate.check.check_launcher: a NaN-poisoned
+output, both calls judged, inputs that must stay untouched), and only if correct timed — all correct
+contenders together, interleaved, through one timer (evo.evaluate.timing.time_interleaved on a GPU). Anything a
+contender raises becomes its status and reason; nothing is dropped silently.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from evo.evaluate.check import check_launcher
 from evo.problem import Problem
-from evo.store.record import Evaluation
 from evo.store.sqlite import Store
 
-__all__ = ["Entrant", "ContenderResult", "Timer", "relative_error", "measure_contenders", "copy_bandwidth",
-           "peak_tflops", "rank_elites", "search_summary"]
+__all__ = ["Entrant", "ContenderResult", "Timer", "measure_contenders", "copy_bandwidth", "peak_tflops",
+           "search_summary"]
 
 # (list of zero-argument callables, reps=, warmup=, budget_ms=) -> list of objects with median_ms, spread_ms
 Timer = Callable[..., list[Any]]
@@ -54,19 +54,6 @@ class ContenderResult:
         return {k: v for k, v in out.items() if v not in (None, "")}
 
 
-def relative_error(out: Any, ref: Any) -> float:
-    """||out - ref|| / ||ref|| (Frobenius) in float64; infinity for non-finite or mis-shaped output."""
-    import torch
-
-    if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(ref.shape):
-        return math.inf
-    diff = out.double() - ref.double()
-    if not torch.isfinite(diff).all():
-        return math.inf
-    denom = float(ref.double().norm())
-    return float(diff.norm()) / (denom if denom > 0 else 1.0)
-
-
 def _one_line(e: BaseException, limit: int = 300) -> str:
     text = " ".join(f"{type(e).__name__}: {e}".split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -79,20 +66,6 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize(device)
 
 
-def _poison(out: Any, inputs: tuple[Any, ...]) -> None:
-    """Fill a freed output with NaN: the caching allocator hands the same block to the next output of that
-    size, so a kernel that leaves elements unwritten shows NaN there instead of an earlier correct result.
-    An output that is (a view of) an input is left alone."""
-    import torch
-
-    if not isinstance(out, torch.Tensor) or not out.is_floating_point():
-        return
-    ptr = out.untyped_storage().data_ptr()
-    if any(isinstance(x, torch.Tensor) and x.untyped_storage().data_ptr() == ptr for x in inputs):
-        return
-    out.fill_(float("nan"))
-
-
 def _setup_and_check(entrant: Entrant, problem: Problem, inputs: tuple[Any, ...], ref: Any, tol: float,
                      device: str) -> ContenderResult:
     res = ContenderResult(entrant.name, doc=entrant.doc)
@@ -103,23 +76,18 @@ def _setup_and_check(entrant: Entrant, problem: Problem, inputs: tuple[Any, ...]
         return res
     start = time.perf_counter()
     try:
-        first = fn(*inputs)  # first call: autotuning / compilation happens here
+        fn(*inputs)  # first call: autotuning / compilation happens here
         _sync(device)
         res.setup_s = round(time.perf_counter() - start, 3)
-        _poison(first, inputs)
-        del first
-        out = fn(*inputs)  # the steady state is what gets checked and timed
-        _sync(device)
+        # the search's own check (evo.evaluate.check): the steady state is what gets checked and timed
+        checked = check_launcher(fn, inputs, ref, tol, device)
     except Exception as e:
         res.reason = f"failed to run: {_one_line(e)}"
         return res
-    res.max_rel_error = relative_error(out, ref)
-    if not res.max_rel_error <= tol:
+    res.max_rel_error = checked.max_rel_error
+    if checked.status != "ok":
         res.status = "wrong"
-        err = "non-finite or mis-shaped output" if math.isinf(res.max_rel_error) else f"{res.max_rel_error:.3g}"
-        res.reason = f"relative error {err} above tolerance {tol:.3g}; not timed"
-        if math.isinf(res.max_rel_error):
-            res.max_rel_error = None  # JSON has no infinity
+        res.reason = ("non-finite output: " if checked.status == "nan" else "") + f"{checked.reason}; not timed"
         return res
     res.status, res.fn = "ok", fn
     return res
@@ -174,24 +142,6 @@ def peak_tflops(gpu: str, dtype: str) -> float | None:
         if name.lower() in gpu.lower():
             return peaks.get(dtype)
     return None
-
-
-def rank_elites(store: Store, problem_key: str, gpu: str | None = None) -> list[Evaluation]:
-    """Correct evaluations of a problem, best first, one per kernel source.
-
-    Ranked by the ratio to the baseline timed beside each one (robust to drift over a long run), else by
-    median time. Evaluations on `gpu` are preferred when there are any."""
-    evs = [e for e in store.iter(problem_key, "ok") if e.median_ms]
-    if gpu and any(e.gpu == gpu for e in evs):
-        evs = [e for e in evs if e.gpu == gpu]
-    evs.sort(key=lambda e: (-(e.ratio or 0.0), e.median_ms))
-    seen: set[str] = set()
-    out = []
-    for e in evs:
-        if e.source_hash not in seen:
-            seen.add(e.source_hash)
-            out.append(e)
-    return out
 
 
 def search_summary(store: Store, problem_key: str) -> dict[str, Any]:

@@ -17,10 +17,11 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from evo.bench.results import load_report, merge_reports, write_report
+from evo.bench.results import load_report, merge_reports, print_summary, write_report
 from evo.experiment.spec import Experiment
 from evo.problem import Problem
 
@@ -87,18 +88,17 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def run_parallel(args: argparse.Namespace, experiment: Experiment, problems: list[Problem], run_dir: Path,
-                 slots: list[str]) -> int:
-    """Benchmark `problems` over the GPUs in `slots`; writes the merged document under `args.out`."""
+                 slots: list[str], search: Callable[[Experiment, list[Problem], Path], None]) -> int:
+    """Benchmark `problems` over the GPUs in `slots`; writes the merged document under `args.out`. `search`
+    searches them all first, over every GPU, unless the arguments say otherwise (evo.bench.command's)."""
     work = run_dir / "bench"
     work.mkdir(parents=True, exist_ok=True)
     run: Path | None = Path(args.run) if args.run else None
     failures: list[dict[str, Any]] = []
     if run is None and not args.search_per_gpu:
-        from evo.bench.command import search_problems
-
         print(f"[bench] searching {len(problems)} problems over every GPU into {run_dir}", flush=True)
         try:
-            search_problems(experiment, problems, run_dir)
+            search(experiment, problems, run_dir)
         except Exception as e:
             failures.append({"key": "*", "reason": f"search failed: {type(e).__name__}: {e}"})
         run = run_dir
@@ -145,7 +145,5 @@ def run_parallel(args: argparse.Namespace, experiment: Experiment, problems: lis
     doc["problems"].sort(key=lambda p: order.get(p["key"], len(order)))
     doc["failures"] = doc.get("failures", []) + failures
     doc["run_dir"] = str(run_dir)
-    from evo.bench.command import print_summary
-
     print_summary(doc, write_report(doc, args.out))
     return 0 if len(doc["problems"]) == len(problems) else 1

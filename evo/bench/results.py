@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["SCHEMA", "gpu_slug", "unit_key", "geomean", "report_paths", "write_report", "load_report",
-           "merge_reports", "to_markdown", "summary_table"]
+           "merge_reports", "to_markdown", "summary_table", "print_summary"]
 
 SCHEMA = 1
 _UNIT_KEYS = {"TFLOP/s": "tflops", "GB/s": "GBps"}
@@ -279,3 +279,8 @@ def to_markdown(doc: dict[str, Any]) -> str:
     if notes:
         out += ["## Not timed", ""] + [" ".join(n.split()) for n in notes] + [""]
     return "\n".join(out)
+
+
+def print_summary(doc: dict[str, Any], paths: tuple[Path, Path | None]) -> None:
+    print(summary_table(doc))
+    print("wrote " + ", ".join(str(p) for p in paths if p is not None))

@@ -14,7 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CheckResult", "flatten", "relative_error", "judge", "poisoned_like", "takes_out", "run_check"]
+__all__ = ["CheckResult", "flatten", "relative_error", "judge", "poisoned_like", "takes_out", "run_check",
+           "check_launcher"]
 
 
 @dataclass
@@ -91,6 +92,14 @@ def _synchronize(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def _poison(out: Any, inputs: tuple[Any, ...]) -> None:
+    """Fill an output with NaN (or an integer's largest value) in place, unless it is (a view of) an input."""
+    ptrs = {x.untyped_storage().data_ptr() for x in inputs if hasattr(x, "untyped_storage")}
+    for t in flatten(out):
+        if hasattr(t, "untyped_storage") and t.untyped_storage().data_ptr() not in ptrs:
+            t.copy_(poisoned_like(t))
+
+
 def _same(x: Any, kept: Any) -> bool:
     """Bitwise equality that treats NaN as equal to NaN (inputs may legitimately hold NaN)."""
     import torch
@@ -100,32 +109,40 @@ def _same(x: Any, kept: Any) -> bool:
 
 def run_check(launcher: Callable[..., Any], operator: Any, problem: Any, seed: int, device: str = "cuda",
               tolerance: float | None = None) -> CheckResult:
-    """Run the launcher on fresh inputs made from `seed` and judge its output.
+    """Run the launcher on fresh inputs made from `seed` and judge its output (`check_launcher`)."""
+    inputs = tuple(operator.make_inputs(problem, seed, device=device))
+    tol = operator.tolerance(problem) if tolerance is None else tolerance
+    # the reference comes first, from untouched inputs: a kernel that writes into its own inputs would
+    # otherwise agree with a reference computed from the damage
+    return check_launcher(launcher, inputs, operator.reference(*inputs), tol, device)
+
+
+def check_launcher(launcher: Callable[..., Any], inputs: tuple[Any, ...], ref: Any, tol: float,
+                   device: str = "cuda") -> CheckResult:
+    """Judge `launcher(*inputs)` against `ref`, computed from these inputs untouched. The search's check,
+    and `evo bench`'s for every contender.
 
     The first call compiles (or loads) the kernels and shows the output's layout; the judged call writes
     into a NaN-poisoned buffer. Without an `out=` parameter, the caching allocator is primed with a
     poisoned block of the output's size so the launcher's own allocation most likely reuses it. Both
-    outputs are judged and the worse verdict stands. Exceptions propagate (the caller classifies them).
+    outputs are judged and the worse verdict stands; so does a change to the inputs. Exceptions propagate
+    (the caller classifies them).
     """
-    inputs = tuple(operator.make_inputs(problem, seed, device=device))
-    tol = operator.tolerance(problem) if tolerance is None else tolerance
-    # the reference comes first, from untouched inputs, and the inputs are kept: a kernel that writes into
-    # its own inputs would otherwise agree with a reference computed from the damage
-    ref = operator.reference(*inputs)
     pristine = [x.clone() if hasattr(x, "clone") else None for x in inputs]
     first = launcher(*inputs)
     _synchronize(device)
+    first_verdict = judge(first, ref, tol)
     with_out = takes_out(launcher)
     if with_out:
         out = poisoned_like(first)
         launcher(*inputs, out=out)
-    else:
-        scratch = poisoned_like(first)
+    else:  # poisoned and freed, the first output's block is what the next output most likely gets; a
+        _poison(first, inputs)  # launcher handing back a buffer it kept shows NaN too
         _synchronize(device)
-        del scratch
+        del first
         out = launcher(*inputs)
     _synchronize(device)
-    verdicts = [judge(out, ref, tol), judge(first, ref, tol)]
+    verdicts = [judge(out, ref, tol), first_verdict]
     for i, (x, kept) in enumerate(zip(inputs, pristine, strict=True)):
         if kept is not None and not _same(x, kept):
             verdicts.insert(0, ("wrong", None, f"the kernel modified its input {i}"))  # the root cause first

@@ -125,14 +125,14 @@ def _cmd_export(args: argparse.Namespace) -> int:
             sizes = parse_shape(args.shape)
         except ValueError as e:
             raise UsageError(f"--shape: {e}") from None
-    rd, store, _, _ = _open_run(args.run)
+    rd, store, _, experiment = _open_run(args.run)
     with store:
         if args.all:
-            text, found = export_all(store)
+            text, found = export_all(store, experiment)
             default = f"{rd.path.name}_elites.py"
             what = f"{len(found)} elites ({', '.join(e.problem.key for e in found)})"
         else:
-            text, elite = export_one(store, sizes, args.dtype)
+            text, elite = export_one(store, sizes, args.dtype, experiment)
             p = elite.problem
             default = f"{p.operator}_{p.shape_text}_{p.dtype}.py"
             ev = elite.evaluation

@@ -1,9 +1,10 @@
 """Exporting elite kernels from a run as standalone Triton modules (they import only triton and torch).
 
-`export_one` writes the elite (fastest correct evaluation) of one problem: the operator's rendered source,
-a header stating how it was measured, and a `__main__` self-check that compares it with torch on fresh random
-inputs and, on CUDA, times it against the baseline (triton.testing.do_bench, median). The self-check code comes
-from the operator (`Operator.selfcheck_source`), so this module knows nothing of any operator.
+`export_one` writes the elite of one problem (evo.archive.elite, the definition status, report and bench
+share: the archive's best on one GPU model and versions): the operator's rendered source, a header stating
+how it was measured, and a `__main__` self-check that compares it with torch on fresh random inputs and, on
+CUDA, times it against the baseline (triton.testing.do_bench, median). The self-check code comes from the
+operator (`Operator.selfcheck_source`), so this module knows nothing of any operator.
 
 `export_all` writes one module holding every measured problem's elite, dispatching a call to the elite of its
 problem, or of the *nearest* measured problem when the call's shape was not measured: same dtype, smallest
@@ -16,10 +17,11 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
-from dataclasses import dataclass
 from typing import Any
 
+from evo.archive.elite import EliteKernel, elite, run_elites
 from evo.evaluate.modules import source_hash
+from evo.experiment.spec import Experiment
 from evo.problem import HOPPER, Problem, Target
 from evo.store.record import Evaluation
 from evo.store.sqlite import Store
@@ -35,10 +37,7 @@ class ExportError(ValueError):
     """A request that cannot be served (unknown shape, no correct kernel, ...); the message is one line."""
 
 
-@dataclass(frozen=True)
-class BestKernel:
-    problem: Problem
-    evaluation: Evaluation
+BestKernel = EliteKernel  # the elite of one problem (evo.archive.elite: the one definition)
 
 
 def is_smoke(ev: Evaluation, meta: dict[str, Any] | None = None) -> bool:
@@ -57,27 +56,19 @@ def run_target(meta: dict[str, Any]) -> Target:
     return HOPPER
 
 
-def find_elite(store: Store, problem_key: str) -> Evaluation | None:
-    """The fastest correct evaluation of a problem (lowest median time; earliest on a tie)."""
-    best = None
-    for ev in store.iter(problem_key, "ok"):
-        if ev.median_ms and (best is None or ev.median_ms < best.median_ms):
-            best = ev
-    return best
+def find_elite(store: Store, problem_key: str, experiment: Experiment | None = None) -> Evaluation | None:
+    """The elite of a problem (evo.archive.elite: the archive's best on one GPU model and versions)."""
+    rows = store.evaluations(problem_key, "ok")
+    return elite(store, Problem.from_json(rows[0].problem), experiment) if rows else None
 
 
-def elites(store: Store) -> list[BestKernel]:
-    """The best kernel of each problem with a correct evaluation, in the order problems were first stored."""
-    out = []
-    for key in store.problem_keys():
-        ev = find_elite(store, key)
-        if ev is not None:
-            out.append(BestKernel(Problem.from_json(ev.problem), ev))
-    return out
+def elites(store: Store, experiment: Experiment | None = None) -> list[BestKernel]:
+    """The elite of each problem with a correct evaluation, in the order problems were first stored."""
+    return run_elites(store, experiment)
 
 
-def _select(store: Store, sizes: tuple[int, ...], dtype: str | None) -> BestKernel:
-    measured = elites(store)
+def _select(store: Store, sizes: tuple[int, ...], dtype: str | None, experiment: Experiment | None) -> BestKernel:
+    measured = elites(store, experiment)
     if not measured:
         raise ExportError("the run has no correct evaluation yet: nothing to export")
     hits = [e for e in measured if e.problem.sizes == tuple(sizes) and (dtype is None or e.problem.dtype == dtype)]
@@ -238,10 +229,11 @@ def _operator_for(elite: BestKernel) -> Any:
     return operators.get(elite.problem.operator)
 
 
-def export_one(store: Store, sizes: tuple[int, ...], dtype: str | None = None) -> tuple[str, BestKernel]:
+def export_one(store: Store, sizes: tuple[int, ...], dtype: str | None = None,
+               experiment: Experiment | None = None) -> tuple[str, BestKernel]:
     """The standalone module of the elite for `sizes` (and `dtype`, needed when several were measured)."""
-    elite = _select(store, tuple(sizes), dtype)
-    return render_module(_operator_for(elite), elite, store.all_meta()), elite
+    chosen = _select(store, tuple(sizes), dtype, experiment)
+    return render_module(_operator_for(chosen), chosen, store.all_meta()), chosen
 
 
 _DISPATCH = '''
@@ -323,9 +315,9 @@ if __name__ == "__main__":
 '''
 
 
-def export_all(store: Store) -> tuple[str, list[BestKernel]]:
+def export_all(store: Store, experiment: Experiment | None = None) -> tuple[str, list[BestKernel]]:
     """One module holding every measured problem's elite, with a dispatcher (see the module docstring)."""
-    found = elites(store)
+    found = elites(store, experiment)
     if not found:
         raise ExportError("the run has no correct evaluation yet: nothing to export")
     ops = {e.problem.operator for e in found}

@@ -14,12 +14,13 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from evo.archive import GridArchive
+from evo.archive.elite import problem_archive
 from evo.experiment.spec import DescriptorSpec, Experiment
 from evo.problem import Problem
 from evo.store.record import Evaluation
 from evo.store.sqlite import Store
 from evo.surface.export import is_smoke, run_target
+from evo.surface.report_html import embed_json, page
 from genomes.base import Genome
 
 __all__ = ["ReportError", "ReportInput", "build_report", "report_data", "embed_json"]
@@ -37,13 +38,6 @@ class ReportInput:
     name: str
     experiment: Experiment | None = None
     experiment_text: str = ""
-
-
-def embed_json(value: Any) -> str:
-    """JSON safe inside a <script> element: no `</script>`, `<!--` or `&` can appear in the text."""
-    text = json.dumps(value, separators=(",", ":"), allow_nan=False)
-    return (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
 
 
 def _genome(canonical: str) -> Genome:
@@ -82,7 +76,7 @@ def _ticks(axis: Any) -> list[str]:
 def _problem_data(store: Store, problem: Problem, op: Any, specs: tuple[DescriptorSpec, ...], noise: float,
                   x: str | None, y: str | None, meta: dict[str, Any], sources: dict[str, str]) -> dict[str, Any]:
     evs: list[Evaluation] = store.evaluations(problem.key)
-    archive = GridArchive.from_store(store, problem, op, specs, noise)
+    archive = problem_archive(store, problem, specs, noise, operator=op)  # the elite status and export name
     ix, iy = _axis_pair(archive.axes, x, y)
     ax_x = archive.axes[ix]
     ax_y = archive.axes[iy] if iy is not None else None
@@ -203,8 +197,6 @@ def report_data(inp: ReportInput, x: str | None = None, y: str | None = None) ->
 
 def build_report(inp: ReportInput, x: str | None = None, y: str | None = None) -> str:
     """The complete HTML page."""
-    from evo.surface.report_html import page
-
     data = report_data(inp, x, y)
     if not data["problems"]:
         raise ReportError("the run has no evaluations yet: nothing to report")

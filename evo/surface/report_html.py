@@ -2,13 +2,14 @@
 
 Tables are written here with html.escape, so they read without JavaScript; the plots are drawn in the page by
 plotly.js, embedded whole so the file works offline. The data reaches the script as JSON in a
-`<script type="application/json">` element (see `evo.surface.report.embed_json`); the script writes text into the
+`<script type="application/json">` element (see `embed_json`); the script writes text into the
 page with textContent only, never as markup.
 """
 
 from __future__ import annotations
 
 import html
+import json
 from typing import Any
 
 __all__ = ["page"]
@@ -132,6 +133,13 @@ _SCRIPT = r"""
 """
 
 
+def embed_json(value: Any) -> str:
+    """JSON safe inside a <script> element: no `</script>`, `<!--` or `&` can appear in the text."""
+    text = json.dumps(value, separators=(",", ":"), allow_nan=False)
+    return (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+
+
 def _e(x: Any) -> str:
     return html.escape("" if x is None else str(x), quote=True)
 
@@ -213,7 +221,6 @@ def page(data: dict[str, Any]) -> str:
     """The whole report as one HTML document (plotly.js inline)."""
     import plotly.offline
 
-    from evo.surface.report import embed_json
 
     title = f"evo report: {data['run']['name']}"
     nav = " | ".join(f'<a href="#problem-{i}">{_e(p["key"])}</a>' for i, p in enumerate(data["problems"]))

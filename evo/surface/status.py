@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from evo.archive import GridArchive
+from evo.archive.elite import problem_archive, settings
 from evo.experiment.spec import Experiment
 from evo.problem import Problem
 from evo.store.sqlite import Store
@@ -41,8 +41,7 @@ def run_status(store: Store, experiment: Experiment | None = None) -> list[Probl
     if experiment is not None:
         order = [p.key for p in experiment.problems]
         keys = [k for k in order if k in keys] + [k for k in keys if k not in order]
-    specs = experiment.descriptors if experiment else ()
-    noise = experiment.evaluation.noise_margin if experiment else 0.01
+    specs, noise = settings(experiment)
     ops: dict[str, Any] = {}
     rows = []
     for key in keys:
@@ -51,7 +50,7 @@ def run_status(store: Store, experiment: Experiment | None = None) -> list[Probl
         if problem.operator not in ops:  # unrestricted genes: earlier sessions may have used other overrides
             ops[problem.operator] = operators.get(problem.operator)
         op = ops[problem.operator]
-        archive = GridArchive.from_store(store, problem, op, specs, noise)
+        archive = problem_archive(store, problem, specs, noise, operator=op)
         best = archive.best
         failed: dict[str, int] = {}
         for ev in evs:

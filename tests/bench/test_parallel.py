@@ -61,7 +61,7 @@ def test_run_parallel_schedules_children_merges_and_records_failures(tmp_path, m
     exp = _experiment()
     args = SimpleNamespace(experiment="x.yaml", run=str(tmp_path / "run"), search_per_gpu=False, timeout_s=3.0,
                            out=str(tmp_path / "out"), reps=5, finalists=1, seed=0, contenders=None)
-    rc = bp.run_parallel(args, exp, list(exp.problems), tmp_path / "run", ["0", "1"])
+    rc = bp.run_parallel(args, exp, list(exp.problems), tmp_path / "run", ["0", "1"], search=None)
     assert rc == 1  # two of four problems could not be measured
     merged = load_report(tmp_path / "out" / "gemm-test-gpu-synthetic-data.json")
     assert [p["key"] for p in merged["problems"]] == ["gemm:16x16x16:fp16", "gemm:32x32x32:fp16"]
