@@ -48,6 +48,7 @@ open(partial, "w").write(json.dumps(doc))
 '''
 
 
+@pytest.mark.slow
 def test_run_parallel_schedules_children_merges_and_records_failures(tmp_path, monkeypatch, capsys):
     """The scheduler with stand-in children (they write synthetic test documents, measure nothing)."""
     import evo.bench.parallel as bp

@@ -45,6 +45,7 @@ def pool(tmp_path_factory):
         yield p, cache
 
 
+@pytest.mark.slow
 def test_compile_for_sm90_on_cpu_reads_resources(pool, monkeypatch):
     p, cache = pool
     result = p.compile(candidate("none", n=4096))
@@ -64,6 +65,7 @@ def test_compile_for_sm90_on_cpu_reads_resources(pool, monkeypatch):
     assert any(f.suffix == ".cubin" for f in entry.iterdir())
 
 
+@pytest.mark.slow
 def test_compile_errors_are_results(pool):
     p, _ = pool
     for fault in ("compile", "syntax", "raise"):
@@ -81,6 +83,7 @@ def test_compiling_after_the_interpreter_ran_is_refused_clearly(monkeypatch):
     assert result.status == "error" and "interpreter" in result.reason
 
 
+@pytest.mark.slow
 def test_pool_rejects_too_much_shared_memory(pool):
     p, _ = pool
     result = p.compile(candidate("smem"))
@@ -89,6 +92,7 @@ def test_pool_rejects_too_much_shared_memory(pool):
     assert "shared memory" in result.reason
 
 
+@pytest.mark.slow
 def test_pool_survives_a_dying_compiler(pool):
     p, cache = pool
     restarts = p.restarts
@@ -104,6 +108,7 @@ def test_pool_survives_a_dying_compiler(pool):
     assert again.cache_hashes == ok.cache_hashes and set(os.listdir(cache)) == entries
 
 
+@pytest.mark.slow
 def test_pool_kills_a_hanging_compile():
     with CompileChild(GpuBackend(), target=HOPPER, timeout_s=6) as p:
         hung = p.compile(candidate("launcher_sleep"))

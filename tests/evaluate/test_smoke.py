@@ -23,6 +23,7 @@ def test_smoke_problem_is_tiny_and_interpretable():
     assert smoke_problem(OP, genome(), OP.problem((10,), "fp32"), HOPPER).dims == {"N": 10}
 
 
+@pytest.mark.slow
 def test_ok_rows_say_they_are_not_timings(smoke, tmp_path):
     cand = candidate("none", n=1 << 20)
     with Store(tmp_path / "smoke.db") as store:
@@ -42,12 +43,14 @@ def test_ok_rows_say_they_are_not_timings(smoke, tmp_path):
 @pytest.mark.parametrize("fault,status", [("wrong", "wrong"), ("nan", "nan"), ("unwritten", "nan"),
                                           ("compile", "compile_error"), ("syntax", "compile_error"),
                                           ("raise", "error")])
+@pytest.mark.slow
 def test_faults_classified(smoke, fault, status):
     ev = smoke.evaluate(candidate(fault))
     assert ev.status == status, ev.reason
     assert ev.reason.startswith("smoke: ") and ev.median_ms is None
 
 
+@pytest.mark.slow
 def test_hanging_kernel_times_out_and_the_next_one_runs(smoke):
     hung = smoke.evaluate(candidate("hang"), timeout_s=6)
     assert hung.status == "timeout" and smoke.restarts >= 1

@@ -17,6 +17,7 @@ def worker():
     w.close()
 
 
+@pytest.mark.slow
 def test_faults_are_recorded_and_the_worker_replaced(worker):
     plan = [("none", "ok", False), ("hang", "timeout", True), ("none", "ok", False),
             ("launcher_exit", "crashed", True), ("none", "ok", False), ("raise", "error", False),
@@ -40,6 +41,7 @@ def test_faults_are_recorded_and_the_worker_replaced(worker):
     assert "deliberate failure" in by_fault["raise"].reason
 
 
+@pytest.mark.slow
 def test_evaluate_keeps_compile_facts(worker):
     from evo.evaluate.candidate import CompileResult
 
@@ -49,6 +51,7 @@ def test_evaluate_keeps_compile_facts(worker):
     assert ev.status == "timeout" and ev.resources["shared"] == 1024 and ev.compile_s == 0.5
 
 
+@pytest.mark.slow
 def test_a_child_that_cannot_start_is_an_error_not_a_result():
     w = GpuWorker(0, setup=worker_standins.failing_setup, handler=worker_standins.handle, setup_args=(),
                   start_timeout_s=60)
@@ -59,6 +62,7 @@ def test_a_child_that_cannot_start_is_an_error_not_a_result():
         w.close()
 
 
+@pytest.mark.slow
 def test_recycling_starts_a_fresh_child():
     w = GpuWorker(0, setup=worker_standins.setup, handler=worker_standins.handle, setup_args=("r",),
                   recycle_after=2, start_timeout_s=120)

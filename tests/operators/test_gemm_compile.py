@@ -61,6 +61,7 @@ print("RESULT" + json.dumps(out))
 
 
 @pytest.mark.slow
+@pytest.mark.slow
 def test_representative_genomes_compile_for_hopper(tmp_path):
     pytest.importorskip("triton.backends.nvidia")
     env = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_CACHE_DIR": str(tmp_path / "cache"),

@@ -147,10 +147,12 @@ def test_ctrl_c_keeps_completed_results_and_resume_finishes(tmp_path):
     assert not s.interrupted and [p.evaluations for p in s.problems] == [12, 12]
 
 
-def test_rng_streams_differ_per_problem_and_count():
+def test_rng_streams_differ_per_problem_and_count(tmp_path):
+    import operators
+
     exp = fx.experiment()
-    search = Search.__new__(Search)
-    search.experiment = exp
+    with Store(tmp_path / "s.sqlite") as store:
+        search = Search(exp, operators.get(fx.OPERATOR), store, LocalExecutor(fx.StandInBackend()))
     draws = {(i, s, n): search._rng(i, s, n).integers(1 << 30) for i in (0, 1) for s in (0, 1) for n in (0, 5)}
     assert len(set(draws.values())) == len(draws)
     assert search._rng(1, 1, 5).integers(1 << 30) == draws[(1, 1, 5)]

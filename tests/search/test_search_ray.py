@@ -20,6 +20,7 @@ from tests.fixtures import search_fixtures as fx
 REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_search_on_ray(tmp_path, monkeypatch):
     pytest.importorskip("ray")
     import ray

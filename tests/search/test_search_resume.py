@@ -28,6 +28,7 @@ def rows(store_path):
         return store.evaluations()
 
 
+@pytest.mark.slow
 def test_kill_minus_nine_then_resume(tmp_path, monkeypatch):
     import operators
 

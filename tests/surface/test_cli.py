@@ -156,6 +156,7 @@ output: {output}
 
 
 @pytest.mark.slow
+@pytest.mark.slow
 def test_smoke_run_end_to_end(tmp_path, capsys, monkeypatch):
     """The real search in smoke mode, then status, export (self-checked in the interpreter) and report."""
     # tests/conftest.py sets TRITON_INTERPRET=1, as CPU users often do: compiling ahead must work regardless

@@ -42,6 +42,7 @@ def gemm_run(tmp_path_factory):
     return make_run(tmp_path_factory.mktemp("runs"), shapes=("64x64x64", "48x80x64"), fast_elite=FAST)
 
 
+@pytest.mark.slow
 def test_export_gemm_runs_in_interpreter_and_matches_torch(gemm_run, tmp_path, capsys):
     out = tmp_path / "kernel.py"
     assert main(["export", str(gemm_run), "--shape", "64x64x64", "-o", str(out)]) == 0
@@ -57,6 +58,7 @@ def test_export_gemm_runs_in_interpreter_and_matches_torch(gemm_run, tmp_path, c
     assert "PASS" in result.stdout and "relative error" in result.stdout
 
 
+@pytest.mark.slow
 def test_self_check_can_fail(gemm_run, tmp_path):
     """A module whose kernel disagrees with the reference must fail its self-check."""
     text, _ = export_one(Store(gemm_run / "store.sqlite"), (64, 64, 64), "fp16")
@@ -108,6 +110,7 @@ def test_smoke_export_says_fitness_was_not_a_timing(tmp_path):
     assert "Median time" not in header and "ratio" not in header
 
 
+@pytest.mark.slow
 def test_bf16_self_check_is_not_run_on_the_interpreter(tmp_path):
     run = make_run(tmp_path, name="b16", dtype="bf16", n_random=3, fast_elite=FAST)
     text, _ = export_one(Store(run / "store.sqlite"), (64, 64, 64), "bf16")
@@ -117,6 +120,7 @@ def test_bf16_self_check_is_not_run_on_the_interpreter(tmp_path):
     assert result.returncode == 77 and "NOT CHECKED" in result.stderr
 
 
+@pytest.mark.slow
 def test_all_dispatches_to_exact_and_nearest_shapes(tmp_path, monkeypatch):
     register_toy(monkeypatch)
     run = make_run(tmp_path, name="toyrun", operator="toy", shapes=("1000", "4096"), dtype="fp32",

@@ -15,6 +15,7 @@ CHROMIUM = find_chromium()
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium)")
 
 
+@pytest.mark.slow
 def test_heatmap_renders_and_a_click_shows_the_kernel(tmp_path):
     run = make_run(tmp_path / "runs", shapes=("64x64x64", "48x80x64"), clean_shapes=("48x80x64",))
     page = tmp_path / "report.html"
