@@ -210,7 +210,6 @@ class ChildWorker(Worker):
         self._target = target
         self.recycle_after = recycle_after
         self._served_by_child = 0
-        self.evaluated = 0
 
     def start(self) -> None:
         self._child.start()
@@ -247,7 +246,6 @@ class ChildWorker(Worker):
         cand = dataclasses.replace(cand, seed=int(self._rng.integers(0, 2**31 - 1)))
         common = {"gpu": info.gpu, "versions": info.versions, "worker": info.name, "started_at": time.time()}
         self._served_by_child += 1
-        self.evaluated += 1
         try:
             ev = self._child.call(cand, timeout_s)
         except (ChildTimeout, ChildDied) as exc:
