@@ -2,6 +2,6 @@
 
 import sys
 
-from evo.cli import main
+from evo.surface.cli import main
 
 sys.exit(main())

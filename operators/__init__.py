@@ -1,28 +1,44 @@
-"""Operators evo can search, by name. Modules are imported only when asked for."""
+"""Operators evo can search, found through the `evo.operators` entry-point group.
+
+Every operator, built-in or not, is registered the same way: a package declares
+`[project.entry-points."evo.operators"] NAME = "module:OperatorClass"` in its pyproject (evo's own three are in
+evo's), and `get(NAME)` imports the module only when the operator is asked for. A separate package can add an
+operator without editing evo.
+"""
 
 from __future__ import annotations
 
-import importlib
+from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
 from operators.base import Baseline, Operator
 
-__all__ = ["Operator", "Baseline", "get", "names"]
+__all__ = ["Operator", "Baseline", "GROUP", "get", "names"]
 
-_REGISTRY = {
-    "gemm": "operators.gemm:GemmOperator",
-    "softmax": "operators.softmax:SoftmaxOperator",
-    "rmsnorm": "operators.rmsnorm:RMSNormOperator",
-}
+GROUP = "evo.operators"
+
+
+def _registered() -> dict[str, EntryPoint]:
+    found: dict[str, EntryPoint] = {}
+    for ep in entry_points(group=GROUP):
+        if ep.name in found and found[ep.name].value != ep.value:
+            raise ValueError(f"operator {ep.name!r} is registered twice ({found[ep.name].value} and {ep.value}) "
+                             f"in the {GROUP!r} entry points")
+        found.setdefault(ep.name, ep)
+    return found
 
 
 def names() -> list[str]:
-    return sorted(_REGISTRY)
+    return sorted(_registered())
 
 
 def get(name: str, overrides: dict[str, list[Any]] | None = None) -> Operator:
-    """An operator instance by registry name; `overrides` restricts its genes' domains."""
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown operator {name!r}; known operators: {', '.join(names())}")
-    module, cls = _REGISTRY[name].split(":")
-    return getattr(importlib.import_module(module), cls)(overrides)
+    """An operator instance by registered name; `overrides` restricts its genes' domains."""
+    registered = _registered()
+    if name not in registered:
+        known = ", ".join(sorted(registered)) or f"none (is evo installed? its {GROUP} entry points are missing)"
+        raise ValueError(f"unknown operator {name!r}; known operators: {known}")
+    operator = registered[name].load()(overrides)
+    if not isinstance(operator, Operator) or operator.name != name:
+        raise ValueError(f"entry point {name!r} ({registered[name].value}) does not make an Operator named {name!r}")
+    return operator

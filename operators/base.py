@@ -110,7 +110,7 @@ class Operator(ABC):
     # -- CPU smoke mode only ------------------------------------------------------------------------
     def smoke_cost(self, genome: Genome, problem: Problem) -> float:
         """A deterministic model estimate in milliseconds, used as fitness ONLY by the CPU smoke mode
-        (evo.smoke), never in a real run: it is not a timing. The generic model is the roofline time at
+        (evo.evaluate.smoke), never in a real run: it is not a timing. The generic model is the roofline time at
         nominal Hopper peaks, stretched by a factor in [1.25, 2.25) drawn from the genome's hash so that a
         smoke search has a fixed order to follow. An operator may override it with a model that knows its
         genome (e.g. tile efficiency)."""

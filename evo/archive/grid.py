@@ -18,9 +18,9 @@ import numpy as np
 
 from evo.archive.metrics import ArchiveMetrics, History
 from evo.archive.status import AddResult, AddStatus
-from evo.experiment import DescriptorSpec
+from evo.experiment.spec import DescriptorSpec
 from evo.problem import Problem
-from evo.record import Evaluation
+from evo.store.record import Evaluation
 from genomes.base import Descriptor, Genome, GenomeFamily
 
 __all__ = ["Axis", "Elite", "ELITE_FIELDS", "GridArchive", "Objective", "throughput_objective",

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from evo.archive import ELITE_FIELDS, AddStatus, Axis, GridArchive, make_axes
-from evo.experiment import DescriptorSpec
+from evo.experiment.spec import DescriptorSpec
 from evo.problem import HOPPER, Problem
-from evo.record import Evaluation
-from evo.store import Store
+from evo.store.record import Evaluation
+from evo.store.sqlite import Store
 from genomes.base import Descriptor
 from genomes.gemm import GemmFamily
 

@@ -15,3 +15,19 @@ def write_json(name: str, data: Any) -> Path:
     path = out_dir / name
     path.write_text(json.dumps(data, indent=1))
     return path
+
+
+def search_check(launcher: Any, inputs: tuple[Any, ...], ref: Any, tolerance: float,
+                 device: str = "cuda") -> tuple[str, float, str, Any]:
+    """The search's own check (evo.evaluate.check.check_launcher) for scripts that run kernels in their own
+    process: (correct | wrong | crashed | compile_failed, relative error, reason, the checked output buffer)."""
+    from evo.evaluate.check import check_launcher
+    from evo.evaluate.faults import classify
+
+    try:
+        checked = check_launcher(launcher, tuple(inputs), ref, tolerance, device)
+    except Exception as exc:  # noqa: BLE001 - every failure is a row of the report
+        fault = classify(exc, phase="run")
+        return ("crashed" if fault.fatal else "compile_failed"), float("nan"), fault.reason[:300], None
+    err = checked.max_rel_error if checked.max_rel_error is not None else float("inf")
+    return ("correct" if checked.status == "ok" else "wrong"), err, checked.reason, checked.out

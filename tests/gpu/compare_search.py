@@ -50,11 +50,11 @@ def log(text: str) -> None:
     print(f"[compare {time.strftime('%H:%M:%S')}] {text}", flush=True)
 
 
-def measure_all(executor: Any, store: Any, problem: Any, genomes: list[Any], run_id: str) -> list[Any]:
+def measure_all(executor: Any, store: Any, op: Any, problem: Any, genomes: list[Any], run_id: str) -> list[Any]:
     """Evaluate every genome once (served from the store when its source was measured before)."""
-    from evo.backend import Job
+    from evo.evaluate import Candidate
 
-    jobs = deque(Job(i, problem, g, "grid") for i, g in enumerate(genomes, start=1))
+    jobs = deque(Candidate(problem, g, op, "grid", ticket=i) for i, g in enumerate(genomes, start=1))
     rows = []
     t0 = time.monotonic()
     while jobs or executor.in_flight:
@@ -83,8 +83,8 @@ def random_search_counts(values: list[float | None], threshold: float, seed: int
 
 def run_mapelites(op: Any, problem: Any, store: Any, executor: Any, seed: int, budget: int,
                   space: dict[str, list[Any]]) -> tuple[Any, list[Any]]:
-    from evo.experiment import Budget, ExecutorSpec, Experiment
-    from evo.search import Search
+    from evo.experiment.spec import Budget, ExecutorSpec, Experiment
+    from evo.search.loop import Search
 
     name = f"mapelites-{problem.shape_text}-s{seed}"
     exp = Experiment(name=name, operator=op.name, problems=(problem,), genome=space,
@@ -103,7 +103,7 @@ def compare_problem(op: Any, problem: Any, store: Any, executor: Any, seeds: lis
     t0 = time.monotonic()
     genomes = op.family.enumerate(problem, executor.target)
     log(f"{problem.key}: grid of {len(genomes)} valid genomes")
-    rows = measure_all(executor, store, problem, genomes, run_id=f"grid-{problem.shape_text}#1")
+    rows = measure_all(executor, store, op, problem, genomes, run_id=f"grid-{problem.shape_text}#1")
     objective = throughput_objective(op, problem)
     values = [objective(r) for r in rows]
     ok = [(v, r) for v, r in zip(values, rows, strict=True) if v is not None]
@@ -170,12 +170,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--budget-fraction must be in (0, 1]")
 
     import operators
-    from evo.evaluator_backend import EvaluatorBackend
-    from evo.experiment import EvaluationSpec, ExecutorSpec
+    from evo.evaluate import GpuBackend, SmokeBackend
+    from evo.evaluate.ray_executor import RayExecutor
+    from evo.experiment.spec import EvaluationSpec, ExecutorSpec
     from evo.problem import Problem
-    from evo.ray_executor import RayExecutor
-    from evo.smoke_backend import SmokeBackend
-    from evo.store import Store
+    from evo.store.sqlite import Store
 
     out = Path(os.environ["OUT"]) if os.environ.get("OUT") else None
     store_path = Path(args.store) if args.store else (out or Path(tempfile.mkdtemp())) / "compare_search.sqlite"
@@ -185,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     results: list[dict[str, Any]] = []
     with Store(store_path) as store:
         spec = ExecutorSpec(kind="smoke" if args.smoke else "ray", gpus=1, compile_workers=args.compile_workers)
-        backend = (SmokeBackend if args.smoke else EvaluatorBackend)("gemm", SPACE, EvaluationSpec())
+        backend = (SmokeBackend if args.smoke else GpuBackend)(EvaluationSpec())
         executor = RayExecutor(backend, spec, EvaluationSpec(), lookup=store.lookup)
         executor.start()
         try:

@@ -49,7 +49,7 @@ SK_GENOMES = [
 
 
 def _load(op: Any, values: dict[str, Any], problem: Any, target: Any) -> Any:
-    from evo.modules import load_source
+    from evo.evaluate.modules import load_source
 
     genome = op.family.make({**op.family.base(), **values})
     return load_source(op.render(genome, problem, target)).matmul
@@ -61,8 +61,8 @@ def main() -> int:
     if __package__ in (None, ""):
         sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     import operators
+    from evo.evaluate.timing import time_interleaved
     from evo.problem import Target
-    from evo.timing import time_interleaved
 
     op, target, rows = operators.get("gemm"), Target.from_torch(), []
     for shape in PAD_SHAPES:

@@ -109,9 +109,9 @@ def probe(spec: str, sweep: bool) -> dict[str, Any]:
     import torch
 
     import operators
-    from evo.modules import load_source
+    from evo.evaluate.modules import load_source
+    from evo.evaluate.timing import time_interleaved
     from evo.problem import Target
-    from evo.timing import time_interleaved
 
     shape_text, _, dtype = spec.partition(":")
     shape = tuple(int(x) for x in shape_text.split("x"))

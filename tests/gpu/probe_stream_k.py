@@ -4,7 +4,7 @@ Two questions, one process per GPU, everything timed interleaved with cuBLAS on 
 
 1. How much does the flush between timed runs decide? Each problem's cuBLAS (and, for GEMM, a fixed evo genome)
    is timed after a flush that writes 256 MiB (a memset, as triton.testing.do_bench does) and after one that
-   reads it (evo.timing's default), which leaves no dirty lines for the timed run to write back.
+   reads it (evo.evaluate.timing's default), which leaves no dirty lines for the timed run to write back.
 2. Does stream-K pay? Each stream-K genome is checked three times on fresh random inputs with a NaN-poisoned
    output (a race shows as a moving error or unwritten outputs), then timed beside cuBLAS and beside the same
    genome without stream-K.
@@ -83,9 +83,9 @@ def _check(op: Any, module: Any, problem: Any, seed: int) -> tuple[str, float]:
 
 def flush_rows() -> list[dict[str, Any]]:
     import operators
-    from evo.modules import load_source
+    from evo.evaluate.modules import load_source
+    from evo.evaluate.timing import time_interleaved
     from evo.problem import Target
-    from evo.timing import time_interleaved
 
     target, rows = Target.from_torch(), []
     for name, shape in FLUSH_PROBLEMS:
@@ -111,9 +111,9 @@ def stream_k_rows() -> list[dict[str, Any]]:
     import torch
 
     import operators
-    from evo.modules import load_source
+    from evo.evaluate.modules import load_source
+    from evo.evaluate.timing import time_interleaved
     from evo.problem import Target
-    from evo.timing import time_interleaved
 
     op, target, rows = operators.get("gemm"), Target.from_torch(), []
     for shape, values in STREAM_K:
@@ -159,9 +159,9 @@ def diagnostic_rows() -> list[dict[str, Any]]:
     import torch
 
     import operators
-    from evo.modules import load_source
+    from evo.evaluate.modules import load_source
+    from evo.evaluate.timing import time_interleaved
     from evo.problem import Target
-    from evo.timing import time_interleaved
 
     op, target = operators.get("gemm"), Target.from_torch()
     problem = op.problem((1000, 3000, 2000), "bf16")

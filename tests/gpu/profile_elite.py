@@ -20,7 +20,7 @@ def main(argv: list[str]) -> int:
     if __package__ in (None, ""):
         sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     import operators
-    from evo.modules import load_source
+    from evo.evaluate.modules import load_source
     from evo.problem import Target
 
     shape = tuple(int(x) for x in argv[:3]) if len(argv) >= 3 else (1000, 3000, 2000)

@@ -20,8 +20,8 @@ def no_helion_autotune(monkeypatch):
 
 def test_gemm_contenders_side_by_side(no_helion_autotune):
     import operators
-    from evo.bench_measure import Entrant, measure_contenders
-    from evo.timing import time_interleaved
+    from evo.bench.measure import Entrant, measure_contenders
+    from evo.evaluate.timing import time_interleaved
     from operators.gemm_baselines import gemm_contenders
 
     op = operators.get("gemm")
@@ -39,9 +39,9 @@ def test_run_bench_without_search_writes_a_report(tmp_path):
     import json
 
     import operators
-    from evo.bench import run_bench
-    from evo.bench_report import write_report
-    from evo.experiment import Experiment
+    from evo.bench.command import run_bench
+    from evo.bench.results import write_report
+    from evo.experiment.spec import Experiment
 
     op = operators.get("gemm")
     problems = [op.problem((16, 1024, 1024), "bf16"), op.problem((1024, 1024, 1024), "bf16")]

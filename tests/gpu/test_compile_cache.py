@@ -6,16 +6,15 @@ Run on the GPU machine:  python -m pytest tests/gpu/test_compile_cache.py -q
 
 import os
 
+import numpy as np
 import pytest
 
-from evo.candidate import Prepared
-from evo.compile_pool import CompilePool
-from evo.worker import EvalSettings, GpuWorker
-from tests.evo.faulty_operator import FaultyOperator, candidate
+import operators
+from evo.evaluate import CompileChild, GpuBackend, make_candidate, pipeline
+from evo.evaluate.worker import EvalSettings, GpuWorker
+from tests.fixtures.faulty_operator import candidate
 
 pytestmark = pytest.mark.gpu
-
-OP = FaultyOperator()
 
 
 def entries(cache_dir):
@@ -32,16 +31,8 @@ def entries(cache_dir):
 
 
 def gemm_candidates(target, count=4):
-    """A few real GEMM candidates when operators/gemm.py is there (else none: the toy kernels still test)."""
-    import numpy as np
-
-    try:
-        import operators
-        from evo.candidate import make_candidate
-
-        op = operators.get("gemm")
-    except Exception:
-        return []
+    """Real GEMM candidates: the family's first seeds and random valid genomes (none may go missing)."""
+    op = operators.get("gemm")
     problem = op.problem((1024, 1024, 1024), "bf16")
     rng = np.random.default_rng(7)
     genomes = op.family.seeds(problem, target)[:2] + [op.family.random(rng, problem, target) for _ in range(count)]
@@ -51,26 +42,27 @@ def gemm_candidates(target, count=4):
 def test_first_launch_hits_the_cache(tmp_path):
     cache = str(tmp_path / "triton-cache")
     os.makedirs(cache)
-    with GpuWorker(0, settings=EvalSettings(reps=5, operators={"faulty": OP}), cache_dir=cache) as worker:
-        target = worker.info["target"]
+    with GpuWorker(0, settings=EvalSettings(reps=5), cache_dir=cache) as worker:
+        target = worker.info.target
         toys = [candidate("none", n=n, dtype=dt) for n, dt in ((4096, "fp16"), (1000, "fp32"), (1, "fp16"))]
         gemms = gemm_candidates(target)
-        with CompilePool(2, target=target, timeout_s=300, cache_dir=cache, operators={"faulty": OP}) as pool:
-            prepared = [Prepared(c, pool.compile(c)) for c in toys + gemms]
-        assert all(p.ready for p in prepared[:len(toys)])
+        assert len(gemms) == 6
+        with CompileChild(GpuBackend(cache_dir=cache), target, timeout_s=300) as compiler:
+            failed = [pipeline.compiled(c, compiler.compile(c)) for c in toys + gemms]
+        assert not any(failed[:len(toys)]), failed
+        assert sum(f is None for f in failed[len(toys):]) >= 4, [f.reason for f in failed if f]  # seeds compile
         before = entries(cache)
+        assert len(before) >= len(toys)
         launched = 0
-        for i, p in enumerate(prepared):
-            if not p.ready:
+        for i, c in enumerate(toys + gemms):
+            if failed[i] is not None:
                 continue
-            ev = worker.evaluate(p, timeout_s=120)
-            if i < len(toys):
-                assert ev.status == "ok", ev.reason
-            if ev.status in ("ok", "wrong", "nan"):  # the kernels were loaded and launched
-                launched += 1
-                assert ev.resources["cache_hit"] is True, (p.compiled.cache_hashes, ev.resources["gpu_kernels"])
-                assert ev.resources["eval"]["load_s"] < 5
-        assert launched >= len(toys)
+            ev = pipeline.measure(worker, c, timeout_s=120)
+            assert ev.status == "ok", (c.genome, ev.status, ev.reason)  # seeds and toys are correct kernels
+            launched += 1
+            assert ev.resources["cache_hit"] is True, (c.compiled.cache_hashes, ev.resources["gpu_kernels"])
+            assert ev.resources["eval"]["load_s"] < 5
+        assert launched >= len(toys) + 4
         assert entries(cache) == before, "the GPU compiled something the CPU had compiled already"
         # control: a kernel nobody compiled ahead makes a new cache entry, so the count above can see one
         cold = worker.evaluate(candidate("none", n=8192 + 3, block=512), timeout_s=120)

@@ -1,17 +1,17 @@
-"""Fault injection on a real GPU: deliberately broken kernels of every kind go through the real compile pool,
-supervisor and GPU worker; each must be classified right, the worker must be replaced exactly when its CUDA
-context is lost or a kernel hangs, and no good result may be lost.
+"""Fault injection on a real GPU: deliberately broken kernels of every kind go through the search's pipeline
+(the local executor: its compile child, then the supervised GPU worker); each must be classified right, the
+worker must be replaced exactly when its CUDA context is lost or a kernel hangs, and no good result may be lost.
 
 Run on the GPU machine:  python -m pytest tests/gpu/test_faults.py -q
 """
 
 import pytest
 
-from evo.compile_pool import CompilePool
-from evo.evaluator import Evaluator
-from evo.store import Store
-from evo.worker import EvalSettings, GpuWorker
-from tests.evo.faulty_operator import FaultyOperator, candidate
+from evo.evaluate import Backend, GpuBackend, LocalExecutor, Worker
+from evo.evaluate.worker import EvalSettings, GpuWorker
+from evo.experiment.spec import EvaluationSpec
+from evo.store.sqlite import Store
+from tests.fixtures.faulty_operator import FaultyOperator, candidate
 
 pytestmark = pytest.mark.gpu
 
@@ -40,21 +40,58 @@ def cache_dir(tmp_path_factory):
     return str(tmp_path_factory.mktemp("triton-cache"))
 
 
+class Borrowed(Worker):
+    """The module's GPU worker, lent to one executor (which must not close it: restarts are counted across)."""
+
+    def __init__(self, worker):
+        self.worker = worker
+
+    @property
+    def info(self):
+        return self.worker.info
+
+    def evaluate(self, cand, timeout_s):
+        return self.worker.evaluate(cand, timeout_s)
+
+
+class Ahead(GpuBackend):
+    """The real backend (compile ahead in a child sharing the worker's Triton cache) over the module's worker."""
+
+    def __init__(self, worker, cache_dir):
+        super().__init__(EvaluationSpec(timeout_s=TIMEOUT_S), cache_dir=cache_dir)
+        self.worker = worker
+
+    def open_worker(self, device_index):
+        return Borrowed(self.worker)
+
+
+class Direct(Backend):
+    """Nothing compiled ahead: the worker meets every fault itself."""
+
+    def __init__(self, worker):
+        self.worker = worker
+
+    def open_worker(self, device_index):
+        return Borrowed(self.worker)
+
+
 @pytest.fixture(scope="module")
 def worker(cache_dir):
-    with GpuWorker(0, settings=EvalSettings(reps=10, operators={"faulty": OP}), cache_dir=cache_dir) as w:
+    with GpuWorker(0, settings=EvalSettings(reps=10), cache_dir=cache_dir) as w:
         yield w
 
 
-def run_plan(plan, evaluator, worker, base_n):
+def run_plan(plan, executor, store, worker, base_n):
     results = []
     for i, (fault, expected, replaced) in enumerate(plan):
         cand = candidate(fault, n=base_n + 64 * i, dtype="fp16")  # distinct: never served from the store
-        pid = worker.info["pid"]
-        ev = evaluator.evaluate(cand)
+        pid = worker.info.name
+        executor.submit(cand)
+        ((_, ev),) = executor.poll()
+        store.add(ev)  # as the search does
         results.append(ev)
         assert ev.status == expected, f"{fault}: {ev.status} {ev.reason}"
-        assert (worker.info["pid"] != pid) == replaced, f"{fault}: replaced={not replaced}"
+        assert (worker.info.name != pid) == replaced, f"{fault}: replaced={not replaced}"
         assert ev.source_hash == cand.source_hash and ev.gpu == worker.gpu
         assert ev.status == "ok" or ev.reason, f"{fault}: a failure without a reason"
     for ev in results:
@@ -66,12 +103,11 @@ def run_plan(plan, evaluator, worker, base_n):
 
 
 def test_faults_with_compile_ahead(worker, cache_dir, tmp_path):
-    target = worker.info["target"]
-    with CompilePool(2, target=target, timeout_s=120, cache_dir=cache_dir, operators={"faulty": OP}) as pool, \
+    target = worker.info.target
+    with LocalExecutor(Ahead(worker, cache_dir), EvaluationSpec(timeout_s=TIMEOUT_S), lookup=None) as executor, \
             Store(tmp_path / "faults.db") as store:
-        evaluator = Evaluator(worker, store, compile=pool.compile, timeout_s=TIMEOUT_S)
         restarts = worker.restarts
-        results = run_plan(AHEAD, evaluator, worker, base_n=1 << 16)
+        results = run_plan(AHEAD, executor, store, worker, base_n=1 << 16)
         assert worker.restarts == restarts + 2
         assert store.count() == len(AHEAD)  # every result stored as it came
         smem = results[3]
@@ -82,10 +118,10 @@ def test_faults_with_compile_ahead(worker, cache_dir, tmp_path):
 
 
 def test_faults_straight_to_the_gpu(worker, tmp_path):
-    with Store(tmp_path / "direct.db") as store:
-        evaluator = Evaluator(worker, store, timeout_s=TIMEOUT_S)
+    with LocalExecutor(Direct(worker), EvaluationSpec(timeout_s=TIMEOUT_S)) as executor, \
+            Store(tmp_path / "direct.db") as store:
         restarts = worker.restarts
-        results = run_plan(DIRECT, evaluator, worker, base_n=1 << 17)
+        results = run_plan(DIRECT, executor, store, worker, base_n=1 << 17)
         assert worker.restarts == restarts + 3
         assert store.count() == len(DIRECT)
         assert "out of resource" in results[3].reason.lower()

@@ -2,9 +2,10 @@
 
 Each genome of tests/operators/gemm_sample.py (50 random + the targeted ones), and each of the family's
 seeds, is repaired for the problem, rendered, compiled by its first launch and checked against the fp32
-reference in bf16 at 4096x4096x4096 and 1000x3000x2000; correct kernels are also timed against cuBLAS
-(median of triton.testing.do_bench, for information only). Writes JSON to $EVO_OUT (or /tmp) and prints a
-table. Run with pytest (`-m gpu`), or as a script from the repository root:
+reference in bf16 at 4096x4096x4096 and 1000x3000x2000 by the search's own check (evo.evaluate.check);
+correct kernels are also timed against cuBLAS (median of triton.testing.do_bench, for information only).
+Writes JSON to $EVO_OUT (or /tmp) and prints a table. Run with pytest (`-m gpu`), or as a script from the
+repository root:
 
     python -m tests.gpu.test_gemm_sample        # or: python tests/gpu/test_gemm_sample.py
 """
@@ -33,30 +34,19 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
 
 
-def _check(module: Any, a: Any, b: Any, ref: Any) -> tuple[str, float, str]:
-    """(status, relative error, reason) of one rendered module on inputs a, b."""
-    import torch
+def _check(module: Any, a: Any, b: Any, ref: Any, tolerance: float) -> tuple[str, float, str]:
+    """(status, relative error, reason) of one rendered module on inputs a, b: the search's own check."""
+    from tests.gpu import search_check
 
-    out = torch.full((a.shape[0], b.shape[1]), float("nan"), device=a.device, dtype=a.dtype)
-    try:
-        module.matmul(a, b, out=out)
-        if out.is_cuda:
-            torch.cuda.synchronize()
-    except Exception as exc:  # noqa: BLE001 - every failure is a row of the report
-        reason = _first_line(exc)
-        crashed = any(s in reason for s in ("CUDA error", "illegal", "AcceleratorError", "unspecified launch"))
-        return ("crashed" if crashed else "compile_failed"), float("nan"), reason
-    if torch.isnan(out).any():
-        return "wrong", float("inf"), f"{int(torch.isnan(out).sum())} outputs unwritten or NaN"
-    err = float((out.float() - ref).norm() / ref.norm())
-    return "ok", err, ""
+    status, err, reason, _ = search_check(module.matmul, (a, b), ref, tolerance, device=str(a.device))
+    return status, err, reason
 
 
 def _run_problem(op: Any, problem: Any, target: Any, time_kernels: bool, device: str = "cuda") -> list[dict[str, Any]]:
     import torch
     import triton
 
-    from evo.modules import load_source
+    from evo.evaluate.modules import load_source
     from tests.operators.gemm_sample import raw_sample, repaired
 
     family = op.family
@@ -87,10 +77,8 @@ def _run_problem(op: Any, problem: Any, target: Any, time_kernels: bool, device:
             row.update(status="render_failed", reason=_first_line(exc))
             print(row["status"], flush=True)
             continue
-        status, err, reason = _check(module, a, b, ref)
+        status, err, reason = _check(module, a, b, ref, tolerance)
         row.update(first_call_s=round(time.perf_counter() - started, 3), error=err, reason=reason)
-        if status == "ok":
-            status = "correct" if err <= tolerance else "wrong"
         row["status"] = status
         crashed = status == "crashed"
         if status == "correct" and time_kernels:

@@ -39,7 +39,7 @@ executor:
 def experiment(tmp_path: Path):
     import json
 
-    from evo.config import load_experiment
+    from evo.experiment.config import load_experiment
 
     path = tmp_path / "gpu-search.yaml"
     path.write_text(YAML.format(genome=json.dumps(GENOME)))
@@ -47,14 +47,14 @@ def experiment(tmp_path: Path):
 
 
 def test_search_on_the_gpu_with_kill_and_resume(tmp_path):
-    from evo.rundir import RunDir
-    from evo.search import run_experiment
-    from evo.store import Store
+    from evo.experiment.rundir import RunDir
+    from evo.search.loop import run_experiment
+    from evo.store.sqlite import Store
 
     path, exp = experiment(tmp_path)
     rd = RunDir.of(tmp_path / "runs", exp.name)
-    driver = [sys.executable, "-c", "import sys; from evo.config import load_experiment; "
-              "from evo.search import run_experiment; "
+    driver = [sys.executable, "-c", "import sys; from evo.experiment.config import load_experiment; "
+              "from evo.search.loop import run_experiment; "
               f"run_experiment(load_experiment({str(path)!r}), {str(rd.path)!r})"]
     proc = subprocess.Popen(driver, cwd=REPO, env=dict(os.environ), stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
@@ -93,3 +93,18 @@ def test_search_on_the_gpu_with_kill_and_resume(tmp_path):
     assert all(r.gpu == ok[0].gpu and "cpu" not in r.gpu for r in ok)
     assert max(e.busy_workers for e in events) == 1 and all(e.total_workers == 1 for e in events)
     assert all(p.best_ratio is not None for p in summary.problems)
+    # what could really go wrong: timings that are not timings, a baseline not timed beside its kernel, a
+    # check that passes nothing, compile-ahead that the GPU ignores
+    assert all(0.05 < r.ratio < 3.0 for r in ok), sorted(r.ratio for r in ok)
+    assert all(r.max_rel_error is not None and r.max_rel_error < 0.05 for r in ok)
+    assert all(r.baseline == "cublas" and len(r.times_ms) >= 5 and r.spread_ms < r.median_ms for r in ok)
+    assert all(h is True for h in hits), hits
+    assert all(p.best_ratio >= 0.5 for p in summary.problems), [p.best_ratio for p in summary.problems]
+    # the elite that status, report and export name is the archive's best, and its row is an ok row
+    from evo.archive.elite import run_elites
+
+    with Store(rd.store) as store:
+        named = {e.problem.key: e.evaluation for e in run_elites(store)}
+    for p in summary.problems:
+        assert named[p.problem_key].status == "ok"
+        assert named[p.problem_key].ratio == pytest.approx(p.best_ratio)

@@ -33,8 +33,8 @@ output: {output}
 
 
 def test_run_status_export_report_on_a_gpu(tmp_path, capsys):
-    from evo.cli import main
-    from evo.store import Store
+    from evo.store.sqlite import Store
+    from evo.surface.cli import main
 
     exp = tmp_path / "gpu_surface.yaml"
     exp.write_text(EXPERIMENT.format(output=tmp_path / "runs"))

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from evo.modules import load_source
+from evo.evaluate.modules import load_source
 from evo.problem import Problem, Target
 from genomes.base import Genome, InvalidGenome
 from operators.base import Operator

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import operators
-from evo.modules import load_source
+from evo.evaluate.modules import load_source
 from genomes.base import InvalidGenome
 from tests.operators._rowwise_cases import (
     TEST_TARGET,

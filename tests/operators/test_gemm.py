@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import operators
-from evo.modules import load_source
+from evo.evaluate.modules import load_source
 from evo.problem import HOPPER, Problem, Target
 from genomes.base import InvalidGenome
 from tests.operators.gemm_sample import ALIGNED, RAGGED, cpu_cases

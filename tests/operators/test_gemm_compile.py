@@ -1,7 +1,7 @@
 """Rendered GEMM kernels compile for Hopper (sm_90) without a GPU, one genome per structural feature.
 
 The interpreter ignores launch options, loop hints and warp specialization; compiling through the product's
-own ahead-of-time path (evo.compiler) checks that Triton's GPU pipeline accepts what the renderer writes.
+own ahead-of-time path (evo.evaluate.compiler) checks that Triton's GPU pipeline accepts what the renderer writes.
 It runs in a subprocess because this test process has TRITON_INTERPRET set.
 """
 
@@ -56,8 +56,8 @@ SCRIPT = """
 import json, sys, warnings
 warnings.filterwarnings("ignore")
 import operators
-from evo.candidate import make_candidate
-from evo.compiler import compile_candidate
+from evo.evaluate.pipeline import make_candidate
+from evo.evaluate.compiler import compile_candidate
 from evo.problem import HOPPER
 op = operators.get("gemm")
 out = []
@@ -70,6 +70,7 @@ print("RESULT" + json.dumps(out))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.slow
 def test_representative_genomes_compile_for_hopper(tmp_path):
     pytest.importorskip("triton.backends.nvidia")

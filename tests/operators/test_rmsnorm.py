@@ -31,7 +31,7 @@ def test_weight_is_loaded_once_per_program_when_persistent_single_pass(op):
 def test_eps_and_weight_are_used(op):
     import torch
 
-    from evo.modules import load_source
+    from evo.evaluate.modules import load_source
 
     p = op.problem((5, 40), "fp32")
     module = load_source(base_source(op, p, num_warps=1))

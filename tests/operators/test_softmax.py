@@ -30,7 +30,7 @@ def test_online_softmax_survives_large_and_shifted_rows(op, stats):
     (exp would overflow without the max subtracted)."""
     import torch
 
-    from evo.modules import load_source
+    from evo.evaluate.modules import load_source
 
     p = op.problem((6, 200), "fp32")
     genome = base_genome(op, p, mode="looped", BLOCK=32, ROWS=2, num_warps=1, stats=stats)

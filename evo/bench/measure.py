@@ -1,0 +1,154 @@
+"""Measuring contenders for one problem side by side: in one process, on one device, on the same inputs.
+
+Each contender is set up (its first call: autotuning, compiling; timed apart as `setup_s`), then checked
+against the operator's reference by the search's own check (evo.evaluate.check.check_launcher: a NaN-poisoned
+output, both calls judged, inputs that must stay untouched), and only if correct timed — all correct
+contenders together, interleaved, through one timer (evo.evaluate.timing.time_interleaved on a GPU). Anything a
+contender raises becomes its status and reason; nothing is dropped silently.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from evo.evaluate.check import check_launcher
+from evo.problem import Problem
+from evo.store.sqlite import Store
+
+__all__ = ["Entrant", "ContenderResult", "Timer", "measure_contenders", "copy_bandwidth", "peak_tflops",
+           "search_summary"]
+
+# (list of zero-argument callables, reps=, warmup=, budget_ms=) -> list of objects with median_ms, spread_ms
+Timer = Callable[..., list[Any]]
+
+
+@dataclass(frozen=True)
+class Entrant:
+    """A contender to measure: `make(problem)` returns a callable over the operator's inputs."""
+
+    name: str
+    make: Callable[[Problem], Callable[..., Any]]
+    doc: str = ""
+
+
+@dataclass
+class ContenderResult:
+    name: str
+    status: str = "skipped"  # ok | wrong | skipped
+    reason: str = ""
+    doc: str = ""
+    setup_s: float | None = None
+    max_rel_error: float | None = None
+    median_ms: float | None = None
+    spread_ms: float | None = None
+    reps: int | None = None
+    fn: Callable[..., Any] | None = None  # the set-up callable (not written out)
+
+    def to_json(self) -> dict[str, Any]:
+        out = {"status": self.status, "reason": self.reason, "doc": self.doc, "setup_s": self.setup_s,
+               "max_rel_error": self.max_rel_error, "median_ms": self.median_ms, "spread_ms": self.spread_ms,
+               "reps": self.reps}
+        return {k: v for k, v in out.items() if v not in (None, "")}
+
+
+def _one_line(e: BaseException, limit: int = 300) -> str:
+    text = " ".join(f"{type(e).__name__}: {e}".split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _sync(device: str) -> None:
+    import torch
+
+    if str(device).startswith("cuda"):
+        torch.cuda.synchronize(device)
+
+
+def _setup_and_check(entrant: Entrant, problem: Problem, inputs: tuple[Any, ...], ref: Any, tol: float,
+                     device: str) -> ContenderResult:
+    res = ContenderResult(entrant.name, doc=entrant.doc)
+    try:
+        fn = entrant.make(problem)
+    except Exception as e:  # unavailable here: a missing package, a compiler that refuses, ...
+        res.reason = f"unavailable: {_one_line(e)}"
+        return res
+    start = time.perf_counter()
+    try:
+        fn(*inputs)  # first call: autotuning / compilation happens here
+        _sync(device)
+        res.setup_s = round(time.perf_counter() - start, 3)
+        # the search's own check (evo.evaluate.check): the steady state is what gets checked and timed
+        checked = check_launcher(fn, inputs, ref, tol, device)
+    except Exception as e:
+        res.reason = f"failed to run: {_one_line(e)}"
+        return res
+    res.max_rel_error = checked.max_rel_error
+    if checked.status != "ok":
+        res.status = "wrong"
+        res.reason = ("non-finite output: " if checked.status == "nan" else "") + f"{checked.reason}; not timed"
+        return res
+    res.status, res.fn = "ok", fn
+    return res
+
+
+def measure_contenders(operator: Any, problem: Problem, entrants: list[Entrant], *, timer: Timer,
+                       device: str = "cuda", seed: int = 0, reps: int = 100, warmup: int = 5,
+                       budget_ms: float = 4000.0) -> list[ContenderResult]:
+    """Set up, check and time `entrants` on one problem; results in the order of `entrants`."""
+    if not entrants:
+        raise ValueError("no contenders to measure")
+    inputs = operator.make_inputs(problem, seed, device)
+    ref = operator.reference(*inputs)
+    tol = float(operator.tolerance(problem))
+    results = [_setup_and_check(e, problem, inputs, ref, tol, device) for e in entrants]
+    del ref
+    ok = [r for r in results if r.status == "ok"]
+    if ok:
+        fns = [(lambda f=r.fn: f(*inputs)) for r in ok]
+        timings = timer(fns, reps=reps, warmup=warmup, budget_ms=budget_ms)
+        for r, t in zip(ok, timings, strict=True):
+            r.median_ms, r.spread_ms = float(t.median_ms), float(t.spread_ms)
+            r.reps = len(getattr(t, "times_ms", []) or []) or None
+    for r in results:
+        r.fn = None  # release kernels and their caches before the next problem
+    return results
+
+
+def copy_bandwidth(device: str = "cuda", nbytes: int = 1 << 30, timer: Timer | None = None) -> float:
+    """GB/s of a device-to-device copy of `nbytes`, counting bytes read plus bytes written."""
+    import torch
+
+    from evo.evaluate.timing import time_interleaved
+
+    src = torch.randn(nbytes // 4, device=device)
+    dst = torch.empty_like(src)
+    t = (timer or time_interleaved)([lambda: dst.copy_(src)], reps=30, warmup=3, budget_ms=2000.0)[0]
+    return 2 * src.numel() * 4 / (t.median_ms * 1e-3) / 1e9
+
+
+# Dense tensor-core peaks from NVIDIA's datasheets (TFLOP/s, no sparsity), to tell memory-bound problems of
+# a FLOP-counting operator: those whose FLOP per byte is below peak / copy bandwidth. fp32 is plain fp32
+# (PyTorch does not use tf32 for fp32 matmuls by default).
+_PEAKS = (("H100 PCIe", {"bf16": 756.0, "fp16": 756.0, "fp32": 51.0}),
+          ("H100", {"bf16": 989.0, "fp16": 989.0, "fp32": 67.0}),
+          ("H200", {"bf16": 989.0, "fp16": 989.0, "fp32": 67.0}),
+          ("A100", {"bf16": 312.0, "fp16": 312.0, "fp32": 19.5}))
+
+
+def peak_tflops(gpu: str, dtype: str) -> float | None:
+    for name, peaks in _PEAKS:
+        if name.lower() in gpu.lower():
+            return peaks.get(dtype)
+    return None
+
+
+def search_summary(store: Store, problem_key: str) -> dict[str, Any]:
+    """How much search a problem had: evaluations (all statuses), correct ones, and wall time spanned."""
+    evs = store.evaluations(problem_key)
+    if not evs:
+        return {"evaluations": 0, "evaluations_ok": 0, "search_s": None}
+    span = max(e.finished_at for e in evs) - min(e.started_at for e in evs)
+    return {"evaluations": len(evs), "evaluations_ok": sum(e.status == "ok" for e in evs),
+            "search_s": round(float(span), 1)}

@@ -1,0 +1,311 @@
+"""The Ray executor: candidates are rendered in the driver, compiled ahead of time as CPU tasks, and measured
+by one actor per GPU, so that a GPU that frees up is handed an already compiled candidate at once.
+
+Ray is imported here only, when the executor starts: GPU workers and exported kernels never need it.
+By default an embedded Ray instance is started on this machine, bound to 127.0.0.1 with the dashboard off
+and Ray's logging quiet; `ExecutorSpec.address` joins an existing cluster instead, and a Ray already
+initialised by the caller is used as it is (and left running).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections import deque
+from typing import Any
+
+from evo.evaluate import pipeline
+from evo.evaluate.backend import Backend
+from evo.evaluate.candidate import Candidate, CompileResult
+from evo.evaluate.executor import Executor
+from evo.evaluate.pipeline import Lookup
+from evo.experiment.spec import EvaluationSpec, ExecutorSpec
+from evo.problem import Target
+from evo.store.record import Evaluation
+
+__all__ = ["RayExecutor"]
+
+log = logging.getLogger(__name__)
+
+# Ray's own switch for "this machine only": with it off, Ray advertises and binds 127.0.0.1 rather than the
+# machine's network address (ray._private.services.get_node_ip_address).
+_LOCAL_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+_GRACE_S = 30.0  # beyond the evaluator's own time limits, before the executor gives up on a task
+_MAX_ACTOR_FAILURES = 3  # consecutive deaths of a worker's actor before it is given no more jobs
+
+
+def _compile_task(backend: Backend, cand: Candidate, target: Target) -> CompileResult | None:
+    return backend.compile(cand, target)
+
+
+class _WorkerActor:
+    """Holds one Worker (and through it one GPU) for the life of the actor."""
+
+    def __init__(self, backend: Backend, device_index: int) -> None:
+        self.worker = backend.open_worker(device_index)
+
+    def info(self) -> Any:
+        return self.worker.info
+
+    def evaluate(self, cand: Candidate, timeout_s: float) -> Evaluation:
+        return pipeline.measure(self.worker, cand, timeout_s)
+
+    def close(self) -> None:
+        self.worker.close()
+
+
+class RayExecutor(Executor):
+    def __init__(self, backend: Backend, spec: ExecutorSpec | None = None,
+                 evaluation: EvaluationSpec | None = None, lookup: Lookup | None = None,
+                 target: Target | None = None, num_cpus: int | None = None) -> None:
+        """`num_cpus` sizes an embedded Ray instance (None: every CPU of this machine)."""
+        super().__init__(backend, evaluation, lookup, target)
+        spec = spec or ExecutorSpec()
+        self.num_cpus = num_cpus
+        if spec.gpus is not None and spec.gpus < 1:
+            raise ValueError(f"executor.gpus must be at least 1, got {spec.gpus}")
+        if spec.compile_workers is not None and spec.compile_workers < 1:
+            raise ValueError(f"executor.compile_workers must be at least 1, got {spec.compile_workers}")
+        self.spec = spec
+        self._ray: Any = None
+        self._started_ray = False
+        self._actors: list[Any] = []
+        self._idle: deque[int] = deque()
+        self._waiting: deque[Candidate] = deque()  # rendered, waiting for a compile slot
+        self._compiling: dict[Any, tuple[Candidate, float]] = {}
+        self._ready: deque[Candidate] = deque()
+        self._running: dict[Any, tuple[int, Candidate, float]] = {}
+        self._done: list[tuple[Candidate, Evaluation]] = []
+        self._compile_slots = 1
+        self._actor_failures: list[int] = []
+        self._fatal: RuntimeError | None = None  # set when no worker is left; raised once results are out
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+    def _init_ray(self) -> Any:
+        import ray
+
+        if ray.is_initialized():
+            return ray
+        kwargs: dict[str, Any] = dict(logging_level=logging.ERROR, log_to_driver=False, namespace="evo")
+        if self.spec.address is not None:
+            ray.init(address=self.spec.address, **kwargs)
+            self._started_ray = True
+            return ray
+        kwargs.update(include_dashboard=bool(self.spec.dashboard), dashboard_host="127.0.0.1",
+                      _node_ip_address="127.0.0.1", num_cpus=self.num_cpus)
+        # Ray's switch for "this machine only": the driver reads it from ray_constants (set when Ray was
+        # imported), the raylet and GCS it starts read it from their environment. Both are set for this start
+        # only, so that a later ray.init(address=...) in this process still finds the machine's address.
+        from ray._private import ray_constants
+
+        saved_env, saved_flag = os.environ.get(_LOCAL_ONLY_ENV), ray_constants.ENABLE_RAY_CLUSTER
+        if saved_env is None:
+            os.environ[_LOCAL_ONLY_ENV] = "0"
+        ray_constants.ENABLE_RAY_CLUSTER = os.environ[_LOCAL_ONLY_ENV].lower() not in ("0", "false")
+        try:
+            ray.init(**kwargs)
+        finally:
+            ray_constants.ENABLE_RAY_CLUSTER = saved_flag
+            if saved_env is None:
+                os.environ.pop(_LOCAL_ONLY_ENV, None)
+        self._started_ray = True
+        ip = ray.util.get_node_ip_address()
+        if ip not in ("127.0.0.1", "::1", "localhost"):
+            log.warning("the embedded Ray instance uses address %s, not 127.0.0.1 only", ip)
+        return ray
+
+    def start(self) -> None:
+        if self._ray is not None:
+            return
+        ray = self._ray = self._init_ray()
+        try:
+            resources = ray.cluster_resources()
+            if self.backend.needs_gpu:
+                visible = int(resources.get("GPU", 0))
+                if visible < 1:
+                    raise RuntimeError("Ray sees no GPU: a search needs one (a CPU-only check of the set-up is "
+                                       "the executor kind 'smoke')")
+                n = min(self.spec.gpus or visible, visible)
+            else:
+                n = self.spec.gpus or 1
+            self._compile_slots = self.spec.compile_workers or max(1, int(resources.get("CPU", 1)))
+            # a compile process serves many jobs; recycling it bounds what compiled modules leak
+            env = self.backend.compile_env()
+            self._compile = ray.remote(num_cpus=1, max_retries=0, max_calls=500)(_compile_task)
+            if env:
+                self._compile = self._compile.options(runtime_env={"env_vars": dict(env)})
+            self._backend_ref = ray.put(self.backend)
+            actor_cls = ray.remote(_WorkerActor).options(num_gpus=1 if self.backend.needs_gpu else 0, num_cpus=0,
+                                                         max_restarts=3, max_task_retries=0)
+            # the backend itself, not its object-store reference: a restarted actor must not depend on an object
+            self._actors = [actor_cls.remote(self.backend, 0) for _ in range(n)]
+            self.infos = ray.get([a.info.remote() for a in self._actors])
+            self._idle = deque(range(n))
+            self._actor_failures = [0] * n
+        except BaseException:
+            self.shutdown()
+            raise
+
+    def shutdown(self) -> None:
+        ray = self._ray
+        if ray is None:
+            return
+        self._ray = None
+        try:
+            for ref in self._compiling:
+                ray.cancel(ref, force=True)
+            # actor calls cannot be force-cancelled: close() waits behind a running evaluation, then the kill
+            closing = [a.close.remote() for a in self._actors]
+            if closing:
+                ray.wait(closing, num_returns=len(closing), timeout=10)
+            for a in self._actors:
+                ray.kill(a)
+        except Exception as e:  # shutting down must not hide the error that led here
+            log.warning("while stopping Ray workers: %s", e)
+        finally:
+            self._actors, self._compiling, self._running = [], {}, {}
+            self._waiting.clear()
+            self._ready.clear()
+            self._idle.clear()
+            if self._started_ray:
+                ray.shutdown()
+                self._started_ray = False
+
+    # -- work -----------------------------------------------------------------------------------------
+    @property
+    def busy(self) -> int:
+        return len(self._running)
+
+    @property
+    def slots(self) -> int:
+        # every worker busy, one compiled job waiting per worker, and a little compile-ahead on top
+        return 2 * max(1, len(self._actors)) + 2
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._waiting) + len(self._compiling) + len(self._ready) + len(self._running) + len(self._done)
+
+    def submit(self, cand: Candidate) -> None:
+        if self._ray is None:
+            raise RuntimeError("executor not started")
+        ev = self._render(cand)
+        if ev is not None:
+            self._done.append((cand, ev))
+        else:
+            self._waiting.append(cand)
+            self._pump()
+
+    def cancel_waiting(self) -> list[Candidate]:
+        dropped = list(self._waiting) + list(self._ready)
+        for ref, (cand, _) in list(self._compiling.items()):
+            self._ray.cancel(ref, force=True)
+            dropped.append(cand)
+        self._compiling.clear()
+        self._waiting.clear()
+        self._ready.clear()
+        return dropped
+
+    def poll(self, timeout_s: float | None = None) -> list[tuple[Candidate, Evaluation]]:
+        ray = self._ray
+        if ray is None:
+            return []
+        if self._fatal is not None and not self._done:
+            raise self._fatal
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            self._pump()
+            refs = list(self._compiling) + list(self._running)
+            if not refs or self._done:
+                break
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                break
+            # wake at least once a second to notice tasks that overran their time limits
+            wait_s = 1.0 if left is None else min(1.0, left)
+            ready, _ = ray.wait(refs, num_returns=1, timeout=wait_s)
+            if ready:
+                rest = [r for r in refs if r not in set(ready)]
+                more, _ = ray.wait(rest, num_returns=len(rest), timeout=0) if rest else ([], [])
+                for ref in list(ready) + list(more):
+                    self._collect(ref)
+            self._reap_overdue()
+        self._pump()
+        out, self._done = self._done, []
+        return out
+
+    # -- internals ------------------------------------------------------------------------------------
+    def _pump(self) -> None:
+        """Start compiles while CPU slots are free; hand compiled candidates to idle workers."""
+        while self._waiting and len(self._compiling) < self._compile_slots:
+            cand = self._waiting.popleft()
+            ref = self._compile.remote(self._backend_ref, cand, self.target)
+            self._compiling[ref] = (cand, time.monotonic())
+        while self._ready and self._idle:
+            i = self._idle.popleft()
+            cand = self._ready.popleft()
+            ref = self._actors[i].evaluate.remote(cand, self.evaluation.timeout_s)
+            self._running[ref] = (i, cand, time.monotonic())
+
+    def _collect(self, ref: Any) -> None:
+        ray = self._ray
+        if ref in self._compiling:
+            cand, _ = self._compiling.pop(ref)
+            try:
+                out = pipeline.compiled(cand, ray.get(ref))
+            except ray.exceptions.RayTaskError as e:  # compile raised: a backend bug, not the kernel's fault
+                out = cand.row("error", f"compile failed: {_short(e)}")
+            except Exception as e:  # the task's process died under it: compilers abort on some kernels
+                out = cand.row("compile_error", f"the compile process died: {_short(e)}")
+            if out is not None:
+                self._done.append((cand, self._named(out)))
+            else:
+                self._ready.append(cand)
+        elif ref in self._running:
+            i, cand, _ = self._running.pop(ref)
+            info = self.infos[i]
+            try:
+                ev = ray.get(ref)
+            except ray.exceptions.RayActorError as e:
+                ev = cand.row("crashed", f"worker died: {_short(e)}", gpu=info.gpu, worker=info.name)
+                self._actor_failures[i] += 1
+            except Exception as e:
+                ev = cand.row("error", f"worker failed: {_short(e)}", gpu=info.gpu, worker=info.name)
+            else:
+                self._actor_failures[i] = 0
+            self._done.append((cand, ev))
+            self._release(i)
+
+    def _release(self, i: int) -> None:
+        """Worker `i` is free again, unless its actor keeps dying (Ray restarts it a few times, then gives up):
+        a worker that cannot stay up must not turn the rest of the budget into crashed rows."""
+        if self._actor_failures[i] < _MAX_ACTOR_FAILURES:
+            self._idle.append(i)
+            return
+        log.warning("GPU worker %s died %d times in a row: no more jobs for it", self.infos[i].name,
+                    self._actor_failures[i])
+        if not self._idle and not self._running:
+            # raised by the next poll, after this poll has handed every collected evaluation to the search
+            self._fatal = RuntimeError("every GPU worker died repeatedly; completed evaluations are stored")
+
+    def _reap_overdue(self) -> None:
+        now = time.monotonic()
+        for ref, (cand, started) in list(self._compiling.items()):
+            if now - started > self.evaluation.compile_timeout_s + _GRACE_S:
+                self._ray.cancel(ref, force=True)
+                del self._compiling[ref]
+                self._done.append((cand, self._named(cand.row("timeout", "compile overran its time limit"))))
+        for ref, (i, cand, started) in list(self._running.items()):
+            if now - started > self.evaluation.timeout_s + _GRACE_S:
+                # the worker did not honour its own limit: replace its actor (Ray restarts it)
+                self._ray.kill(self._actors[i], no_restart=False)
+                del self._running[ref]
+                info = self.infos[i]
+                self._done.append((cand, cand.row("timeout", "worker overran its time limit", gpu=info.gpu,
+                                                  worker=info.name)))
+                self._release(i)
+
+
+def _short(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[-1] if text else ''}"[:500]

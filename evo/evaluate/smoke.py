@@ -1,0 +1,116 @@
+"""The CPU smoke evaluator, for machines without a GPU: correctness in the Triton interpreter at a tiny
+problem size, and a fitness that is plainly NOT a timing.
+
+Each candidate's genome is rendered again for a small version of its problem (every dimension clipped to
+64, or 128 or 256 when the genome needs room; bf16 becomes fp16 because bf16 arithmetic is broken in the
+interpreter) and checked against the operator's reference exactly as on a GPU (evo.evaluate.check). The fitness is
+`Operator.smoke_cost(genome, problem)`, a deterministic model estimate for the real problem, and every row
+says so: gpu "cpu-interpreter", baseline "smoke-roofline", reason "smoke: fitness is a model estimate,
+not a timing". Runs in a supervised child (with TRITON_INTERPRET=1), so a kernel that loops forever in the
+interpreter times out like one on a GPU. Keeps to the Operator and GenomeFamily interfaces.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from evo.evaluate.backend import Worker
+from evo.evaluate.candidate import Candidate
+from evo.evaluate.worker import ChildWorker, GpuBackend
+from evo.experiment.spec import EvaluationSpec
+from evo.problem import HOPPER, Problem, Target
+from evo.store.record import Evaluation
+
+__all__ = ["SmokeBackend", "SmokeWorker", "SMOKE_GPU", "SMOKE_NOTE", "smoke_problem", "smoke_setup", "smoke_evaluate"]
+
+SMOKE_GPU = "cpu-interpreter"
+SMOKE_NOTE = "smoke: fitness is a model estimate, not a timing"
+SMOKE_SIZES = (64, 128, 256)
+
+
+def smoke_problem(operator: Any, genome: Any, problem: Problem, target: Target) -> Problem:
+    """The smallest clipped version of `problem` (dims <= 64, else 128, else 256) that `genome` can run;
+    bf16 is replaced by fp16. Raises ValueError when none is valid."""
+    dtype = problem.dtype
+    if dtype == "bf16" and "fp16" in operator.dtypes:
+        dtype = "fp16"
+    reasons: list[str] = []
+    for limit in SMOKE_SIZES:
+        small = Problem(problem.operator, tuple((d, min(s, limit)) for d, s in problem.shape), dtype)
+        reasons = operator.family.violations(genome, small, target)
+        if not reasons:
+            return small
+    raise ValueError(f"smoke: {genome} runs no problem clipped to <= {SMOKE_SIZES[-1]}: {'; '.join(reasons)}")
+
+
+def smoke_setup(target: Target) -> tuple[dict[str, Any], dict[str, Any]]:
+    import torch
+    import triton
+
+    versions = {"triton": triton.__version__, "torch": torch.__version__.split("+")[0], "cuda": "none",
+                "mode": "smoke"}
+    state = {"target": target, "versions": versions, "worker": f"smoke:pid{os.getpid()}"}
+    return state, {"gpu": SMOKE_GPU, "versions": versions, "worker": state["worker"]}
+
+
+def smoke_evaluate(state: dict[str, Any], cand: Candidate) -> Evaluation:
+    from evo.evaluate.check import run_check
+    from evo.evaluate.faults import classify
+    from evo.evaluate.modules import load_source
+
+    op = cand.operator
+    resources = dict(cand.compiled.resources) if cand.compiled else {}
+    common = {"gpu": SMOKE_GPU, "versions": state["versions"], "worker": state["worker"], "started_at": time.time(),
+              "baseline": "smoke-roofline", "resources": resources}
+    phase, module = "compile", None
+    try:
+        small = smoke_problem(op, cand.genome, cand.problem, state["target"])
+        resources["smoke_problem"] = small.key
+        module = load_source(op.render(cand.genome, small, state["target"]))
+        launcher = getattr(module, op.entry)
+        phase = "run"
+        checked = run_check(launcher, op, small, cand.seed or 0, device="cpu")
+    except Exception as exc:
+        fault = classify(exc, phase=phase)
+        return cand.row(fault.status, f"smoke: {fault.reason}", finished_at=time.time(), **common)
+    finally:
+        if module is not None:
+            sys.modules.pop(module.__name__, None)
+    if checked.status != "ok":
+        return cand.row(checked.status, f"smoke: {checked.reason}", max_rel_error=checked.max_rel_error,
+                        finished_at=time.time(), **common)
+    estimate = float(op.smoke_cost(cand.genome, cand.problem))
+    roofline = op.smoke_roofline_ms(cand.problem)
+    return cand.row("ok", SMOKE_NOTE, median_ms=estimate, spread_ms=0.0, times_ms=[], baseline_ms=roofline,
+                    baseline_spread_ms=0.0, max_rel_error=checked.max_rel_error, finished_at=time.time(), **common)
+
+
+class SmokeWorker(ChildWorker):
+    """The CPU stand-in for a GpuWorker (same supervision, same rows), for runs without a GPU."""
+
+    note = "smoke: "
+
+    def __init__(self, *, target: Target = HOPPER, seed: int = 0, setup: Callable[..., Any] | None = None,
+                 start_timeout_s: float = 300.0) -> None:
+        super().__init__(setup or smoke_setup, smoke_evaluate, setup_args=(target,), env={"TRITON_INTERPRET": "1"},
+                         name="evo-smoke", seed=[seed, 0x5A0CE], start_timeout_s=start_timeout_s, target=target)
+
+
+class SmokeBackend(GpuBackend):
+    """CPU smoke runs: compiles for `target` (Hopper by default) on CPUs like a real run, then checks in the
+    CPU interpreter with a fitness that is a model estimate, NOT a timing (evo.evaluate.smoke)."""
+
+    needs_gpu = False
+
+    def __init__(self, evaluation: EvaluationSpec | None = None, seed: int = 0, target: Target = HOPPER) -> None:
+        super().__init__(evaluation, seed)
+        self.target = target
+
+    def open_worker(self, device_index: int) -> Worker:
+        worker = SmokeWorker(target=self.target, seed=self.seed)
+        worker.info  # noqa: B018 - starts the child now, not on the first candidate
+        return worker

@@ -1,0 +1,241 @@
+"""A supervised child process: requests go in one at a time, with a time limit; a child that hangs is
+killed, a child that dies is replaced, and the caller always gets either a reply or a clear exception.
+
+The child is started with the "spawn" method (never fork: a forked CUDA context is unusable) and talks
+over a Pipe. It runs `setup(*setup_args)` once, replies "ready" with the info it returns, then answers
+each request with `handler(state, request)`. A handler that knows its process is no longer fit to serve
+(a CUDA context lost to an illegal address) returns `ExitAfter(reply)`: the reply is delivered, then the
+child exits and a fresh one takes its place.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Supervised", "ExitAfter", "ChildTimeout", "ChildDied", "ChildRaised"]
+
+
+@dataclass
+class ExitAfter:
+    reply: Any
+
+
+class ChildTimeout(Exception):
+    """The child gave no reply in time; it was killed."""
+
+
+class ChildDied(Exception):
+    """The child process ended without replying (crash, os._exit, signal)."""
+
+    def __init__(self, message: str, exitcode: int | None) -> None:
+        super().__init__(message)
+        self.exitcode = exitcode
+
+
+class ChildRaised(Exception):
+    """The handler raised; `kind` is the exception's type name and the message its text and traceback."""
+
+    def __init__(self, kind: str, message: str, fatal: bool) -> None:
+        super().__init__(f"{kind}: {message}")
+        self.kind, self.message, self.fatal = kind, message, fatal
+
+
+def _exit_text(code: int | None) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        import signal
+
+        try:
+            return f"killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def _child_main(conn: Any, env: dict[str, str], setup: Callable[..., tuple[Any, Any]], setup_args: tuple[Any, ...],
+                handler: Callable[[Any, Any], Any]) -> None:
+    os.environ.update(env)  # before anything initialises CUDA or Triton in this process
+    try:
+        state, info = setup(*setup_args)
+    except BaseException as exc:  # report why, then die: the parent raises ChildDied with this text
+        import traceback
+
+        conn.send(("setup_failed", None, "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))))
+        conn.close()
+        os._exit(3)
+    conn.send(("ready", None, info))
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            os._exit(0)  # the parent is gone
+        if msg is None:
+            conn.close()
+            os._exit(0)
+        request_id, request = msg
+        try:
+            reply = handler(state, request)
+        except BaseException as exc:
+            import traceback
+
+            from evo.evaluate.faults import classify
+
+            fatal = classify(exc).fatal
+            text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+            conn.send(("raised", request_id, (type(exc).__name__, text, fatal)))
+            if fatal:
+                conn.close()
+                os._exit(4)
+            continue
+        if isinstance(reply, ExitAfter):
+            conn.send(("final", request_id, reply.reply))
+            conn.close()
+            os._exit(5)
+        conn.send(("reply", request_id, reply))
+
+
+class Supervised:
+    """One supervised child. Not thread-safe: one request at a time (the caller serialises)."""
+
+    def __init__(self, setup: Callable[..., tuple[Any, Any]], handler: Callable[[Any, Any], Any], *,
+                 setup_args: tuple[Any, ...] = (), env: dict[str, str] | None = None, name: str = "child",
+                 start_timeout_s: float = 300.0) -> None:
+        if start_timeout_s <= 0:
+            raise ValueError(f"start_timeout_s must be positive, got {start_timeout_s}")
+        self.setup, self.handler, self.setup_args = setup, handler, setup_args
+        self.env = dict(env or {})
+        self.name = name
+        self.start_timeout_s = start_timeout_s
+        self.starts = 0  # processes started so far (1 + replacements)
+        self._ctx = mp.get_context("spawn")
+        self._proc: Any = None
+        self._conn: Any = None
+        self._info: Any = None
+        self._ready = False
+        self._next_id = 0
+
+    # -- life cycle -----------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start a child if none is running (returns at once; `info()` waits for it to be ready)."""
+        if self._proc is not None and self._proc.is_alive():
+            return
+        self._discard()
+        parent, child = self._ctx.Pipe()
+        proc = self._ctx.Process(target=_child_main, name=self.name, daemon=True,
+                                 args=(child, self.env, self.setup, self.setup_args, self.handler))
+        try:
+            proc.start()
+        finally:
+            child.close()
+        self._proc, self._conn, self._ready, self.starts = proc, parent, False, self.starts + 1
+
+    def info(self) -> Any:
+        """What the child's setup returned; starts the child and waits for it when needed."""
+        self.start()
+        if not self._ready:
+            if not self._conn.poll(self.start_timeout_s):
+                self.kill()
+                raise ChildTimeout(f"{self.name} did not start within {self.start_timeout_s:.0f} s")
+            try:
+                kind, _, payload = self._conn.recv()
+            except (EOFError, OSError):
+                code = self._reap()
+                raise ChildDied(f"{self.name} died while starting ({_exit_text(code)})", code) from None
+            if kind != "ready":
+                code = self._reap()
+                raise ChildDied(f"{self.name} failed to start ({_exit_text(code)}):\n{payload}", code)
+            self._info, self._ready = payload, True
+        return self._info
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.is_alive()
+
+    def kill(self) -> None:
+        """Kill the child now (SIGKILL: a hung kernel ignores anything gentler) and wait for it."""
+        if self._proc is not None and self._proc.is_alive():
+            self._proc.kill()
+        self._reap()
+
+    def close(self) -> None:
+        """Ask the child to exit, then make sure it has."""
+        if self._proc is not None and self._proc.is_alive() and self._conn is not None:
+            try:
+                self._conn.send(None)
+                self._proc.join(timeout=10)
+            except (OSError, ValueError):
+                pass
+        self.kill()
+
+    def _reap(self) -> int | None:
+        code = None
+        if self._proc is not None:
+            self._proc.join(timeout=30)
+            code = self._proc.exitcode
+        self._discard()
+        return code
+
+    def _discard(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except OSError:
+                pass
+        if self._proc is not None:
+            try:
+                self._proc.close()
+            except ValueError:  # still running (a join timed out): leave it to the OS, never reuse it
+                pass
+        self._proc, self._conn, self._ready = None, None, False
+
+    # -- requests -------------------------------------------------------------------------------------
+    def call(self, request: Any, timeout_s: float) -> Any:
+        """The handler's reply to `request`. Raises ChildTimeout (the child was killed), ChildDied (it
+        ended without replying) or ChildRaised (the handler raised). A replacement child is started at
+        once after any of these, so its start-up overlaps the caller's own work."""
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be positive, got {timeout_s}")
+        self.info()
+        self._next_id += 1
+        request_id = self._next_id
+        try:
+            self._conn.send((request_id, request))
+        except (OSError, ValueError):
+            code = self._reap()
+            self.start()
+            raise ChildDied(f"{self.name} was gone before the request ({_exit_text(code)})", code) from None
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not self._conn.poll(left):
+                self.kill()
+                self.start()
+                raise ChildTimeout(f"no reply from {self.name} within {timeout_s:g} s; the process was killed")
+            try:
+                kind, reply_id, payload = self._conn.recv()
+            except (EOFError, OSError):
+                code = self._reap()
+                self.start()
+                raise ChildDied(f"{self.name} died ({_exit_text(code)})", code) from None
+            if reply_id != request_id:
+                continue  # a stale reply: cannot happen with one pipe per child, but never mismatch replies
+            break
+        if kind == "raised":
+            exc_kind, text, fatal = payload
+            if fatal:
+                self._reap()
+                self.start()
+            raise ChildRaised(exc_kind, text, fatal)
+        if kind == "final":  # the child exits after this reply (ExitAfter): replace it straight away
+            self._reap()
+            self.start()
+        return payload

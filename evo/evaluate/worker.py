@@ -1,0 +1,323 @@
+"""The GPU worker: one child process per GPU holds the CUDA context, checks and times candidates; a
+supervisor object in the parent survives whatever the candidates do to it.
+
+In the child, each candidate is first checked on fresh random inputs (evo.evaluate.check), then timed
+interleaved with the operator's primary baseline on the same inputs in the same process (evo.evaluate.timing).
+Faults become statuses (evo.evaluate.faults). An illegal address poisons the CUDA context: the child replies
+and exits, and the supervisor starts a new one. A kernel that never ends is killed with its process when the
+time limit passes (status timeout). Whatever kills the child otherwise, the candidate it was on is recorded
+as crashed. `ChildWorker` is that supervision, shared with the CPU smoke worker (evo.evaluate.smoke).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from evo.evaluate.backend import Backend, Worker, WorkerInfo
+from evo.evaluate.candidate import Candidate, CompileResult
+from evo.evaluate.supervisor import ChildDied, ChildRaised, ChildTimeout, ExitAfter, Supervised
+from evo.evaluate.timing import PROTOCOL as TIMING_PROTOCOL
+from evo.experiment.spec import EvaluationSpec
+from evo.problem import Target
+from evo.store.record import Evaluation
+
+__all__ = ["GpuBackend", "ChildWorker", "GpuWorker", "GpuState", "EvalSettings", "gpu_setup", "gpu_evaluate",
+           "visible_device"]
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    reps: int = 30  # timed repetitions of each of candidate and baseline (fewer when slow: evo.evaluate.timing)
+    warmup: int = 3
+    budget_ms: float = 400.0  # GPU time the timing of one candidate (with its baseline) aims at
+
+    def __post_init__(self) -> None:
+        if self.reps < 1 or self.warmup < 0 or self.budget_ms <= 0:
+            raise ValueError(f"bad evaluation settings: {self}")
+
+
+def visible_device(device_index: int) -> str:
+    """The CUDA_VISIBLE_DEVICES value that shows a child only GPU `device_index` of this process's GPUs."""
+    if device_index < 0:
+        raise ValueError(f"device_index must be >= 0, got {device_index}")
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None or not visible.strip():
+        return str(device_index)
+    ids = [x.strip() for x in visible.split(",") if x.strip()]
+    if device_index >= len(ids):
+        raise ValueError(f"device_index {device_index} but CUDA_VISIBLE_DEVICES={visible!r} shows {len(ids)} GPUs")
+    return ids[device_index]
+
+
+# ------------------------------------------------------------------------------------------------------
+# In the child process
+# ------------------------------------------------------------------------------------------------------
+class GpuState:
+    """What the child keeps between candidates. `device="cpu"` exists only so tests can drive the child's
+    code in the interpreter; a real worker is always on "cuda"."""
+
+    def __init__(self, device_index: int, settings: EvalSettings, device: str = "cuda") -> None:
+        import torch
+        import triton
+
+        self.device = device
+        if device == "cuda":
+            torch.cuda.init()
+            torch.cuda.set_device(0)  # the only GPU this process sees
+        self.settings = settings
+        self.gpu = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
+        self.versions = {"triton": triton.__version__, "torch": torch.__version__.split("+")[0],
+                         "cuda": str(torch.version.cuda or ""), "timing": TIMING_PROTOCOL}
+        self.worker = f"{socket.gethostname()}:gpu{device_index}:pid{os.getpid()}"
+        self._baselines: dict[tuple[str, str], tuple[str, Callable[..., Any]]] = {}
+
+    def baseline(self, operator: Any, problem: Any) -> tuple[str, Callable[..., Any]]:
+        key = (operator.name, problem.key)
+        if key not in self._baselines:
+            primary = operator.baselines()[0]
+            self._baselines[key] = (primary.name, primary.make(problem))
+        return self._baselines[key]
+
+
+def gpu_setup(device_index: int, settings: EvalSettings) -> tuple[GpuState, dict[str, Any]]:
+    from evo.problem import Target
+
+    state = GpuState(device_index, settings)
+    return state, {"gpu": state.gpu, "versions": state.versions, "worker": state.worker, "pid": os.getpid(),
+                   "target": Target.from_torch(0)}
+
+
+def _context_ok(device: str) -> bool:
+    import torch
+
+    if device != "cuda":
+        return True
+    try:
+        torch.cuda.synchronize()
+        return float(torch.ones(1, device="cuda").add_(1).item()) == 2.0
+    except Exception:
+        return False
+
+
+def _gpu_resources(module: Any, cand: Candidate) -> dict[str, Any]:
+    """Resources as loaded on the GPU, and whether every kernel came from the compile-ahead cache."""
+    from evo.evaluate.compiler import jit_functions, summarize
+
+    kernels = [k for fn in jit_functions(module).values() for entry in getattr(fn, "device_caches", {}).values()
+               for k in entry[0].values() if hasattr(k, "metadata")]
+    loaded = [{"name": k.metadata.name, "hash": k.hash, "shared": int(k.metadata.shared),
+               "registers": getattr(k, "n_regs", None), "spills": getattr(k, "n_spills", None)} for k in kernels]
+    compiled = cand.compiled
+    if compiled is not None and compiled.resources:
+        resources = dict(compiled.resources)
+        hit = bool(loaded) and all(k["hash"] in compiled.cache_hashes for k in loaded)
+    else:
+        resources, hit = summarize(loaded), None
+    resources["gpu_kernels"] = loaded
+    resources["cache_hit"] = hit
+    return resources
+
+
+def gpu_evaluate(state: GpuState, cand: Candidate) -> Evaluation | ExitAfter:
+    """Check, then time, one candidate (its `seed` draws the check's inputs). Never raises for a fault of
+    the candidate."""
+    from evo.evaluate.check import run_check
+    from evo.evaluate.compiler import forget_module
+    from evo.evaluate.faults import classify
+    from evo.evaluate.modules import load_source
+    from evo.evaluate.timing import time_interleaved
+
+    operator = cand.operator
+    baseline_name, baseline_fn = state.baseline(operator, cand.problem)
+    common: dict[str, Any] = {"gpu": state.gpu, "versions": state.versions, "worker": state.worker,
+                              "started_at": time.time(), "baseline": baseline_name,
+                              "resources": dict(cand.compiled.resources) if cand.compiled else {}}
+    phases: dict[str, Any] = {"seed": cand.seed}
+    module = None
+    phase = "compile"
+    try:
+        t0 = time.perf_counter()
+        module = load_source(cand.source)
+        launcher = getattr(module, operator.entry)
+        phase = "run"
+        t1 = time.perf_counter()
+        checked = run_check(launcher, operator, cand.problem, cand.seed or 0, device=state.device)
+        t2 = time.perf_counter()
+        phases.update(load_s=t1 - t0, check_s=t2 - t1)
+        common["resources"] = _gpu_resources(module, cand)
+        if checked.status != "ok":
+            return cand.row(checked.status, checked.reason, max_rel_error=checked.max_rel_error,
+                            **_finish(common, phases))
+        inputs, out = checked.inputs, checked.out
+        run = (lambda: launcher(*inputs, out=out)) if checked.takes_out else (lambda: launcher(*inputs))
+        base = lambda: baseline_fn(*inputs)
+        s = state.settings
+        # the baseline is timed with every candidate, interleaved, on the same inputs: the ratio is one process's
+        timing, base_timing = time_interleaved([run, base], reps=s.reps, warmup=s.warmup, budget_ms=s.budget_ms,
+                                              device=state.device)
+        phases.update(time_s=time.perf_counter() - t2)
+        return cand.row("ok", median_ms=timing.median_ms, spread_ms=timing.spread_ms, times_ms=timing.times_ms,
+                        baseline_ms=base_timing.median_ms, baseline_spread_ms=base_timing.spread_ms,
+                        max_rel_error=checked.max_rel_error, **_finish(common, phases))
+    except Exception as exc:
+        fault = classify(exc, phase=phase)
+        fatal = fault.fatal or (phase == "run" and not _context_ok(state.device))
+        status = "crashed" if fatal else fault.status
+        reason = fault.reason if status == fault.status else f"CUDA context lost after: {fault.reason}"
+        ev = cand.row(status, reason, **_finish(common, phases))
+        return ExitAfter(ev) if fatal else ev
+    finally:
+        if module is not None:  # loaded kernels stay alive only as long as their module
+            forget_module(module)
+
+
+def _finish(common: dict[str, Any], phases: dict[str, Any]) -> dict[str, Any]:
+    out = dict(common)
+    out["resources"] = dict(out["resources"], eval=phases)
+    out["finished_at"] = time.time()
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------
+# In the parent process
+# ------------------------------------------------------------------------------------------------------
+class ChildWorker(Worker):
+    """A Worker whose checking runs in a supervised child process (`Supervised`).
+
+    `evaluate` always returns a row: a candidate that hangs the child is recorded as timeout, one that kills
+    the process as crashed, and the child is replaced before the next candidate. Each candidate gets a fresh
+    seed for its check. `recycle_after` evaluations start a fresh child to bound what loaded kernels leak.
+    """
+
+    note = ""  # prefixes the reasons this supervisor writes (the smoke worker's say "smoke: ")
+
+    def __init__(self, setup: Callable[..., Any], handler: Callable[[Any, Any], Any], *, setup_args: tuple[Any, ...],
+                 env: dict[str, str], name: str, seed: Any, start_timeout_s: float = 300.0,
+                 recycle_after: int | None = 2000, target: Any = None) -> None:
+        if recycle_after is not None and recycle_after < 1:
+            raise ValueError(f"recycle_after must be >= 1 or None, got {recycle_after}")
+        self._child = Supervised(setup, handler, setup_args=setup_args, env=env, name=name,
+                                 start_timeout_s=start_timeout_s)
+        self._rng = np.random.default_rng(seed)
+        self._target = target
+        self.recycle_after = recycle_after
+        self._served_by_child = 0
+
+    def start(self) -> None:
+        self._child.start()
+
+    @property
+    def info(self) -> WorkerInfo:
+        """Waits for a (re)started child: its start-up is never a candidate's time."""
+        d = self._child.info()
+        return WorkerInfo(str(d.get("worker", self._child.name)), str(d["gpu"]), dict(d["versions"]),
+                          d.get("target") or self._target)
+
+    @property
+    def gpu(self) -> str:
+        return self.info.gpu
+
+    @property
+    def versions(self) -> dict[str, str]:
+        return self.info.versions
+
+    @property
+    def restarts(self) -> int:
+        return max(0, self._child.starts - 1)
+
+    @property
+    def pid(self) -> int | None:
+        return self._child.pid
+
+    def evaluate(self, cand: Candidate, timeout_s: float = 60.0) -> Evaluation:
+        info = self.info
+        if self.recycle_after is not None and self._served_by_child >= self.recycle_after:
+            self._child.close()
+            self._served_by_child = 0
+            info = self.info
+        cand = dataclasses.replace(cand, seed=int(self._rng.integers(0, 2**31 - 1)))
+        common = {"gpu": info.gpu, "versions": info.versions, "worker": info.name, "started_at": time.time()}
+        self._served_by_child += 1
+        try:
+            ev = self._child.call(cand, timeout_s)
+        except (ChildTimeout, ChildDied) as exc:
+            self._served_by_child = 0
+            status = "timeout" if isinstance(exc, ChildTimeout) else "crashed"
+            return cand.row(status, f"{self.note}{exc}; worker replaced", finished_at=time.time(), **common)
+        except ChildRaised as exc:
+            from evo.evaluate.faults import classify
+
+            fault = classify(f"{exc.kind}: {exc.message}")
+            if exc.fatal:
+                self._served_by_child = 0
+            return cand.row("crashed" if exc.fatal else fault.status, f"{self.note}{fault.reason}",
+                            finished_at=time.time(), **common)
+        if not isinstance(ev, Evaluation):
+            return cand.row("error", f"worker replied with {type(ev).__name__}, not an Evaluation",
+                            finished_at=time.time(), **common)
+        if ev.status == "crashed":
+            self._served_by_child = 0
+        return ev
+
+    def close(self) -> None:
+        self._child.close()
+
+    def __enter__(self) -> ChildWorker:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class GpuWorker(ChildWorker):
+    """The supervised child that checks and times candidates on GPU `device_index`. `setup` and `handler`
+    replace the GPU code (tests use stand-ins)."""
+
+    def __init__(self, device_index: int = 0, *, settings: EvalSettings | None = None, seed: int = 0,
+                 cache_dir: str | None = None, setup: Callable[..., Any] | None = None,
+                 handler: Callable[[Any, Any], Any] | None = None, setup_args: tuple[Any, ...] | None = None,
+                 start_timeout_s: float = 300.0, recycle_after: int | None = 2000) -> None:
+        self.device_index = device_index
+        self.settings = settings or EvalSettings()
+        env = {"CUDA_VISIBLE_DEVICES": visible_device(device_index), "TRITON_INTERPRET": "0"}
+        if cache_dir:
+            env["TRITON_CACHE_DIR"] = str(cache_dir)
+        super().__init__(setup or gpu_setup, handler or gpu_evaluate, env=env, name=f"evo-gpu{device_index}",
+                         setup_args=setup_args if setup_args is not None else (device_index, self.settings),
+                         seed=[seed, device_index], start_timeout_s=start_timeout_s, recycle_after=recycle_after)
+
+
+class GpuBackend(Backend):
+    """Compile on CPUs (evo.evaluate.compiler), check and time on GPUs (evo.evaluate.worker.GpuWorker):
+    every fitness it returns is a GPU measurement. Heavy modules are imported in the processes that use them."""
+
+    def __init__(self, evaluation: EvaluationSpec | None = None, seed: int = 0, cache_dir: str | None = None) -> None:
+        """`cache_dir`: the TRITON_CACHE_DIR that compile processes and GPU workers share (None: Triton's)."""
+        self.evaluation = evaluation or EvaluationSpec()
+        self.seed = seed
+        self.cache_dir = cache_dir
+
+    def compile_env(self) -> dict[str, str]:
+        # Triton must not be in interpreter mode when a compile process imports it (a test session or a
+        # smoke run may have set it for this one)
+        return {"TRITON_INTERPRET": "0", **({"TRITON_CACHE_DIR": str(self.cache_dir)} if self.cache_dir else {})}
+
+    def compile(self, cand: Candidate, target: Target) -> CompileResult | None:
+        from evo.evaluate.compiler import compile_candidate  # in compile processes only: it imports triton
+
+        return compile_candidate(cand, target)
+
+    def open_worker(self, device_index: int) -> Worker:
+        worker = GpuWorker(device_index, seed=self.seed, cache_dir=self.cache_dir,
+                           settings=EvalSettings(reps=self.evaluation.reps, warmup=self.evaluation.warmup))
+        worker.start()
+        worker.info  # noqa: B018 - a GPU that cannot start fails here, not mid-run
+        return worker

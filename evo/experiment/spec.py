@@ -1,0 +1,69 @@
+"""The experiment specification: what to search, how, for how long, and where results go.
+
+These frozen dataclasses are what the engine runs; `evo.experiment.config` loads and validates them from YAML.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from evo.problem import Problem
+
+__all__ = ["Experiment", "Budget", "ExecutorSpec", "DescriptorSpec", "EvaluationSpec"]
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Limits per problem; the search of a problem stops at the first one reached (None = no limit)."""
+
+    evaluations: int | None = 200
+    wall_s: float | None = None
+    stagnation: int | None = None  # evaluations without a new best beyond the noise margin
+
+
+@dataclass(frozen=True)
+class ExecutorSpec:
+    """Where work runs. kind: "ray" (embedded local instance, or `address` to join a cluster),
+    "local" (in-process, for debugging), or "smoke" (CPU interpreter, no GPU: fitness is not a timing)."""
+
+    kind: str = "ray"
+    address: str | None = None
+    gpus: int | None = None  # GPU workers; None = every visible GPU
+    compile_workers: int | None = None  # CPU compile tasks in flight; None = number of CPUs
+    dashboard: bool = False
+
+
+@dataclass(frozen=True)
+class DescriptorSpec:
+    name: str
+    edges: tuple[float, ...] | None = None  # None: the genome family's default bins
+
+
+@dataclass(frozen=True)
+class EvaluationSpec:
+    reps: int = 30  # timed repetitions (fewer when a kernel is slow, see evo.evaluate.timing)
+    warmup: int = 3
+    timeout_s: float = 60.0  # per candidate on the GPU; the worker is replaced after it
+    compile_timeout_s: float = 120.0
+    noise_margin: float = 0.01  # relative: a challenger must beat an elite by this to replace it
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    operator: str
+    problems: tuple[Problem, ...]
+    genome: dict[str, list[Any]] = field(default_factory=dict)  # gene -> allowed values
+    descriptors: tuple[DescriptorSpec, ...] = ()
+    mutators: dict[str, float] = field(default_factory=lambda: {"mutate": 0.6, "mutate_multi": 0.2,
+                                                                 "crossover_uniform": 0.1, "crossover_group": 0.1})
+    selection: str = "uniform"  # or "curiosity": biased to cells that recently improved
+    initial_random: int = 16  # random valid genomes in the first population (besides the family's seeds)
+    transfer: bool = True  # seed each problem with the elites of problems already searched
+    budget: Budget = Budget()
+    seed: int = 0
+    executor: ExecutorSpec = ExecutorSpec()
+    evaluation: EvaluationSpec = EvaluationSpec()
+    output: str = "runs"
+    source: str = ""  # the YAML text the experiment was loaded from (copied into the run directory)

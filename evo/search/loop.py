@@ -1,0 +1,324 @@
+"""The search: asynchronous steady-state MAP-Elites over the problems of an experiment, one archive each.
+
+Steady state, no generations: the search keeps `executor.slots` jobs in flight; each finished evaluation
+is stored, offered to the archive, and immediately replaced by a new child varied from the archive as it
+is now. While GPUs check and time, the CPU side renders and compiles the next jobs, so a GPU that frees up
+gets a compiled job at once.
+
+Problems are searched in order. The first population of a problem is the elites of the problems already
+searched (with `transfer`, repaired for this problem), the family's seeds, and `initial_random` random valid
+genomes. A problem's search stops at the first budget reached: evaluations, wall time, or stagnation
+(evaluations since the best last rose beyond the noise margin).
+
+The store is the checkpoint. Every evaluation is committed as it arrives, and everything else is rebuilt
+from it on resume: the archive (by replaying the rows in order, exactly as it was built live), the
+evaluation count, the stagnation counter, the genomes already tried. A resumed problem continues with a
+random stream derived from (seed, problem, evaluations so far), so resuming is deterministic too.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from evo.archive import Elite, GridArchive
+from evo.evaluate import Candidate, Executor, make_backend, make_executor
+from evo.experiment.rundir import RunDir
+from evo.experiment.spec import Experiment
+from evo.mutators import MutatorMix
+from evo.problem import Problem
+from evo.search.events import ProblemSummary, RunSummary, SearchEvent
+from evo.search.selection import get as get_selection
+from evo.search.variation import Variation
+from evo.store.record import Evaluation
+from evo.store.sqlite import Store
+
+__all__ = ["run_experiment", "Search", "EventCallback", "StartupError"]
+
+EventCallback = Callable[[SearchEvent], None]
+_SAVE_CLOCK_S = 5.0  # how often the time spent on a problem is saved (lost on a kill: at most this much)
+
+
+def run_experiment(experiment: Experiment, run_dir: str | Path, resume: bool = False,
+                   on_event: EventCallback | None = None, executor: Executor | None = None) -> RunSummary:
+    """Run (or, with `resume`, continue) `experiment` in `run_dir` (see evo.experiment.rundir for its layout).
+
+    `executor` replaces the one the experiment describes (tests, benchmarks); the caller then owns it.
+    Ctrl-C ends the run early: what completed is in the store, and the summary says it was interrupted.
+    """
+    rd = RunDir(Path(run_dir))
+    if rd.exists() and not resume:
+        raise ValueError(f"{rd.path} already holds a run: resume it, or choose another name or output folder")
+    if resume and not rd.exists():
+        raise ValueError(f"nothing to resume: {rd.store} does not exist")
+    import operators
+
+    operator = operators.get(experiment.operator, dict(experiment.genome))
+    if resume:
+        _check_resumable(rd, experiment)
+    new_dir = not rd.path.exists()
+    rd.path.mkdir(parents=True, exist_ok=True)
+    if experiment.source and not rd.experiment.exists():
+        rd.experiment.write_text(experiment.source)
+    store = Store(rd.store)
+    owned = executor is None
+    try:
+        if executor is None:
+            backend = make_backend(experiment.executor, experiment.evaluation, experiment.seed)
+            executor = make_executor(experiment.executor, backend, experiment.evaluation, lookup=store.lookup)
+        try:
+            executor.start()
+        except Exception as e:
+            if owned:
+                executor.shutdown()
+            raise StartupError(f"cannot start the {experiment.executor.kind} executor: {e}") from e
+    except BaseException:
+        store.close()
+        if not resume:  # leave nothing behind that would block a retry
+            for path in (rd.store, Path(f"{rd.store}-wal"), Path(f"{rd.store}-shm"), rd.experiment):
+                path.unlink(missing_ok=True)
+            if new_dir and not any(rd.path.iterdir()):
+                rd.path.rmdir()
+        raise
+    with store:
+        session = int(store.meta("sessions", 0)) + 1
+        store.set_meta("sessions", session)
+        store.set_meta("experiment", experiment.name)
+        store.set_meta("operator", experiment.operator)
+        store.set_meta("seed", experiment.seed)
+        store.set_meta("problems", [p.key for p in experiment.problems])
+        store.set_meta("executor", experiment.executor.kind)
+        try:
+            store.set_meta("target", {k: v for k, v in asdict(executor.target).items() if k != "extra"})
+            search = Search(experiment, operator, store, executor, on_event, run_id=f"{experiment.name}#{session}")
+            summary = search.run()
+        finally:
+            if owned:
+                executor.shutdown()
+    return RunSummary(experiment.name, str(rd.path), summary.problems, summary.interrupted,
+                      summary.session_evaluations, summary.elapsed_s, experiment.executor.kind == "smoke")
+
+
+class StartupError(RuntimeError):
+    """The search could not start: the executor failed (no GPU visible, Ray cannot start, ...) or a resumed run
+    does not match the experiment. Nothing was searched."""
+
+
+def _check_resumable(rd: RunDir, experiment: Experiment) -> None:
+    """A resumed run must be the same search: its archive is rebuilt from rows this experiment would make."""
+    with Store(rd.store) as store:
+        meta = store.all_meta()
+    smoke_before = meta.get("executor") == "smoke"
+    smoke_now = experiment.executor.kind == "smoke"
+    checks = [("experiment", experiment.name), ("operator", experiment.operator), ("seed", experiment.seed)]
+    for key, value in checks:
+        if key in meta and meta[key] != value:
+            raise StartupError(f"cannot resume {rd.path}: its {key} is {meta[key]!r}, the experiment's is {value!r}")
+    if "executor" in meta and smoke_before != smoke_now:
+        kinds = ("a CPU smoke run", "a GPU run")
+        raise StartupError(f"cannot resume {rd.path}: it is {kinds[not smoke_before]}, the experiment asks for "
+                         f"{kinds[not smoke_now]} (smoke fitness is not a timing and must not mix with timings)")
+
+
+class Search:
+    """One session of an experiment's search over its problems, on a started executor."""
+
+    def __init__(self, experiment: Experiment, operator: object, store: Store, executor: Executor,
+                 on_event: EventCallback | None = None, run_id: str | None = None) -> None:
+        run_id = run_id or f"{experiment.name}#1"
+        if not run_id.startswith(f"{experiment.name}#"):
+            raise ValueError(f"run id {run_id!r} must be '<experiment name>#<session>'")
+        self.experiment = experiment
+        self.operator = operator
+        self.family = operator.family  # type: ignore[attr-defined]
+        self.unit = getattr(operator, "throughput_unit", "")
+        self.store = store
+        self.executor = executor
+        self.on_event = on_event
+        self.run_id = run_id
+        self.mutators = MutatorMix(experiment.mutators)
+        self.selection = get_selection(experiment.selection)
+        self.margin = experiment.evaluation.noise_margin
+        self._ticket = 0
+        self._session_evaluations = 0
+        self._busy = -1
+        self.archives: dict[str, GridArchive] = {}  # by problem key, as searched in this session
+
+    def run(self) -> RunSummary:
+        t0 = time.monotonic()
+        archives = self.archives
+        summaries: list[ProblemSummary] = []
+        interrupted = False
+        for i, problem in enumerate(self.experiment.problems):
+            transfer = self._transfer_elites(archives) if self.experiment.transfer else []
+            archive, summary = self.search_problem(i, problem, transfer)
+            archives[problem.key] = archive
+            summaries.append(summary)
+            if summary.reason == "interrupted":
+                interrupted = True
+                break
+        return RunSummary(self.experiment.name, str(self.store.path.parent), tuple(summaries), interrupted,
+                          self._session_evaluations, time.monotonic() - t0)
+
+    # -- one problem ----------------------------------------------------------------------------------
+    def search_problem(self, index: int, problem: Problem, transfer: Sequence[Elite] = ()
+                       ) -> tuple[GridArchive, ProblemSummary]:
+        exp = self.experiment
+        archive = GridArchive.for_problem(self.operator, problem, exp.descriptors, self.margin)
+        rows = self._rows(problem)
+        archive.add(rows)
+        seen = {r.genome_hash for r in rows}
+        clock_key = f"wall_s:{problem.key}"
+        spent = float(self.store.meta(clock_key, 0.0))
+        started = time.monotonic()
+        elapsed = lambda: spent + time.monotonic() - started  # noqa: E731
+        stop = self._stop_reason(archive, spent)
+        if stop is not None:  # finished in an earlier session
+            self._emit("problem_done", index, problem, archive, spent, reason=stop)
+            return archive, self._summary(problem, archive, stop)
+
+        variation = Variation(self.family, problem, self.executor.target, self.mutators, self.selection)
+        first = variation.initial(self._rng(index, 0), exp.initial_random, transfer, seen)
+        queue = deque(first)
+        rng = self._rng(index, 1, archive.evaluations)
+        self._emit("problem_start", index, problem, archive, elapsed())
+        saved_at = time.monotonic()
+        cancelled = False
+        try:
+            while True:
+                if stop is None:
+                    stop = self._stop_reason(archive, elapsed())
+                if stop is None:
+                    budget = exp.budget.evaluations
+                    while self.executor.in_flight < self.executor.slots and (
+                            budget is None or archive.evaluations + self.executor.in_flight < budget):
+                        proposal = queue.popleft() if queue else variation.child(archive, seen, rng)
+                        seen.add(proposal.genome.hash)
+                        self._ticket += 1
+                        self.executor.submit(Candidate(problem, proposal.genome, self.operator, proposal.origin,
+                                                       proposal.parents, self._ticket))
+                elif not cancelled:
+                    self.executor.cancel_waiting()
+                    cancelled = True
+                if self.executor.in_flight == 0:
+                    break
+                for job, ev in self.executor.poll(timeout_s=1.0):
+                    self._record(index, problem, archive, job, ev, elapsed())
+                self._workers_changed(index, problem, archive, elapsed())
+                if time.monotonic() - saved_at > _SAVE_CLOCK_S:
+                    self.store.set_meta(clock_key, elapsed())
+                    saved_at = time.monotonic()
+        except KeyboardInterrupt:
+            stop = "interrupted"
+            try:  # keep what completed while we were interrupted
+                for job, ev in self.executor.poll(timeout_s=0):
+                    self._record(index, problem, archive, job, ev, elapsed())
+            except Exception:  # the executor may be half torn down by the same signal
+                pass
+        self.store.set_meta(clock_key, elapsed())
+        summary = self._summary(problem, archive, stop or "evaluations")
+        if stop != "interrupted":
+            self.store.set_meta(f"summary:{problem.key}", summary.as_dict())
+        self._emit("problem_done", index, problem, archive, elapsed(), reason=summary.reason)
+        return archive, summary
+
+    def _record(self, index: int, problem: Problem, archive: GridArchive, job: Candidate, ev: Evaluation,
+                elapsed: float) -> None:
+        if ev.problem_key != problem.key or ev.genome_hash != job.genome.hash:
+            raise RuntimeError(f"executor returned an evaluation of {ev.problem_key} {ev.genome_hash} for job "
+                               f"{job.ticket} ({problem.key} {job.genome.hash})")
+        ev.origin, ev.parents, ev.run_id = job.origin, list(job.parents), self.run_id
+        self.store.add(ev)  # first the store, then the archive: the order from_store replays
+        (result,) = archive.add([ev])
+        self._session_evaluations += 1
+        self._emit("evaluation", index, problem, archive, elapsed, evaluation=ev, added=result.status)
+
+    def _rows(self, problem: Problem) -> list[Evaluation]:
+        """This experiment's stored evaluations of `problem`, in store order. A run directory's store holds
+        one experiment only; a store shared by several (a benchmark comparing searches) is told apart by the
+        run ids, which are "<experiment name>#<session>"."""
+        prefix = f"{self.experiment.name}#"
+        return [r for r in self.store.iter(problem.key) if r.run_id.startswith(prefix)]
+
+    def _stop_reason(self, archive: GridArchive, elapsed: float) -> str | None:
+        b = self.experiment.budget
+        if b.evaluations is not None and archive.evaluations >= b.evaluations:
+            return "evaluations"
+        if b.wall_s is not None and elapsed >= b.wall_s:
+            return "wall_s"
+        if b.stagnation is not None and archive.evaluations - archive.best_index >= b.stagnation:
+            return "stagnation"
+        return None
+
+    def _rng(self, problem_index: int, stream: int, evaluations: int = 0) -> np.random.Generator:
+        return np.random.default_rng(np.random.SeedSequence([self.experiment.seed, problem_index, stream,
+                                                             evaluations]))
+
+    def _transfer_elites(self, archives: dict[str, GridArchive]) -> list[Elite]:
+        """Elites of the problems searched so far, best ratio to the baseline first (ratios compare across
+        shapes where throughputs do not)."""
+        elites = [e for a in archives.values() for e in a.elites()]
+        return sorted(elites, key=lambda e: (-(e.ratio or 0.0), -e.objective, e.genome_hash))
+
+    # -- reporting ------------------------------------------------------------------------------------
+    def _workers_changed(self, index: int, problem: Problem, archive: GridArchive, elapsed: float) -> None:
+        if self.executor.busy != self._busy:
+            self._busy = self.executor.busy
+            self._emit("workers", index, problem, archive, elapsed)
+
+    def _emit(self, kind: str, index: int, problem: Problem, archive: GridArchive, elapsed: float,
+              **extra: object) -> None:
+        if self.on_event is None:
+            return
+        best = archive.best
+        self.on_event(SearchEvent(
+            kind=kind, problem_key=problem.key, problem_index=index, problems=len(self.experiment.problems),
+            evaluations=archive.evaluations, budget=self.experiment.budget.evaluations,
+            best=best.objective if best else None, best_ratio=best.ratio if best else None, unit=self.unit,
+            failures={k: n for k, n in sorted(archive.status_counts.items()) if k != "ok"},
+            busy_workers=self.executor.busy, total_workers=self.executor.workers, coverage=archive.coverage,
+            qd_score=archive.qd_score, elapsed_s=elapsed, **extra))  # type: ignore[arg-type]
+
+    def _summary(self, problem: Problem, archive: GridArchive, reason: str) -> ProblemSummary:
+        best = archive.best
+        best_index = without = saved = None
+        transferred, bound = 0, False
+        if best is not None:
+            best_index = archive.history.first_reaching(best.objective, self.margin)
+            without, transferred = _first_without_transfer(self._rows(problem), archive.objective,
+                                                           best.objective * (1.0 - self.margin))
+            if transferred and best_index is not None:
+                bound = without is None
+                saved = (archive.evaluations + 1 if bound else without) - best_index
+        return ProblemSummary(
+            problem_key=problem.key, evaluations=archive.evaluations, reason=reason, unit=self.unit,
+            best=best.objective if best else None, best_ratio=best.ratio if best else None,
+            best_genome=best.genome if best else None, best_index=best_index,
+            best_index_without_transfer=without, transferred=transferred, transfer_saved=saved,
+            transfer_saved_is_bound=bound, coverage=archive.coverage, qd_score=archive.qd_score, filled=len(archive),
+            cells=archive.cells,
+            failures={k: n for k, n in sorted(archive.status_counts.items()) if k != "ok"})
+
+
+def _first_without_transfer(rows: object, objective: Callable[[Evaluation], float | None],
+                            threshold: float) -> tuple[int | None, int]:
+    """(1-based index of the first row reaching `threshold` with no transferred ancestor, rows of origin
+    transfer). Ancestry follows the stored parents, in store order."""
+    descended: set[str] = set()
+    first = None
+    transferred = 0
+    for n, ev in enumerate(rows, start=1):  # type: ignore[arg-type]
+        if ev.origin == "transfer":
+            transferred += 1
+        if ev.origin == "transfer" or any(p in descended for p in ev.parents):
+            descended.add(ev.genome_hash)
+            continue
+        value = objective(ev)
+        if first is None and value is not None and value >= threshold:
+            first = n
+    return first, transferred

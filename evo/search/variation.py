@@ -1,0 +1,121 @@
+"""Making the genomes a search evaluates: the first population, then children of the archive's elites.
+
+Variation runs in the search's own process, not in a worker: it takes microseconds, reads the archive as it
+is at that moment, and keeps every random draw of a run in one seeded stream (numpy Generators from the
+experiment's seed), so that a run with the sequential executor repeats exactly.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from evo.archive import Elite, GridArchive
+from evo.mutators import MutatorMix
+from evo.problem import Problem, Target
+from evo.search.selection import Selection
+from genomes.base import Genome, GenomeFamily, InvalidGenome
+
+__all__ = ["Proposal", "Variation", "coerce", "TRANSFER_LIMIT"]
+
+TRANSFER_LIMIT = 32  # at most this many elites of earlier problems seed the next one (best ratios first)
+
+
+@dataclass(frozen=True)
+class Proposal:
+    genome: Genome
+    origin: str  # seed, transfer, random, or the mutator's registry name
+    parents: tuple[str, ...] = ()  # genome hashes
+
+
+def coerce(family: GenomeFamily, genome: Genome | str | Mapping[str, Any]) -> Genome:
+    """`genome` (a Genome, or its canonical text) in this family's domains: a value outside a gene's
+    (possibly restricted) domain moves to the nearest value of the domain."""
+    if isinstance(genome, Genome):
+        values = genome.as_dict()
+    else:
+        values = (json.loads(genome) if isinstance(genome, str) else dict(genome))["genes"]
+    if set(values) != set(family.genes):
+        raise InvalidGenome(f"{family.name}: genome with genes {sorted(values)} is not of this family")
+    return family.make({k: family.genes[k].nearest(v) for k, v in values.items()})
+
+
+class Variation:
+    """Proposes genomes for one problem, never one already in `seen` if a few draws can avoid it."""
+
+    def __init__(self, family: GenomeFamily, problem: Problem, target: Target, mutators: MutatorMix,
+                 selection: Selection, redraws: int = 8) -> None:
+        if redraws < 1:
+            raise ValueError(f"redraws must be at least 1, got {redraws}")
+        self.family = family
+        self.problem = problem
+        self.target = target
+        self.mutators = mutators
+        self.selection = selection
+        self.redraws = redraws
+
+    def initial(self, rng: np.random.Generator, n_random: int, transfer: Iterable[Elite] = (),
+                seen: set[str] | frozenset[str] = frozenset()) -> list[Proposal]:
+        """Transferred elites (repaired for this problem), then the family's seeds, then `n_random` random
+        valid genomes; without duplicates, and without genomes in `seen`. The random draws do not depend on
+        `seen`, so a resumed run proposes the same first population and skips what it already evaluated."""
+        out: list[Proposal] = []
+        taken: set[str] = set()
+
+        def take(p: Proposal) -> None:
+            if p.genome.hash not in taken:
+                taken.add(p.genome.hash)
+                out.append(p)
+
+        for elite in list(transfer)[:TRANSFER_LIMIT]:
+            try:
+                genome = self.family.repair(coerce(self.family, elite.genome), self.problem, self.target, rng)
+            except InvalidGenome:
+                continue
+            take(Proposal(genome, "transfer", (elite.genome_hash,)))
+        for genome in self.family.seeds(self.problem, self.target):
+            take(Proposal(genome, "seed"))
+        drawn = 0
+        for _ in range(max(0, n_random) * 20):
+            if drawn >= n_random:
+                break
+            try:
+                genome = self.family.random(rng, self.problem, self.target)
+            except InvalidGenome:
+                continue
+            if genome.hash not in taken:
+                take(Proposal(genome, "random"))
+                drawn += 1
+        return [p for p in out if p.genome.hash not in seen]
+
+    def child(self, archive: GridArchive, seen: set[str], rng: np.random.Generator) -> Proposal:
+        """A child of the archive's elites not in `seen`; after `redraws` duplicates, a random genome not in
+        `seen`; failing that too, the last child drawn (a re-measurement is the price of a saturated space)."""
+        last: Proposal | None = None
+        if len(archive):
+            for _ in range(self.redraws):
+                mutator = self.mutators.choose(rng)
+                parents = self.selection.select(archive, mutator.num_parents, rng)
+                try:
+                    genome = mutator([coerce(self.family, e.genome) for e in parents], self.family, self.problem,
+                                     self.target, rng)
+                except InvalidGenome:
+                    continue
+                last = Proposal(genome, mutator.name, tuple(e.genome_hash for e in parents))
+                if genome.hash not in seen:
+                    return last
+        for _ in range(self.redraws):
+            try:
+                genome = self.family.random(rng, self.problem, self.target)
+            except InvalidGenome:
+                continue
+            last = Proposal(genome, "random")
+            if genome.hash not in seen:
+                return last
+        if last is None:
+            raise RuntimeError(f"{self.family.name}: no valid genome could be drawn for {self.problem.key}")
+        return last

@@ -1,0 +1,134 @@
+"""The evaluation store: SQLite in WAL mode, one row per evaluation, written as each result arrives.
+
+Every completed evaluation is committed on its own, so a crash or kill -9 loses nothing completed.
+A measurement is identified by (source hash, problem, GPU, versions): `lookup` serves it again instead
+of measuring twice. Run metadata (the experiment, seed, ...) lives in a small key/value table.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from evo.store.record import MEASURED, Evaluation
+
+__all__ = ["Store"]
+
+_COLUMNS = {
+    "operator": "TEXT", "problem_key": "TEXT", "problem": "TEXT", "genome": "TEXT", "genome_hash": "TEXT",
+    "source_hash": "TEXT", "status": "TEXT", "reason": "TEXT", "gpu": "TEXT", "versions": "TEXT",
+    "versions_key": "TEXT", "median_ms": "REAL", "spread_ms": "REAL", "times_ms": "TEXT", "baseline": "TEXT",
+    "baseline_ms": "REAL", "baseline_spread_ms": "REAL", "max_rel_error": "REAL", "resources": "TEXT",
+    "compile_s": "REAL", "origin": "TEXT", "parents": "TEXT", "run_id": "TEXT", "worker": "TEXT",
+    "started_at": "REAL", "finished_at": "REAL",
+}
+
+
+class Store:
+    """A thread-safe handle on one SQLite evaluation store. Readers in other processes may open it too."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30)
+        self._db.row_factory = sqlite3.Row
+        with self._lock, self._db:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            cols = ", ".join(f"{k} {t}" for k, t in _COLUMNS.items())
+            self._db.execute(f"CREATE TABLE IF NOT EXISTS evaluations (id INTEGER PRIMARY KEY AUTOINCREMENT, {cols})")
+            self._db.execute("CREATE INDEX IF NOT EXISTS by_measurement ON evaluations "
+                             "(source_hash, problem_key, gpu, versions_key)")
+            self._db.execute("CREATE INDEX IF NOT EXISTS by_problem ON evaluations (problem_key, id)")
+            self._db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- evaluations ----------------------------------------------------------------------------------
+    def add(self, ev: Evaluation) -> int:
+        """Append one evaluation and commit it; returns its row id (also set on `ev.id`)."""
+        row = ev.to_row()
+        row["versions_key"] = ev.versions_key
+        names = ", ".join(row)
+        marks = ", ".join("?" for _ in row)
+        with self._lock, self._db:
+            cur = self._db.execute(f"INSERT INTO evaluations ({names}) VALUES ({marks})", list(row.values()))
+        ev.id = int(cur.lastrowid)
+        return ev.id
+
+    def lookup(self, source_hash: str, problem_key: str, gpu: str, versions: dict[str, str]) -> Evaluation | None:
+        """The latest measured evaluation of this exact kernel source, problem, GPU and versions."""
+        marks = ", ".join("?" for _ in MEASURED)
+        with self._lock:
+            row = self._db.execute(
+                "SELECT * FROM evaluations WHERE source_hash=? AND problem_key=? AND gpu=? AND versions_key=? "
+                f"AND status IN ({marks}) ORDER BY id DESC LIMIT 1",
+                (source_hash, problem_key, gpu, json.dumps(versions, sort_keys=True), *MEASURED),
+            ).fetchone()
+        return Evaluation.from_row(dict(row)) if row else None
+
+    def evaluations(self, problem_key: str | None = None, status: str | None = None) -> list[Evaluation]:
+        """Evaluations in the order they were stored, optionally for one problem and/or status."""
+        return list(self.iter(problem_key, status))
+
+    def iter(self, problem_key: str | None = None, status: str | None = None) -> Iterator[Evaluation]:
+        where, args = [], []
+        if problem_key is not None:
+            where.append("problem_key=?")
+            args.append(problem_key)
+        if status is not None:
+            where.append("status=?")
+            args.append(status)
+        sql = "SELECT * FROM evaluations" + (f" WHERE {' AND '.join(where)}" if where else "") + " ORDER BY id"
+        with self._lock:
+            rows = self._db.execute(sql, args).fetchall()
+        for row in rows:
+            yield Evaluation.from_row(dict(row))
+
+    def count(self, problem_key: str | None = None) -> int:
+        with self._lock:
+            if problem_key is None:
+                return int(self._db.execute("SELECT COUNT(*) FROM evaluations").fetchone()[0])
+            return int(self._db.execute("SELECT COUNT(*) FROM evaluations WHERE problem_key=?",
+                                        (problem_key,)).fetchone()[0])
+
+    def problem_keys(self) -> list[str]:
+        with self._lock:
+            rows = self._db.execute("SELECT problem_key, MIN(id) AS first FROM evaluations "
+                                    "GROUP BY problem_key ORDER BY first").fetchall()
+        return [r["problem_key"] for r in rows]
+
+    def frame(self):  # -> pandas.DataFrame
+        """All evaluations as a pandas DataFrame (one row per evaluation, JSON columns left as text)."""
+        import pandas as pd
+
+        with self._lock:
+            return pd.read_sql_query("SELECT * FROM evaluations ORDER BY id", self._db)
+
+    # -- run metadata ---------------------------------------------------------------------------------
+    def set_meta(self, key: str, value: Any) -> None:
+        with self._lock, self._db:
+            self._db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, json.dumps(value)))
+
+    def meta(self, key: str, default: Any = None) -> Any:
+        with self._lock:
+            row = self._db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return json.loads(row["value"]) if row else default
+
+    def all_meta(self) -> dict[str, Any]:
+        with self._lock:
+            rows = self._db.execute("SELECT key, value FROM meta ORDER BY key").fetchall()
+        return {r["key"]: json.loads(r["value"]) for r in rows}

@@ -1,0 +1,276 @@
+"""The `evo` command: run an experiment, summarise a run, export elite kernels, write the HTML report.
+
+Every bad input (a missing or invalid file, a missing run directory, a shape that does not parse, a shape that
+was not measured) ends with one line on stderr and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+from evo import __version__
+
+__all__ = ["main", "UsageError"]
+
+SMOKE_NOTE = ("SMOKE RUN: kernels are checked in the CPU Triton interpreter and their fitness is a stand-in: it is "
+              "NOT a timing and says nothing about GPU speed. This mode is for trying the tool.")
+
+
+class UsageError(ValueError):
+    """A bad command line or input; reported in one line with exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line instead of argparse's usage block
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _open_run(path: str) -> tuple[Any, Any, str, Any]:
+    """(RunDir, Store, experiment text, Experiment or None) of an existing run directory."""
+    from evo.experiment.config import ConfigError, load_experiment
+    from evo.experiment.rundir import RunDir
+    from evo.store.sqlite import Store
+
+    rd = RunDir(Path(path))
+    if not rd.path.is_dir():
+        raise UsageError(f"{path}: no such run directory")
+    if not rd.exists():
+        raise UsageError(f"{path}: not a run directory (no {rd.store.name} in it)")
+    text, experiment = "", None
+    if rd.experiment.exists():
+        text = rd.experiment.read_text()
+        try:
+            experiment = load_experiment(rd.experiment)
+        except ConfigError as e:  # the copy no longer validates (e.g. an operator changed): summarise anyway
+            print(f"evo: warning: {e}; using default descriptors", file=sys.stderr)
+    return rd, Store(rd.store), text, experiment
+
+
+def _is_smoke(store: Any, experiment: Any) -> bool:
+    from evo.surface.export import is_smoke
+
+    if experiment is not None and experiment.executor.kind == "smoke":
+        return True
+    return any(is_smoke(ev) for ev in store.iter(status="ok"))
+
+
+# -- evo run ------------------------------------------------------------------------------------------
+def _cmd_run(args: argparse.Namespace) -> int:
+    from evo.experiment.config import load_experiment
+    from evo.experiment.rundir import RunDir
+    from evo.surface.progress import Progress
+
+    experiment = load_experiment(args.experiment)
+    rd = RunDir(Path(args.out)) if args.out else RunDir.of(experiment.output, experiment.name)
+    if rd.exists() and not args.resume:
+        raise UsageError(f"{rd.path} already holds a run: pass --resume to continue it, or --out DIR for a new one")
+    if args.resume and not rd.exists():
+        raise UsageError(f"{rd.path}: nothing to resume (no {rd.store.name} in it)")
+    from evo.search.loop import StartupError, run_experiment  # imported late: it brings in the executor machinery
+
+    smoke = experiment.executor.kind == "smoke"
+    print(f"evo {__version__}: experiment {experiment.name} ({experiment.operator}, {len(experiment.problems)} "
+          f"problems, executor {experiment.executor.kind}) -> {rd.path}{' (resuming)' if args.resume else ''}")
+    if smoke:
+        print(SMOKE_NOTE)
+    progress = Progress(experiment.problems, budget=experiment.budget.evaluations, smoke=smoke)
+    try:
+        summary = run_experiment(experiment, rd.path, resume=args.resume, on_event=progress)
+    except StartupError as e:
+        raise UsageError(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
+    finally:
+        progress.close()
+    _cmd_status(argparse.Namespace(run=str(rd.path)), after_run=not summary.interrupted)
+    if summary.interrupted:
+        print(f"interrupted: every completed evaluation is stored; continue with "
+              f"evo run {args.experiment} --out {rd.path} --resume", file=sys.stderr)
+        return 130
+    return 0
+
+
+# -- evo status ---------------------------------------------------------------------------------------
+def _cmd_status(args: argparse.Namespace, after_run: bool = False) -> int:
+    from evo.surface.status import format_status, run_status
+
+    rd, store, _, experiment = _open_run(args.run)
+    with store:
+        rows = run_status(store, experiment)
+        smoke = _is_smoke(store, experiment)
+    name = experiment.name if experiment else rd.path.name
+    print(f"run {rd.path} (experiment {name}): {sum(r.evaluations for r in rows)} evaluations")
+    if smoke:
+        print(SMOKE_NOTE)
+    print(format_status(rows, smoke))
+    if after_run:
+        print(f"next: evo report {rd.path}   |   evo export {rd.path} --shape SHAPE -o kernel.py")
+    return 0
+
+
+# -- evo export ---------------------------------------------------------------------------------------
+def _cmd_export(args: argparse.Namespace) -> int:
+    from evo.experiment.config import parse_shape
+    from evo.problem import DTYPES
+    from evo.surface.export import export_all, export_one, is_smoke
+
+    if args.all == bool(args.shape):
+        raise UsageError("give either --shape SHAPE or --all")
+    if args.dtype is not None and args.dtype not in DTYPES:
+        raise UsageError(f"--dtype {args.dtype!r}: expected one of {', '.join(DTYPES)}")
+    sizes = None
+    if args.shape:
+        try:
+            sizes = parse_shape(args.shape)
+        except ValueError as e:
+            raise UsageError(f"--shape: {e}") from None
+    rd, store, _, experiment = _open_run(args.run)
+    with store:
+        if args.all:
+            text, found = export_all(store, experiment)
+            default = f"{rd.path.name}_elites.py"
+            what = f"{len(found)} elites ({', '.join(e.problem.key for e in found)})"
+        else:
+            text, elite = export_one(store, sizes, args.dtype, experiment)
+            p = elite.problem
+            default = f"{p.operator}_{p.shape_text}_{p.dtype}.py"
+            ev = elite.evaluation
+            ratio = f", {ev.ratio:.3f}x {ev.baseline}" if ev.ratio else ""
+            measured = f"smoke fitness {ev.median_ms:.4g}, not a timing" if is_smoke(ev, store.all_meta()) else \
+                f"{ev.median_ms:.4g} ms{ratio} on {ev.gpu or '?'}"
+            what = f"elite of {p.key} ({measured})"
+        smoke = _is_smoke(store, None)
+    out = Path(args.output or default)
+    try:
+        out.write_text(text)
+    except OSError as e:
+        raise UsageError(f"cannot write {out}: {e.strerror or e}") from None
+    print(f"wrote {out}: {what}")
+    if smoke:
+        print("note: a smoke run's kernels were checked in the CPU interpreter, never timed on a GPU")
+    print(f"check it: python {out}")
+    return 0
+
+
+# -- evo report ---------------------------------------------------------------------------------------
+def _cmd_report(args: argparse.Namespace) -> int:
+    from evo.surface.report import ReportInput, build_report
+
+    rd, store, text, experiment = _open_run(args.run)
+    name = experiment.name if experiment else rd.path.name
+    with store:
+        page = build_report(ReportInput(store, name, experiment, text), args.x, args.y)
+    out = Path(args.output) if args.output else Path("reports") / f"{name}.html"
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(page)
+    except OSError as e:
+        raise UsageError(f"cannot write {out}: {e.strerror or e}") from None
+    print(f"wrote {out} ({len(page) / 1e6:.1f} MB, self-contained: open it in a browser, no network needed)")
+    return 0
+
+
+# -- evo genes ----------------------------------------------------------------------------------------
+def _cmd_genes(args: argparse.Namespace) -> int:
+    import operators
+
+    if not args.operator:
+        print("operators: " + ", ".join(operators.names()) + "   (evo genes OPERATOR lists one's genes)")
+        return 0
+    if args.operator not in operators.names():
+        raise UsageError(f"unknown operator {args.operator!r}; known operators: {', '.join(operators.names())}")
+    op = operators.get(args.operator)
+    print(f"{op.name}: dims {'x'.join(op.dims)}, dtypes {', '.join(op.dtypes)}, entry {op.entry}(...), "
+          f"throughput in {op.throughput_unit}, baselines {', '.join(b.name for b in op.baselines())}")
+    print("genes (restrict them under `genome:` in an experiment):")
+    width = max(len(n) for n in op.family.genes)
+    for gene in op.family.genes.values():
+        values = ", ".join(str(v).lower() if isinstance(v, bool) else str(v) for v in gene.values)
+        print(f"  {gene.name:<{width}}  [{values}]  {gene.doc}")
+    print("descriptors (choose the archive's axes under `descriptors:`):")
+    descriptors = op.family.descriptors()
+    width = max([len(n) for n in descriptors] + [1])
+    for d in descriptors.values():
+        needs = " (needs compile-time resources)" if d.needs_resources else ""
+        print(f"  {d.name:<{width}}  edges {', '.join(f'{e:g}' for e in d.edges)}  {d.doc}{needs}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="evo", description="Evolutionary quality-diversity (MAP-Elites) search over Triton GPU kernels.",
+                formatter_class=argparse.RawDescriptionHelpFormatter,
+                epilog="examples:\n  evo run experiments/quick_gemm.yaml\n  evo status runs/quick_gemm\n"
+                       "  evo export runs/quick_gemm --shape 4096x4096x4096 -o kernel.py\n"
+                       "  evo report runs/quick_gemm\n\nRun `evo COMMAND --help` for a command's options. "
+                       "Docs: README.md.")
+    p.add_argument("--version", action="version", version=f"evo-kernels {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    r = sub.add_parser("run", help="search kernels for an experiment (YAML)",
+                       description="Search kernels for the problems of an experiment file, storing every evaluation "
+                                   "in a run directory (default: <output>/<name> from the file).")
+    r.add_argument("experiment", metavar="EXPERIMENT.yaml", help="experiment file, e.g. experiments/quick_gemm.yaml")
+    r.add_argument("--out", metavar="DIR", help="run directory (default: <output>/<name> of the experiment)")
+    r.add_argument("--resume", action="store_true", help="continue the run stored in the run directory")
+    r.set_defaults(func=_cmd_run)
+
+    s = sub.add_parser("status", help="summarise a run as a table", description="Per problem: evaluations, "
+                       "ok/failed by status, best throughput, ratio to the baseline, coverage, elapsed time.")
+    s.add_argument("run", metavar="RUN", help="run directory")
+    s.set_defaults(func=_cmd_status)
+
+    e = sub.add_parser("export", help="write an elite kernel as a standalone Triton module",
+                       description="Write the fastest correct kernel of a problem as a module importing only triton "
+                                   "and torch, with a header on how it was measured and a self-check "
+                                   "(`python FILE.py`). --all writes one module for every measured problem that "
+                                   "dispatches to the nearest measured shape.")
+    e.add_argument("run", metavar="RUN", help="run directory")
+    e.add_argument("--shape", metavar="SHAPE", help="problem shape, e.g. 4096x4096x4096")
+    e.add_argument("--dtype", help="problem dtype (fp16, bf16, fp32); needed when the shape has several")
+    e.add_argument("--all", action="store_true", help="every measured problem in one dispatching module")
+    e.add_argument("-o", "--output", metavar="FILE", help="output file (default: OPERATOR_SHAPE_DTYPE.py)")
+    e.set_defaults(func=_cmd_export)
+
+    h = sub.add_parser("report", help="write the run's HTML report (one offline file)",
+                       description="Archive heatmaps, failure maps, progress curves and the elites' table in one "
+                                   "self-contained HTML file.")
+    h.add_argument("run", metavar="RUN", help="run directory")
+    h.add_argument("-o", "--output", metavar="FILE", help="output file (default: reports/<run name>.html)")
+    h.add_argument("--x", metavar="DESCRIPTOR", help="descriptor on the heatmaps' x axis (default: the first)")
+    h.add_argument("--y", metavar="DESCRIPTOR", help="descriptor on the y axis (default: the next one)")
+    h.set_defaults(func=_cmd_report)
+
+    g = sub.add_parser("genes", help="list an operator's genes, domains and descriptors (for experiment files)")
+    g.add_argument("operator", nargs="?", metavar="OPERATOR", help="e.g. gemm; omitted: list the operators")
+    g.set_defaults(func=_cmd_genes)
+
+    from evo.bench.command import add_bench_command
+
+    add_bench_command(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    from evo.experiment.config import ConfigError
+    from evo.surface.export import ExportError
+    from evo.surface.report import ReportError
+
+    try:
+        return args.func(args)
+    except (ConfigError, UsageError, ExportError, ReportError) as e:
+        print(f"evo: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("evo: interrupted (a run keeps every completed evaluation: continue it with evo run --resume)",
+              file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,365 @@
+"""Exporting elite kernels from a run as standalone Triton modules (they import only triton and torch).
+
+`export_one` writes the elite of one problem (evo.archive.elite, the definition status, report and bench
+share: the archive's best on one GPU model and versions): the operator's rendered source, a header stating
+how it was measured, and a `__main__` self-check that compares it with torch on fresh random inputs and, on
+CUDA, times it against the baseline (triton.testing.do_bench, median). The self-check code comes from the
+operator (`Operator.selfcheck_source`), so this module knows nothing of any operator.
+
+`export_all` writes one module holding every measured problem's elite, dispatching a call to the elite of its
+problem, or of the *nearest* measured problem when the call's shape was not measured: same dtype, smallest
+sum over dimensions of |log2(size / measured size)|, earliest measured on a tie. Such a fallback kernel was
+neither timed nor checked at that shape, and the module warns once per shape when it uses one.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+from typing import Any
+
+from evo.archive.elite import EliteKernel, elite, run_elites
+from evo.evaluate.modules import source_hash
+from evo.experiment.spec import Experiment
+from evo.problem import HOPPER, Problem, Target
+from evo.store.record import Evaluation
+from evo.store.sqlite import Store
+
+__all__ = ["ExportError", "BestKernel", "elites", "find_elite", "export_one", "export_all", "is_smoke", "run_target",
+           "render_module"]
+
+SMOKE_WARNING = ("this run was a CPU smoke run (no GPU): the kernel was checked in the Triton interpreter and "
+                 "its fitness was a stand-in, NOT a timing; nothing here says how fast it is on a GPU")
+
+
+class ExportError(ValueError):
+    """A request that cannot be served (unknown shape, no correct kernel, ...); the message is one line."""
+
+
+BestKernel = EliteKernel  # the elite of one problem (evo.archive.elite: the one definition)
+
+
+def is_smoke(ev: Evaluation, meta: dict[str, Any] | None = None) -> bool:
+    """True when the run measured nothing on a GPU (the labelled CPU smoke mode)."""
+    kind = (meta or {}).get("executor")  # evo.search.loop stores the executor kind in the store's metadata
+    gpu = (ev.gpu or "").lower()
+    return kind == "smoke" or "interpret" in gpu or gpu.startswith("cpu") or gpu.startswith("smoke")
+
+
+def run_target(meta: dict[str, Any]) -> Target:
+    """The target the run rendered for (store meta 'target'), else Hopper."""
+    t = meta.get("target")
+    if isinstance(t, dict) and {"name", "arch", "smem_bytes", "num_sms"} <= set(t):
+        return Target(str(t["name"]), int(t["arch"]), int(t["smem_bytes"]), int(t["num_sms"]),
+                      int(t.get("warp_size", 32)))
+    return HOPPER
+
+
+def find_elite(store: Store, problem_key: str, experiment: Experiment | None = None) -> Evaluation | None:
+    """The elite of a problem (evo.archive.elite: the archive's best on one GPU model and versions)."""
+    rows = store.evaluations(problem_key, "ok")
+    return elite(store, Problem.from_json(rows[0].problem), experiment) if rows else None
+
+
+def elites(store: Store, experiment: Experiment | None = None) -> list[BestKernel]:
+    """The elite of each problem with a correct evaluation, in the order problems were first stored."""
+    return run_elites(store, experiment)
+
+
+def _select(store: Store, sizes: tuple[int, ...], dtype: str | None, experiment: Experiment | None) -> BestKernel:
+    measured = elites(store, experiment)
+    if not measured:
+        raise ExportError("the run has no correct evaluation yet: nothing to export")
+    hits = [e for e in measured if e.problem.sizes == tuple(sizes) and (dtype is None or e.problem.dtype == dtype)]
+    listing = ", ".join(f"{e.problem.shape_text} {e.problem.dtype}" for e in measured)
+    shape = "x".join(str(s) for s in sizes)
+    if not hits:
+        raise ExportError(f"no measured kernel for shape {shape}{' ' + dtype if dtype else ''}; "
+                          f"measured: {listing}")
+    if len(hits) > 1:
+        raise ExportError(f"shape {shape} was measured in several dtypes ({', '.join(e.problem.dtype for e in hits)});"
+                          f" choose one with --dtype")
+    return hits[0]
+
+
+def _clean(text: Any) -> str:
+    """Text from the store, safe inside a `#` comment line."""
+    return " ".join(str(text).split())
+
+
+def _when(ts: float | None) -> str:
+    if not ts:
+        return "unknown"
+    return _dt.datetime.fromtimestamp(ts, tz=_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _header(op: Any, elite: BestKernel, meta: dict[str, Any], smoke: bool, match: bool) -> list[str]:
+    ev, p = elite.evaluation, elite.problem
+    from evo import __version__
+
+    genome = json.loads(ev.genome).get("genes", {})
+    lines = [
+        f"evo elite kernel: {p.operator} {p.shape_text} {p.dtype} ({', '.join(f'{k}={v}' for k, v in p.shape)})",
+        "",
+    ]
+    if smoke:
+        lines += [f"WARNING: {SMOKE_WARNING}.", ""]
+    versions = ", ".join(f"{_clean(k)} {_clean(v)}" for k, v in sorted(ev.versions.items())) or "versions unknown"
+    lines += [
+        f"Exported by evo-kernels {__version__} on {_when(_dt.datetime.now().timestamp())} from run "
+        f"{_clean(ev.run_id or '?')} (experiment {_clean(meta.get('experiment') or '?')}).",
+        f"Measured on: {_clean(ev.gpu or '?')}; {versions}; at {_when(ev.finished_at)}.",
+    ]
+    if smoke:
+        lines.append(f"Smoke fitness (from the CPU smoke evaluator, NOT a GPU timing): {ev.median_ms:.4g}.")
+    else:
+        spread = f", inter-quartile range {ev.spread_ms:.3g} ms" if ev.spread_ms is not None else ""
+        lines.append(f"Median time: {ev.median_ms:.4g} ms ({op.throughput(p, ev.median_ms):.4g} {op.throughput_unit}"
+                     f"{spread}, {len(ev.times_ms)} timed runs, L2 flushed before each).")
+        if ev.baseline_ms and ev.ratio:
+            lines.append(f"Baseline {_clean(ev.baseline or '?')}: {ev.baseline_ms:.4g} ms, timed in the same process "
+                         f"on the same inputs: ratio {ev.ratio:.3f}x (> 1: this kernel is faster).")
+    if ev.max_rel_error is not None:
+        lines.append(f"Relative error against the reference when measured: {ev.max_rel_error:.3g}.")
+    lines += [f"Genome: {_clean(' '.join(f'{k}={v}' for k, v in sorted(genome.items())))}",
+              f"Genome (canonical): {_clean(ev.genome)}",
+              f"Source hash: {_clean(ev.source_hash)}; evaluation id {ev.id}; origin {_clean(ev.origin or '?')}."]
+    if not match and not smoke:  # (a smoke run checks a smaller copy of the problem: its hashes differ anyway)
+        lines.append("NOTE: re-rendering this genome gave a source different from the one measured (the renderer "
+                     "changed since the run); the code below is the re-rendered one.")
+    lines += ["", f"Entry point: {op.entry}(*inputs).",
+              "Run `python THIS_FILE.py` to check it against torch on fresh random inputs and, with CUDA, time it",
+              "against the baseline (triton.testing.do_bench, median). Without a GPU it runs in the Triton",
+              "interpreter (check only; bf16 cannot be checked there: exit status 77)."]
+    return lines
+
+
+_PREAMBLE = '''import os as _evo_os
+
+if __name__ == "__main__" and not _evo_os.environ.get("TRITON_INTERPRET"):
+    import torch as _evo_torch
+
+    if not _evo_torch.cuda.is_available():
+        # no GPU: run the kernel in Triton's CPU interpreter (must be set before @triton.jit runs)
+        _evo_os.environ["TRITON_INTERPRET"] = "1"
+'''
+
+_MAIN = '''
+
+def _evo_selfcheck() -> int:
+    """Check the kernel against torch on fresh random inputs; on CUDA also time it against the baseline."""
+    import sys
+
+    import torch
+
+    interpret = bool(_evo_os.environ.get("TRITON_INTERPRET"))
+    device = "cpu" if interpret or not torch.cuda.is_available() else "cuda"
+    if device == "cpu" and _EVO_DTYPE == "bf16":
+        print("NOT CHECKED: the Triton CPU interpreter computes bf16 wrongly; run this on a GPU", file=sys.stderr)
+        return 77
+    inputs = selfcheck_inputs(device)
+    sizes = tuple(problem_sizes(*inputs))
+    if sizes != _EVO_SIZES:
+        print(f"FAIL: self-check inputs have sizes {sizes}, expected {_EVO_SIZES}", file=sys.stderr)
+        return 1
+    out = {entry}(*inputs)
+    ref = selfcheck_reference(*inputs)
+    err = ((out.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-30)).item()
+    finite = bool(torch.isfinite(out).all())
+    ok = finite and err <= SELFCHECK_TOLERANCE
+    print(f"check {_EVO_PROBLEM} on {device}: relative error {err:.3g} (tolerance {SELFCHECK_TOLERANCE:.3g})"
+          f"{'' if finite else ', non-finite values'}: {'PASS' if ok else 'FAIL'}")
+    if not ok:
+        return 1
+    if device == "cuda":
+        from triton.testing import do_bench
+
+        ms = do_bench(lambda: {entry}(*inputs), return_mode="median")
+        base = do_bench(lambda: selfcheck_baseline(*inputs), return_mode="median")
+        print(f"time: kernel {ms:.4f} ms ({_EVO_WORK_PER_MS / ms:.4g} {_EVO_UNIT}), baseline {_EVO_BASELINE} "
+              f"{base:.4f} ms: ratio {base / ms:.3f}x (the run measured {_EVO_MEASURED_RATIO} on {_EVO_GPU})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_evo_selfcheck())
+'''
+
+
+def _split_future(source: str) -> tuple[list[str], str]:
+    """`from __future__` lines must open a module: lift them out of the rendered source."""
+    future, rest = [], []
+    for line in source.splitlines():
+        (future if line.startswith("from __future__ import") else rest).append(line)
+    return future, "\n".join(rest)
+
+
+def render_module(op: Any, elite: BestKernel, meta: dict[str, Any]) -> str:
+    """The standalone module text for one elite."""
+    ev, p = elite.evaluation, elite.problem
+    family = op.family
+    genome = family.from_canonical(ev.genome)
+    source = op.render(genome, p, run_target(meta))
+    match = not ev.source_hash or source_hash(source) == ev.source_hash
+    smoke = is_smoke(ev, meta)
+    check = op.selfcheck_source(p)
+    future, body = _split_future(source)
+    parts = ["\n".join(f"# {line}".rstrip() for line in _header(op, elite, meta, smoke, match)), ""]
+    parts += future + ([""] if future else [])
+    parts += [_PREAMBLE, "# ---- kernel (rendered by evo from the genome above) " + "-" * 50, body.strip("\n"), ""]
+    if check is None:
+        parts.append("# The operator offers no self-check code, so this module has none.")
+        return "\n".join(parts) + "\n"
+    ratio = f"{ev.ratio:.3f}x" if ev.ratio and not smoke else "no GPU ratio (smoke run)" if smoke else "no ratio"
+    consts = {
+        "_EVO_PROBLEM": p.key, "_EVO_DTYPE": p.dtype, "_EVO_SIZES": p.sizes, "_EVO_UNIT": op.throughput_unit,
+        "_EVO_WORK_PER_MS": op.throughput(p, 1.0), "_EVO_BASELINE": ev.baseline or "baseline",
+        "_EVO_MEASURED_RATIO": ratio, "_EVO_GPU": ev.gpu or "?",
+    }
+    parts += ["", "# ---- self-check (plain torch, supplied by the operator) " + "-" * 46, check.strip("\n"), ""]
+    parts += [f"{k} = {v!r}" for k, v in consts.items()]
+    parts.append(_MAIN.replace("{entry}", op.entry))
+    return "\n".join(parts)
+
+
+def _operator_for(elite: BestKernel) -> Any:
+    import operators
+
+    return operators.get(elite.problem.operator)
+
+
+def export_one(store: Store, sizes: tuple[int, ...], dtype: str | None = None,
+               experiment: Experiment | None = None) -> tuple[str, BestKernel]:
+    """The standalone module of the elite for `sizes` (and `dtype`, needed when several were measured)."""
+    chosen = _select(store, tuple(sizes), dtype, experiment)
+    return render_module(_operator_for(chosen), chosen, store.all_meta()), chosen
+
+
+_DISPATCH = '''
+
+def _evo_load(key):
+    """Import the elite module of a measured problem (Triton reads kernel source from a file, so each is
+    written once under a cache directory named by its hash)."""
+    import hashlib
+    import importlib.util
+    import sys
+    import tempfile
+
+    if key in _EVO_LOADED:
+        return _EVO_LOADED[key]
+    source = "\\n".join(_EVO_VARIANTS[key]["source"])
+    digest = hashlib.sha256(source.encode()).hexdigest()[:20]
+    folder = _evo_os.environ.get("EVO_KERNEL_DIR") or _evo_os.path.join(tempfile.gettempdir(), "evo-export")
+    _evo_os.makedirs(folder, exist_ok=True)
+    path = _evo_os.path.join(folder, f"evo_elite_{digest}.py")
+    if not _evo_os.path.exists(path) or open(path).read() != source:
+        tmp = f"{path}.tmp{_evo_os.getpid()}"
+        with open(tmp, "w") as f:
+            f.write(source)
+        _evo_os.replace(tmp, path)
+    spec = importlib.util.spec_from_file_location(f"evo_elite_{digest}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    _EVO_LOADED[key] = module
+    return module
+
+
+def nearest(sizes, dtype):
+    """The measured problem for `sizes` in `dtype`: the exact one, else the nearest (see the header)."""
+    import math
+
+    sizes = tuple(int(s) for s in sizes)
+    same = [k for k, v in _EVO_VARIANTS.items() if v["dtype"] == dtype]
+    if not same:
+        raise ValueError(f"no kernel for dtype {dtype!r}; measured: {', '.join(_EVO_VARIANTS)}")
+    if len(sizes) != len(_EVO_DIMS):
+        raise ValueError(f"expected {len(_EVO_DIMS)} sizes ({'x'.join(_EVO_DIMS)}), got {sizes}")
+    dist = lambda k: sum(abs(math.log2(a / b)) for a, b in zip(sizes, _EVO_VARIANTS[k]["sizes"]))  # noqa: E731
+    return min(same, key=lambda k: (dist(k), list(_EVO_VARIANTS).index(k)))
+
+
+def kernel_for(sizes, dtype):
+    """The entry function of the elite for `sizes` and `dtype` (e.g. "bf16")."""
+    import warnings
+
+    key = nearest(sizes, dtype)
+    if tuple(sizes) != _EVO_VARIANTS[key]["sizes"] and (tuple(sizes), dtype) not in _EVO_WARNED:
+        _EVO_WARNED.add((tuple(sizes), dtype))
+        warnings.warn(f"no kernel was measured for {'x'.join(map(str, sizes))} {dtype}: using the elite of "
+                      f"{key}, which was neither timed nor checked at this shape", stacklevel=2)
+    return getattr(_evo_load(key), _EVO_ENTRY)
+
+
+def {entry}(*inputs):
+    """Run the elite kernel for the problem these inputs form."""
+    import torch
+
+    first = _evo_load(next(iter(_EVO_VARIANTS)))
+    sizes = tuple(first.problem_sizes(*inputs))
+    tensor = next(t for t in inputs if isinstance(t, torch.Tensor))
+    dtype = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}.get(tensor.dtype, str(tensor.dtype))
+    return kernel_for(sizes, dtype)(*inputs)
+
+
+def _evo_selfcheck_all() -> int:
+    """Run the self-check of every measured problem's elite; the worst exit status wins (77: not checked)."""
+    codes = [_evo_load(key)._evo_selfcheck() for key in _EVO_VARIANTS]
+    status = 1 if 1 in codes else max(codes)
+    return status
+
+
+if __name__ == "__main__":
+    raise SystemExit(_evo_selfcheck_all())
+'''
+
+
+def export_all(store: Store, experiment: Experiment | None = None) -> tuple[str, list[BestKernel]]:
+    """One module holding every measured problem's elite, with a dispatcher (see the module docstring)."""
+    found = elites(store, experiment)
+    if not found:
+        raise ExportError("the run has no correct evaluation yet: nothing to export")
+    ops = {e.problem.operator for e in found}
+    if len(ops) > 1:
+        raise ExportError(f"the run holds several operators ({', '.join(sorted(ops))}); export them one by one")
+    op = _operator_for(found[0])
+    meta = store.all_meta()
+    smoke = any(is_smoke(e.evaluation, meta) for e in found)
+    head = [f"evo elite kernels: {op.name}, {len(found)} measured problems, one module.", ""]
+    if smoke:
+        head += [f"WARNING: {SMOKE_WARNING}.", ""]
+    head += [f"Call {op.entry}(*inputs): it runs the elite of the problem the inputs form; for a shape that was not",
+             "measured, the elite of the nearest measured problem: same dtype, smallest sum over dimensions of",
+             "|log2(size / measured size)|, earliest measured on a tie. That kernel was neither timed nor checked",
+             "at the new shape (a warning says so once per shape). kernel_for(sizes, dtype) returns the function.",
+             "Run `python THIS_FILE.py` to self-check every measured elite (see each one's own header).", "",
+             "Measured problems (median time, ratio to the baseline):"]
+    for e in found:
+        ev = e.evaluation
+        ratio = f"{ev.ratio:.3f}x {ev.baseline}" if ev.ratio and not smoke else "-"
+        head.append(f"  {e.problem.key}: {ev.median_ms:.4g} ms{' (NOT a GPU timing)' if smoke else ''}, {ratio}, "
+                    f"on {_clean(ev.gpu or '?')}")
+    variants = {}
+    for e in found:
+        variants[f"{e.problem.shape_text}:{e.problem.dtype}"] = {
+            "sizes": e.problem.sizes, "dtype": e.problem.dtype,
+            "source": render_module(op, e, meta).split("\n"),
+        }
+    lines = ["\n".join(f"# {line}".rstrip() for line in head), "", "import os as _evo_os", "",
+             _PREAMBLE.split("\n", 2)[2].rstrip(), "",
+             f"_EVO_ENTRY = {op.entry!r}", f"_EVO_DIMS = {tuple(op.dims)!r}", "_EVO_LOADED = {}", "_EVO_WARNED = set()",
+             "# Each measured problem's standalone module, one source line per list item.",
+             "_EVO_VARIANTS = {"]
+    for key, v in variants.items():
+        lines.append(f"    {key!r}: {{")
+        lines.append(f"        \"sizes\": {v['sizes']!r}, \"dtype\": {v['dtype']!r}, \"source\": [")
+        lines += [f"            {line!r}," for line in v["source"]]
+        lines.append("        ]},")
+    lines.append("}")
+    return "\n".join(lines) + _DISPATCH.replace("{entry}", op.entry), found
+
+
+def nearest_distance(a: tuple[int, ...], b: tuple[int, ...]) -> float:
+    """The distance `export_all` modules use to pick the nearest measured shape."""
+    return sum(abs(math.log2(x / y)) for x, y in zip(a, b, strict=True))

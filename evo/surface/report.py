@@ -1,0 +1,203 @@
+"""The HTML report of a run: one self-contained file (plotly.js embedded, works offline).
+
+Per problem: the archive heatmap over two descriptors (colour = throughput or ratio to the baseline, hover =
+genome and numbers, click = the kernel's source), the failure map (which cells failed and why), the best
+throughput and QD-score against evaluations, and the elites' table; then the run's metadata. The archive is
+rebuilt from the store alone (`GridArchive.from_store`). Every text from the run is escaped: html.escape in
+markup, and JSON embedded in a script element with `<`, `>` and `&` written as \\u escapes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from evo.archive.elite import problem_archive
+from evo.experiment.spec import DescriptorSpec, Experiment
+from evo.problem import Problem
+from evo.store.record import Evaluation
+from evo.store.sqlite import Store
+from evo.surface.export import is_smoke, run_target
+from evo.surface.report_html import embed_json, page
+from genomes.base import Genome
+
+__all__ = ["ReportError", "ReportInput", "build_report", "report_data", "embed_json"]
+
+
+class ReportError(ValueError):
+    """A report that cannot be built as asked (e.g. an unknown descriptor for --x); one-line message."""
+
+
+@dataclass(frozen=True)
+class ReportInput:
+    """What a report is built from: the store, and the run's experiment when it could be loaded."""
+
+    store: Store
+    name: str
+    experiment: Experiment | None = None
+    experiment_text: str = ""
+
+
+def _genome(canonical: str) -> Genome:
+    d = json.loads(canonical)
+    return Genome(d["family"], tuple(sorted(d["genes"].items())))
+
+
+def _num(x: float | None, digits: int = 4) -> float | None:
+    """A finite float rounded for the page, or None (JSON has no NaN)."""
+    if x is None or x != x or x in (float("inf"), float("-inf")):
+        return None
+    return float(f"{x:.{digits}g}")
+
+
+def _axis_pair(axes: tuple, x: str | None, y: str | None) -> tuple[int, int | None]:
+    names = [a.name for a in axes]
+    for wanted, flag in ((x, "--x"), (y, "--y")):
+        if wanted is not None and wanted not in names:
+            raise ReportError(f"{flag} {wanted!r} is not a descriptor of this run's archive; "
+                              f"its descriptors are {', '.join(names)}")
+    ix = names.index(x) if x else 0
+    if y:
+        iy = names.index(y)
+    else:
+        rest = [i for i in range(len(names)) if i != ix]
+        iy = rest[0] if rest else None
+    if iy == ix:
+        raise ReportError(f"--x and --y name the same descriptor {names[ix]!r}")
+    return ix, iy
+
+
+def _ticks(axis: Any) -> list[str]:
+    return [f"{e:g}" for e in axis.edges]
+
+
+def _problem_data(store: Store, problem: Problem, op: Any, specs: tuple[DescriptorSpec, ...], noise: float,
+                  x: str | None, y: str | None, meta: dict[str, Any], sources: dict[str, str]) -> dict[str, Any]:
+    evs: list[Evaluation] = store.evaluations(problem.key)
+    archive = problem_archive(store, problem, specs, noise, operator=op)  # the elite status and export name
+    ix, iy = _axis_pair(archive.axes, x, y)
+    ax_x = archive.axes[ix]
+    ax_y = archive.axes[iy] if iy is not None else None
+    nx, ny = ax_x.cells, (ax_y.cells if ax_y else 1)
+    by_id = {ev.id: ev for ev in evs}
+    target = run_target(meta)
+
+    # the best elite of each (x, y) cell, over the other descriptors when there are more than two
+    cells: dict[tuple[int, int], Any] = {}
+    for e in archive.elites():
+        key = (e.cell[ix], e.cell[iy] if iy is not None else 0)
+        if key not in cells or e.objective > cells[key].objective:
+            cells[key] = e
+    elites = []
+    for (cx, cy), e in sorted(cells.items(), key=lambda kv: -kv[1].objective):
+        ev = by_id.get(e.evaluation_id)
+        if e.source_hash not in sources:
+            try:
+                sources[e.source_hash] = op.render(_genome(e.genome), problem, target)
+            except Exception as err:  # a genome the current renderer refuses: say so in the panel
+                sources[e.source_hash] = f"# this genome could not be rendered again: {err}"
+        elites.append({
+            "x": cx, "y": cy, "cell": list(e.cell), "objective": _num(e.objective), "ratio": _num(e.ratio, 3),
+            "median_ms": _num(e.median_ms), "genome": str(_genome(e.genome)), "genome_hash": e.genome_hash,
+            "source": e.source_hash, "origin": e.origin, "index": e.index, "id": e.evaluation_id,
+            "descriptors": [_num(v) for v in e.descriptors],
+            "baseline_ms": _num(ev.baseline_ms) if ev else None, "gpu": ev.gpu if ev else "",
+            "spread_ms": _num(ev.spread_ms) if ev else None,
+        })
+
+    # failures: every evaluation that is not ok, placed by its genome (and resources, when it has them)
+    fail_cells: dict[tuple[int, int], Counter] = {}
+    tried: Counter = Counter()
+    reasons: dict[str, str] = {}
+    unplaced = 0
+    for ev in evs:
+        try:
+            cell, _ = archive.place(_genome(ev.genome), ev.resources)
+        except (ValueError, KeyError, TypeError):
+            if ev.status != "ok":
+                unplaced += 1
+            continue
+        key = (cell[ix], cell[iy] if iy is not None else 0)
+        tried[key] += 1
+        if ev.status != "ok":
+            fail_cells.setdefault(key, Counter())[ev.status] += 1
+            reasons.setdefault(f"{key[0]},{key[1]},{ev.status}", ev.reason[:300])
+    failures = [{"x": k[0], "y": k[1], "tried": tried[k], "counts": dict(c),
+                 "reasons": {s: reasons.get(f"{k[0]},{k[1]},{s}", "") for s in c}} for k, c in fail_cells.items()]
+    by_status = Counter(ev.status for ev in evs)
+    sample_reason = {}
+    for ev in evs:
+        if ev.status != "ok" and ev.status not in sample_reason and ev.reason:
+            sample_reason[ev.status] = ev.reason[:300]
+    hist = archive.history
+    best = archive.best
+    times = [t for ev in evs for t in (ev.started_at, ev.finished_at) if t]
+    spent = meta.get(f"wall_s:{problem.key}")  # saved by the search; else the evaluations' span
+    elapsed = float(spent) if spent is not None else (max(times) - min(times)) if times else None
+    return {
+        "key": problem.key, "operator": problem.operator, "shape": problem.shape_text, "dtype": problem.dtype,
+        "unit": op.throughput_unit, "baseline": next((ev.baseline for ev in evs if ev.baseline), "baseline"),
+        "x": {"name": ax_x.name, "doc": ax_x.descriptor.doc, "ticks": _ticks(ax_x)},
+        "y": {"name": ax_y.name if ax_y else "", "doc": ax_y.descriptor.doc if ax_y else "",
+              "ticks": _ticks(ax_y) if ax_y else [""]},
+        "nx": nx, "ny": ny, "axes": [a.name for a in archive.axes], "projected": len(archive.axes) > 2,
+        "elites": elites, "failures": failures, "unplaced_failures": unplaced,
+        "status_counts": dict(by_status), "sample_reason": sample_reason,
+        "history": {"evaluations": hist.evaluations, "best": [_num(b) for b in hist.best],
+                    "qd_score": [_num(q) for q in hist.qd_score]},
+        "summary": {"evaluations": len(evs), "ok": by_status.get("ok", 0), "cells": archive.cells,
+                    "filled": len(archive), "coverage": _num(archive.coverage, 3), "qd_score": _num(archive.qd_score),
+                    "best": _num(best.objective) if best else None, "best_ratio": _num(best.ratio, 3) if best else None,
+                    "elapsed_s": _num(elapsed, 3)},
+    }
+
+
+def report_data(inp: ReportInput, x: str | None = None, y: str | None = None) -> dict[str, Any]:
+    """Everything the page shows, as plain JSON-able data."""
+    import operators
+
+    store = inp.store
+    meta = store.all_meta()
+    exp = inp.experiment
+    specs = exp.descriptors if exp else ()
+    noise = exp.evaluation.noise_margin if exp else 0.01
+    sources: dict[str, str] = {}
+    problems = []
+    keys = store.problem_keys()
+    order = [p.key for p in exp.problems] if exp else []
+    keys = [k for k in order if k in keys] + [k for k in keys if k not in order]
+    ops: dict[str, Any] = {}
+    smoke = False
+    gpus: Counter = Counter()
+    versions: dict[str, Counter] = {}
+    for key in keys:
+        first = next(store.iter(key))
+        problem = Problem.from_json(first.problem)
+        if problem.operator not in ops:  # unrestricted genes: earlier sessions may have used other overrides
+            ops[problem.operator] = operators.get(problem.operator)
+        problems.append(_problem_data(store, problem, ops[problem.operator], specs, noise, x, y, meta, sources))
+        for ev in store.iter(key):
+            smoke = smoke or is_smoke(ev, meta)
+            gpus[ev.gpu] += 1
+            for k, v in ev.versions.items():
+                versions.setdefault(k, Counter())[str(v)] += 1
+    run_meta = {
+        "name": inp.name, "experiment": exp.name if exp else "", "operator": exp.operator if exp else "",
+        "seed": exp.seed if exp else meta.get("seed"), "executor": exp.executor.kind if exp else "",
+        "gpus": dict(gpus), "versions": {k: dict(c) for k, c in versions.items()},
+        "descriptors": [d.name for d in specs], "selection": exp.selection if exp else "",
+        "mutators": exp.mutators if exp else {}, "budget": asdict(exp.budget) if exp else {},
+        "store_meta": {k: v for k, v in meta.items() if k != "experiment"},
+    }
+    return {"run": run_meta, "smoke": smoke, "problems": problems, "sources": sources,
+            "experiment_text": inp.experiment_text}
+
+
+def build_report(inp: ReportInput, x: str | None = None, y: str | None = None) -> str:
+    """The complete HTML page."""
+    data = report_data(inp, x, y)
+    if not data["problems"]:
+        raise ReportError("the run has no evaluations yet: nothing to report")
+    return page(data)

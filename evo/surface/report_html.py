@@ -1,0 +1,238 @@
+"""The page of `evo report`: markup (escaped on the server), style, and the script that draws the plots.
+
+Tables are written here with html.escape, so they read without JavaScript; the plots are drawn in the page by
+plotly.js, embedded whole so the file works offline. The data reaches the script as JSON in a
+`<script type="application/json">` element (see `embed_json`); the script writes text into the
+page with textContent only, never as markup.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from typing import Any
+
+__all__ = ["page"]
+
+_CSS = """
+body { font: 14px/1.45 system-ui, sans-serif; margin: 0 auto; max-width: 1400px; padding: 0 24px 48px; color: #222; }
+h1 { margin: 24px 0 4px; } h2 { margin-top: 40px; border-bottom: 1px solid #ccc; padding-bottom: 4px; }
+.warning { background: #fff3cd; border: 1px solid #e0b400; padding: 10px 14px; margin: 12px 0; font-weight: 600; }
+.row { display: flex; gap: 16px; flex-wrap: wrap; align-items: flex-start; }
+.plot { flex: 3 1 560px; min-height: 420px; min-width: 0; } .half { flex: 1 1 480px; min-height: 340px; min-width: 0; }
+.panel { flex: 2 1 380px; min-width: 0; border: 1px solid #ccc; border-radius: 4px; padding: 8px 12px;
+         background: #fafafa; }
+.panel .mono { overflow-wrap: anywhere; }
+.panel pre { max-height: 520px; overflow: auto; background: #fff; border: 1px solid #ddd; padding: 8px;
+             font-size: 12px; white-space: pre; }
+table { border-collapse: collapse; margin: 8px 0; font-size: 13px; max-width: 100%; }
+td, th { border: 1px solid #ddd; padding: 3px 8px; text-align: left; vertical-align: top; overflow-wrap: anywhere; }
+th { background: #f0f0f0; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+tr.elite { cursor: pointer; } tr.elite:hover { background: #eef4ff; }
+.muted { color: #666; } code, .mono { font-family: ui-monospace, monospace; font-size: 12px; }
+details pre { background: #f6f6f6; padding: 8px; overflow: auto; }
+"""
+
+_SCRIPT = r"""
+(function () {
+  "use strict";
+  const DATA = JSON.parse(document.getElementById("evo-data").textContent);
+  const state = { ready: false, shown: null, clicks: 0 };
+  window.evoReport = state;
+  const esc = (s) => String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+  const fmt = (v, d) => (v === null || v === undefined) ? "-" : Number(v).toPrecision(d || 4);
+  const grid = (p, fill) => Array.from({ length: p.ny }, () => Array.from({ length: p.nx }, () => fill));
+
+  function show(pi, ei) {
+    const p = DATA.problems[pi], e = p.elites[ei];
+    const info = document.getElementById("info-" + pi), pre = document.getElementById("source-" + pi);
+    info.textContent = p.x.name + "=" + p.x.ticks[e.x] + (p.y.name ? ", " + p.y.name + "=" + p.y.ticks[e.y] : "") +
+      ": " + fmt(e.objective) + " " + p.unit + ", " + fmt(e.median_ms) + " ms, " +
+      (e.ratio === null ? "no ratio" : fmt(e.ratio, 3) + "x " + p.baseline) + " | " + e.genome;
+    pre.textContent = DATA.sources[e.source] || "(source not available)";
+    state.shown = { problem: pi, elite: ei, source: e.source };
+    state.clicks += 1;
+  }
+
+  function heatmap(p, pi) {
+    const z = grid(p, null), zr = grid(p, null), text = grid(p, "empty cell"), cd = grid(p, null);
+    p.elites.forEach((e, j) => {
+      z[e.y][e.x] = e.objective; zr[e.y][e.x] = e.ratio; cd[e.y][e.x] = j;
+      text[e.y][e.x] = "<b>" + fmt(e.objective) + " " + esc(p.unit) + "</b>, " + fmt(e.median_ms) + " ms<br>" +
+        "ratio to " + esc(p.baseline) + ": " + (e.ratio === null ? "-" : fmt(e.ratio, 3) + "x") + "<br>" +
+        esc(e.genome).replace(/ /g, "<br>") + "<br>origin " + esc(e.origin) + ", evaluation #" + e.index;
+    });
+    const el = document.getElementById("heat-" + pi);
+    const trace = { type: "heatmap", z: z, x: p.x.ticks, y: p.y.ticks, text: text, customdata: cd,
+      hovertemplate: "%{text}<extra></extra>", colorscale: "Viridis", xgap: 1, ygap: 1,
+      colorbar: { title: { text: p.unit } } };
+    const title = "Archive: best per cell" + (p.projected ? " (best over the other descriptors)" : "");
+    const layout = { title: { text: title },
+      xaxis: { title: { text: p.x.name + (p.x.doc ? " (" + p.x.doc + ")" : "") }, type: "category" },
+      yaxis: { title: { text: p.y.name + (p.y.doc ? " (" + p.y.doc + ")" : "") }, type: "category" },
+      margin: { t: 40, r: 10 }, hoverlabel: { align: "left" } };
+    const done = Plotly.newPlot(el, [trace], layout, { displaylogo: false, responsive: true });
+    el.on("plotly_click", (ev) => {
+      const j = ev.points && ev.points.length ? ev.points[0].customdata : null;
+      if (j !== null && j !== undefined) show(pi, j);
+    });
+    document.getElementById("colour-" + pi).addEventListener("change", (ev) => {
+      const ratio = ev.target.value === "ratio";
+      Plotly.restyle(el, { z: [ratio ? zr : z], colorscale: ratio ? "RdBu" : "Viridis", zmid: ratio ? 1 : null,
+        "colorbar.title.text": ratio ? "ratio to " + p.baseline : p.unit });
+    });
+    return done;
+  }
+
+  function failures(p, pi) {
+    const z = grid(p, null), text = grid(p, "no failure");
+    p.failures.forEach((f) => {
+      const n = Object.values(f.counts).reduce((a, b) => a + b, 0);
+      z[f.y][f.x] = n / f.tried;
+      text[f.y][f.x] = n + " of " + f.tried + " failed<br>" + Object.entries(f.counts).sort((a, b) => b[1] - a[1])
+        .map(([s, c]) => "<b>" + esc(s) + "</b> " + c + (f.reasons[s] ? ": " + esc(f.reasons[s].slice(0, 90)) : ""))
+        .join("<br>");
+    });
+    const trace = { type: "heatmap", z: z, x: p.x.ticks, y: p.y.ticks, text: text, colorscale: "Reds", zmin: 0,
+      zmax: 1, xgap: 1, ygap: 1, hovertemplate: "%{text}<extra></extra>", colorbar: { title: { text: "failed" } } };
+    const title = p.failures.length ? "Failures: share of the cell's evaluations"
+      : "Failures: none (no evaluation of this problem failed)";
+    const layout = { title: { text: title },
+      xaxis: { title: { text: p.x.name }, type: "category" }, yaxis: { title: { text: p.y.name }, type: "category" },
+      margin: { t: 40, r: 10 }, hoverlabel: { align: "left" } };
+    return Plotly.newPlot("fail-" + pi, [trace], layout, { displaylogo: false, responsive: true });
+  }
+
+  function history(p, pi) {
+    const h = p.history;
+    const traces = [
+      { x: h.evaluations, y: h.best, name: "best (" + p.unit + ")", mode: "lines", line: { shape: "hv" } },
+      { x: h.evaluations, y: h.qd_score, name: "QD-score", mode: "lines", yaxis: "y2", line: { shape: "hv" } } ];
+    const layout = { title: { text: "Best and QD-score against evaluations" },
+      xaxis: { title: { text: "evaluations" } },
+      yaxis: { title: { text: "best " + p.unit } },
+      yaxis2: { title: { text: "QD-score" }, overlaying: "y", side: "right" },
+      legend: { orientation: "h", y: -0.25 }, margin: { t: 40 } };
+    return Plotly.newPlot("hist-" + pi, traces, layout, { displaylogo: false, responsive: true });
+  }
+
+  // Client coordinates of a heatmap cell's centre (used by the browser test to click a real cell).
+  state.cellCenter = function (pi, cx, cy) {
+    const gd = document.getElementById("heat-" + pi), fl = gd._fullLayout, r = gd.getBoundingClientRect();
+    return { x: r.left + fl.xaxis._offset + fl.xaxis.l2p(cx), y: r.top + fl.yaxis._offset + fl.yaxis.l2p(cy) };
+  };
+
+  document.querySelectorAll("tr.elite").forEach((tr) => {
+    tr.addEventListener("click", () => show(Number(tr.dataset.p), Number(tr.dataset.e)));
+  });
+  const plots = [];
+  DATA.problems.forEach((p, pi) => { plots.push(heatmap(p, pi), failures(p, pi), history(p, pi)); });
+  Promise.all(plots).then(() => { state.ready = true; document.body.setAttribute("data-ready", "1"); },
+    (err) => { state.error = String(err); document.body.setAttribute("data-ready", "error"); });
+})();
+"""
+
+
+def embed_json(value: Any) -> str:
+    """JSON safe inside a <script> element: no `</script>`, `<!--` or `&` can appear in the text."""
+    text = json.dumps(value, separators=(",", ":"), allow_nan=False)
+    return (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+
+
+def _e(x: Any) -> str:
+    return html.escape("" if x is None else str(x), quote=True)
+
+
+def _n(v: float | None, digits: int = 4) -> str:
+    return "-" if v is None else f"{v:.{digits}g}"
+
+
+def _table(head: list[str], rows: list[list[str]], row_attrs: list[str] | None = None) -> str:
+    """`rows` hold already-escaped cell markup; `head` is escaped here."""
+    out = ["<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"]
+    for i, r in enumerate(rows):
+        out.append(f"<tr{row_attrs[i] if row_attrs else ''}>" + "".join(r) + "</tr>")
+    return "\n".join(out + ["</table>"])
+
+
+def _num_td(v: float | None, digits: int = 4, suffix: str = "") -> str:
+    return f'<td class="num">{_n(v, digits)}{_e(suffix) if v is not None else ""}</td>'
+
+
+def _problem_section(p: dict[str, Any], pi: int, smoke: bool) -> str:
+    s = p["summary"]
+    unit = p["unit"]
+    best = f"{_n(s['best'])} {unit}" + (f", {_n(s['best_ratio'], 3)}x {p['baseline']}" if s["best_ratio"] else "")
+    parts = [f'<section class="problem" id="problem-{pi}"><h2>{_e(p["key"])}</h2>',
+             f'<p>{s["evaluations"]} evaluations, {s["ok"]} correct; best {_e(best)}'
+             + (" (smoke run: NOT a GPU timing)" if smoke else "")
+             + f'; coverage {_n(s["coverage"], 3)} ({s["filled"]} of {s["cells"]} cells); QD-score '
+             f'{_n(s["qd_score"])}; elapsed {_n(s["elapsed_s"], 3)} s. Archive descriptors: '
+             f'{_e(", ".join(p["axes"]))}.</p>',
+             f'<p><label>Colour: <select id="colour-{pi}"><option value="throughput">throughput ({_e(unit)})</option>'
+             f'<option value="ratio">ratio to {_e(p["baseline"])}</option></select></label> '
+             '<span class="muted">Click a cell (or a row of the table below) to see its kernel.</span></p>',
+             f'<div class="row"><div class="plot" id="heat-{pi}"></div>'
+             f'<div class="panel"><h3>Kernel source</h3><div class="mono" id="info-{pi}">No cell chosen yet.</div>'
+             f'<pre id="source-{pi}">Click a cell of the heatmap.</pre></div></div>',
+             f'<div class="row"><div class="half" id="fail-{pi}"></div><div class="half" id="hist-{pi}"></div></div>']
+    counts = p["status_counts"]
+    rows = [[f"<td>{_e(k)}</td>", _num_td(v, 6), f"<td>{_e(p['sample_reason'].get(k, ''))}</td>"]
+            for k, v in sorted(counts.items(), key=lambda kv: -kv[1])]
+    parts.append("<h3>Evaluations by status</h3>" + _table(["status", "count", "example reason"], rows))
+    if p["unplaced_failures"]:
+        parts.append(f'<p class="muted">{p["unplaced_failures"]} failures could not be placed on the map (a '
+                     f'descriptor needs compile-time resources they lack).</p>')
+    rows, attrs = [], []
+    for j, e in enumerate(p["elites"]):
+        rows.append([_num_td(j + 1, 6), f"<td>{_e(p['x']['ticks'][e['x']])}</td>",
+                     f"<td>{_e(p['y']['ticks'][e['y']])}</td>", _num_td(e["objective"]), _num_td(e["median_ms"]),
+                     _num_td(e["ratio"], 3, "x"), f'<td class="mono">{_e(e["genome"])}</td>',
+                     f"<td>{_e(e['origin'])}</td>", _num_td(e["index"], 8)])
+        attrs.append(f' class="elite" data-p="{pi}" data-e="{j}"')
+    head = ["#", p["x"]["name"], p["y"]["name"] or "-", unit, "median ms", f"ratio to {p['baseline']}", "genome",
+            "origin", "evaluation #"]
+    parts.append("<h3>Elites</h3>" + _table(head, rows, attrs) + "</section>")
+    return "\n".join(parts)
+
+
+def _meta_section(data: dict[str, Any]) -> str:
+    run = data["run"]
+    rows = []
+    for label, value in (("run", run["name"]), ("experiment", run["experiment"]), ("operator", run["operator"]),
+                         ("executor", run["executor"]), ("seed", run["seed"]),
+                         ("GPUs (evaluations)", ", ".join(f"{k or '?'} ({v})" for k, v in run["gpus"].items())),
+                         ("versions", "; ".join(f"{k} " + ", ".join(vs) for k, vs in run["versions"].items())),
+                         ("descriptors", ", ".join(run["descriptors"]) or "the search's default"),
+                         ("selection", run["selection"]),
+                         ("mutators", ", ".join(f"{k} {v:g}" for k, v in run["mutators"].items())),
+                         ("budget", ", ".join(f"{k} {v}" for k, v in run["budget"].items() if v is not None))):
+        rows.append([f"<th>{_e(label)}</th>", f"<td>{_e(value)}</td>"])
+    for k, v in sorted(run["store_meta"].items()):
+        rows.append([f"<th>{_e(k)}</th>", f'<td class="mono">{_e(v)}</td>'])
+    out = ['<section id="metadata"><h2>Run</h2>', _table(["", ""], rows)]
+    if data["experiment_text"]:
+        out.append(f"<details><summary>Experiment file</summary><pre>{_e(data['experiment_text'])}</pre></details>")
+    return "\n".join(out + ["</section>"])
+
+
+def page(data: dict[str, Any]) -> str:
+    """The whole report as one HTML document (plotly.js inline)."""
+    import plotly.offline
+
+
+    title = f"evo report: {data['run']['name']}"
+    nav = " | ".join(f'<a href="#problem-{i}">{_e(p["key"])}</a>' for i, p in enumerate(data["problems"]))
+    warning = ('<div class="warning">Smoke run: kernels were only checked for correctness in the CPU Triton '
+               'interpreter, and every fitness in this report is a stand-in. It is NOT a timing and says nothing '
+               'about speed on a GPU; smoke runs exist to try the tool.</div>' if data["smoke"] else "")
+    body = "\n".join(_problem_section(p, i, data["smoke"]) for i, p in enumerate(data["problems"]))
+    return "\n".join([
+        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{_e(title)}</title><style>{_CSS}</style>",
+        f'<script>{plotly.offline.get_plotlyjs()}</script></head><body>',
+        f"<h1>{_e(title)}</h1>", f'<p class="muted">Problems: {nav}</p>', warning, body, _meta_section(data),
+        f'<script type="application/json" id="evo-data">{embed_json(data)}</script>',
+        f"<script>{_SCRIPT}</script>", "</body></html>", ""])

@@ -1,0 +1,99 @@
+"""A run's summary from its store alone: per problem, evaluations, ok/failed by status, best throughput, its
+ratio to the baseline, archive coverage and elapsed time. Used by `evo status` and at the end of `evo run`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from evo.archive.elite import problem_archive, settings
+from evo.experiment.spec import Experiment
+from evo.problem import Problem
+from evo.store.sqlite import Store
+
+__all__ = ["ProblemStatus", "run_status", "format_status"]
+
+_ABBREV = {"invalid": "inv", "compile_error": "cmp", "out_of_resources": "oor", "wrong": "wrong", "nan": "nan",
+           "crashed": "crash", "timeout": "tmo", "error": "err"}
+
+
+@dataclass(frozen=True)
+class ProblemStatus:
+    key: str
+    evaluations: int
+    ok: int
+    failed: dict[str, int]
+    best: float | None  # throughput of the archive's best elite
+    unit: str
+    ratio: float | None
+    baseline: str
+    coverage: float | None
+    filled: int
+    cells: int
+    elapsed_s: float | None
+
+
+def run_status(store: Store, experiment: Experiment | None = None) -> list[ProblemStatus]:
+    """One row per problem in the store (the experiment's order first, when it is known)."""
+    import operators
+
+    keys = store.problem_keys()
+    if experiment is not None:
+        order = [p.key for p in experiment.problems]
+        keys = [k for k in order if k in keys] + [k for k in keys if k not in order]
+    specs, noise = settings(experiment)
+    ops: dict[str, Any] = {}
+    rows = []
+    for key in keys:
+        evs = store.evaluations(key)
+        problem = Problem.from_json(evs[0].problem)
+        if problem.operator not in ops:  # unrestricted genes: earlier sessions may have used other overrides
+            ops[problem.operator] = operators.get(problem.operator)
+        op = ops[problem.operator]
+        archive = problem_archive(store, problem, specs, noise, operator=op)
+        best = archive.best
+        failed: dict[str, int] = {}
+        for ev in evs:
+            if ev.status != "ok":
+                failed[ev.status] = failed.get(ev.status, 0) + 1
+        # the search saves the wall time spent on each problem; older or foreign stores: the evaluations' span
+        times = [t for ev in evs for t in (ev.started_at, ev.finished_at) if t]
+        spent = store.meta(f"wall_s:{key}")
+        rows.append(ProblemStatus(
+            key=key, evaluations=len(evs), ok=sum(ev.status == "ok" for ev in evs), failed=failed,
+            best=best.objective if best else None, unit=op.throughput_unit, ratio=best.ratio if best else None,
+            baseline=next((ev.baseline for ev in evs if ev.baseline), ""), coverage=archive.coverage,
+            filled=len(archive), cells=archive.cells,
+            elapsed_s=float(spent) if spent is not None else (max(times) - min(times)) if times else None))
+    return rows
+
+
+def _elapsed(s: float | None) -> str:
+    if s is None:
+        return "-"
+    s = int(round(s))
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+
+
+def format_status(rows: list[ProblemStatus], smoke: bool = False) -> str:
+    """A plain-text table; a smoke run's throughput column is labelled as not a timing."""
+    head = ["problem", "evals", "ok", "failed", "best" + (" (NOT a timing)" if smoke else ""), "ratio",
+            "coverage", "elapsed"]
+    table = [head]
+    for r in rows:
+        failed = " ".join(f"{_ABBREV.get(k, k)} {n}" for k, n in sorted(r.failed.items(), key=lambda kv: -kv[1]))
+        best = "-" if r.best is None else f"{r.best:.4g} (stand-in)" if smoke else f"{r.best:.4g} {r.unit}"
+        ratio = f"{r.ratio:.2f}x {r.baseline}".strip() if r.ratio is not None and not smoke else "-"
+        coverage = f"{r.coverage:.0%} ({r.filled}/{r.cells})" if r.coverage is not None else "-"
+        table.append([r.key, str(r.evaluations), str(r.ok), failed or "-", best, ratio, coverage,
+                      _elapsed(r.elapsed_s)])
+    widths = [max(len(row[i]) for row in table) for i in range(len(head))]
+    numeric = {1, 2}
+    lines = []
+    for j, row in enumerate(table):
+        cells = [c.rjust(w) if i in numeric and j else c.ljust(w)
+                 for i, (c, w) in enumerate(zip(row, widths, strict=True))]
+        lines.append("  ".join(cells).rstrip())
+        if j == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)

@@ -1,0 +1,149 @@
+"""Experiment files: the shipped ones load; every kind of mistake is one line naming the file and key path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from evo.experiment.config import ConfigError, load_experiment, parse_experiment, parse_shape
+from evo.surface.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+GOOD = """\
+name: t
+operator: gemm
+problems:
+  shapes: [64x64x64, [32, 96, 64]]
+  dtypes: [fp16]
+"""
+
+
+@pytest.mark.parametrize("name", ["quick_gemm", "llm_gemm", "smoke"])
+def test_shipped_experiments_load(name):
+    exp = load_experiment(ROOT / "experiments" / f"{name}.yaml")
+    assert exp.name == name
+    assert exp.operator == "gemm"
+    assert exp.source.startswith("#")  # the text is kept for the run directory's copy
+    assert all(p.operator == "gemm" for p in exp.problems)
+
+
+def test_shipped_experiments_match_their_promises():
+    quick = load_experiment(ROOT / "experiments" / "quick_gemm.yaml")
+    assert 2 <= len(quick.problems) <= 3 and {p.dtype for p in quick.problems} == {"bf16"}
+    assert 150 <= quick.budget.evaluations <= 250
+    llm = load_experiment(ROOT / "experiments" / "llm_gemm.yaml")
+    assert {p.shape_text for p in llm.problems} == {
+        "4096x4096x4096", "8192x8192x8192", "4096x6144x4096", "4096x28672x4096", "4096x4096x14336",
+        "16x4096x4096", "16x28672x4096", "128x4096x14336", "1000x3000x2000", "2048x2048x16384"}
+    smoke = load_experiment(ROOT / "experiments" / "smoke.yaml")
+    assert smoke.executor.kind == "smoke"
+    assert {p.dtype for p in smoke.problems} <= {"fp16", "fp32"}
+    assert max(max(p.sizes) for p in smoke.problems) <= 128
+    assert "NOT a timing" in smoke.source
+
+
+def test_good_experiment_defaults_and_forms():
+    exp = parse_experiment(GOOD + "genome:\n  BLOCK_M: [32, 64]\n  persistent: false\n"
+                                  "descriptors: [tile_area, {name: block_k, edges: [4, 5, 6]}]\n", "x.yaml")
+    assert [p.key for p in exp.problems] == ["gemm:64x64x64:fp16", "gemm:32x96x64:fp16"]
+    assert exp.genome == {"BLOCK_M": [32, 64], "persistent": [False]}
+    assert exp.descriptors[1].edges == (4.0, 5.0, 6.0)
+    assert exp.budget.evaluations == 200 and exp.executor.kind == "ray" and exp.seed == 0
+
+
+def test_problem_groups_list_form():
+    exp = parse_experiment("operator: gemm\nproblems:\n  - {shapes: [64x64x64], dtypes: [fp16]}\n"
+                           "  - {shapes: [64x64x64], dtypes: [fp32]}\n", "x.yaml", default_name="from_file")
+    assert [p.dtype for p in exp.problems] == ["fp16", "fp32"]
+    assert exp.name == "from_file"
+
+
+@pytest.mark.parametrize("text", ["4096x4096x4096", [4096, 4096, 4096], " 4096X4096x4096 "])
+def test_parse_shape_forms(text):
+    assert parse_shape(text) == (4096, 4096, 4096)
+
+
+@pytest.mark.parametrize("text", ["4096x", "ax3", "0x4x4", "", [1, -2], [1.5], True, None])
+def test_parse_shape_rejects(text):
+    with pytest.raises(ValueError):
+        parse_shape(text)
+
+
+# (YAML appended to / replacing the good file, key path expected in the message, words expected in it)
+CASES = {
+    "unknown top key": (GOOD + "budgett: {evaluations: 3}\n", "budgett", "unknown key"),
+    "unknown nested key": (GOOD + "budget: {evals: 3}\n", "budget.evals", "unknown key"),
+    "wrong type int": (GOOD + "budget: {evaluations: many}\n", "budget.evaluations", "expected an integer"),
+    "bool is not int": (GOOD + "seed: true\n", "seed", "expected an integer"),
+    "wrong type bool": (GOOD + "transfer: 1\n", "transfer", "true or false"),
+    "zero budget": (GOOD + "budget: {evaluations: 0}\n", "budget.evaluations", ">= 1"),
+    "no budget at all": (GOOD + "budget: {evaluations: null}\n", "budget", "never stops"),
+    "noise margin": (GOOD + "evaluation: {noise_margin: 1.5}\n", "evaluation.noise_margin", "< 1"),
+    "negative timeout": (GOOD + "evaluation: {timeout_s: -1}\n", "evaluation.timeout_s", "> 0"),
+    "zero gpus": (GOOD + "executor: {gpus: 0}\n", "executor.gpus", ">= 1"),
+    "executor kind": (GOOD + "executor: {kind: slurm}\n", "executor.kind", "ray, local, smoke"),
+    "address without ray": (GOOD + "executor: {kind: local, address: auto}\n", "executor.address", "ray"),
+    "unknown operator": (GOOD.replace("operator: gemm", "operator: conv2d"), "operator", "gemm"),
+    "missing operator": (GOOD.replace("operator: gemm\n", ""), "operator", "required"),
+    "unknown gene": (GOOD + "genome: {BLOCK_Q: [16]}\n", "genome.BLOCK_Q", "unknown key"),
+    "gene value": (GOOD + "genome: {BLOCK_M: [32, 48]}\n", "genome.BLOCK_M[1]", "domain"),
+    "bool gene given int": (GOOD + "genome: {persistent: [1]}\n", "genome.persistent[0]", "domain"),
+    "infeasible genome": (GOOD + "genome: {BLOCK_M: [256], BLOCK_N: [256], num_warps: [2]}\n", "genome",
+                          "no valid genome"),
+    "unknown descriptor": (GOOD + "descriptors: [tile_area, bogus]\n", "descriptors[1]", "tile_area"),
+    "descriptor twice": (GOOD + "descriptors: [tile_area, tile_area]\n", "descriptors[1]", "twice"),
+    "edges not increasing": (GOOD + "descriptors: [{name: block_k, edges: [4, 4]}]\n", "descriptors[0].edges",
+                             "increase"),
+    "bad shape text": (GOOD.replace("64x64x64", "64x64xabc"), "problems.shapes[0]", "MxNxK"),
+    "wrong number of dims": (GOOD.replace("64x64x64", "64x64"), "problems.shapes[0]", "3 dimensions"),
+    "bad dtype": (GOOD.replace("[fp16]", "[fp8]"), "problems.dtypes[0]", "fp16"),
+    "duplicate problem": (GOOD.replace("[32, 96, 64]", "64x64x64"), "problems.shapes[1]", "twice"),
+    "unknown mutator": (GOOD + "mutators: {teleport: 1}\n", "mutators.teleport", "unknown key"),
+    "negative weight": (GOOD + "mutators: {mutate: -1}\n", "mutators.mutate", "> 0"),
+    "unknown selection": (GOOD + "selection: greedy\n", "selection", "uniform"),
+    "bad name": (GOOD.replace("name: t", "name: a/b"), "name", "run directory"),
+    "not a mapping": ("- just\n- a list\n", "", "expected a mapping"),
+    "duplicate key": (GOOD + "seed: 1\nseed: 2\n", "", "duplicate key 'seed'"),
+    "invalid yaml": (GOOD + "budget: {evaluations: 3\n", "", "not valid YAML"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_each_mistake_is_one_line_exit_2(case, tmp_path, capsys):
+    text, key_path, words = CASES[case]
+    path = tmp_path / "exp.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_experiment(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: ")
+    if key_path:
+        assert f": {key_path}: " in message
+    assert words in message
+    assert "\n" not in message
+
+    assert main(["run", str(path)]) == 2  # the CLI stops before any work
+    out, err = capsys.readouterr()
+    assert err.count("\n") == 1 and str(path) in err and "Traceback" not in err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_missing_and_unreadable_files(tmp_path, capsys):
+    assert main(["run", str(tmp_path / "nope.yaml")]) == 2
+    assert "no such file" in capsys.readouterr().err
+    assert main(["run", str(tmp_path)]) == 2
+    assert "is a directory" in capsys.readouterr().err
+    (tmp_path / "bin.yaml").write_bytes(b"\xff\xfe\x00bad")
+    assert main(["run", str(tmp_path / "bin.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_readme_example_is_a_valid_experiment():
+    """The schema example in README.md must stay a valid experiment."""
+    text = (ROOT / "README.md").read_text()
+    block = text.split("```yaml\n", 1)[1].split("```", 1)[0]
+    exp = parse_experiment(block, "README.md")
+    assert exp.name == "quick_gemm" and exp.genome["warp_specialize"] == [False]
+    assert exp.descriptors[1].name == "split_k" and exp.descriptors[1].edges == (0.0, 1.0, 2.0, 3.0, 4.0)

@@ -1,0 +1,88 @@
+"""The live progress view: redrawn in place on a terminal, plain log lines otherwise."""
+
+from __future__ import annotations
+
+import io
+
+from evo.problem import Problem
+from evo.search.events import SearchEvent
+from evo.surface.progress import Progress
+
+P1 = Problem("gemm", (("M", 64), ("N", 64), ("K", 64)), "fp16")
+P2 = Problem("gemm", (("M", 16), ("N", 64), ("K", 64)), "fp16")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def ev(kind, problem=P1, n=0, best=None, ratio=None, failures=None, busy=1, **extra):
+    return SearchEvent(kind=kind, problem_key=problem.key, problem_index=0, problems=2, evaluations=n, budget=10,
+                       best=best, best_ratio=ratio, unit="TFLOP/s", failures=failures or {}, busy_workers=busy,
+                       total_workers=2, coverage=0.25, qd_score=0.0, elapsed_s=0.0, **extra)
+
+
+def test_plain_log_lines_when_not_a_terminal():
+    out, clock = io.StringIO(), Clock()
+    p = Progress([P1, P2], budget=10, stream=out, clock=clock, heartbeat_s=5)
+    assert not p.tty
+    p(ev("problem_start"))
+    p(ev("evaluation", n=1, failures={"compile_error": 1}))
+    p(ev("evaluation", n=2, best=100.0, ratio=0.9))
+    p(ev("evaluation", n=3, best=100.0, ratio=0.9))  # not a new best: no line
+    clock.t = 6.0
+    p(ev("evaluation", n=4, best=120.0, ratio=1.08, failures={"compile_error": 1, "wrong": 2}))
+    p(ev("problem_done", n=4, best=120.0, ratio=1.08, failures={"compile_error": 1, "wrong": 2},
+         reason="evaluations"))
+    p(ev("message", n=4, best=120.0, message="hello"))
+    p.close()
+    lines = out.getvalue().splitlines()
+    assert "\x1b" not in out.getvalue()
+    assert sum("new best" in line for line in lines) == 2
+    assert any("new best 100 TFLOP/s (0.90x baseline) at evaluation 2" in line for line in lines)
+    assert any(line.startswith("[0:06]") and "new best 120" in line for line in lines)
+    assert any("done (evaluations)" in line and "wrong 2 cmp 1" in line for line in lines)
+    assert any(line.endswith("hello") for line in lines)
+    assert lines[-1].endswith("4 evaluations, 1/2 problems done, GPU workers busy 1/2")
+
+
+def test_terminal_view_redraws_in_place():
+    out, clock = io.StringIO(), Clock()
+    p = Progress([P1, P2], budget=10, stream=out, tty=True, clock=clock, min_redraw_s=0.0)
+    p(ev("problem_start"))
+    p(ev("evaluation", n=3, best=50.0, ratio=1.25, failures={"timeout": 1}, busy=2))
+    text = out.getvalue()
+    assert "\x1b[" in text and "F\x1b[J" in text  # cursor up to the block's start, clear, redraw
+    view = p.lines()
+    assert "GPU workers busy 2/2" in view[0]
+    row = next(line for line in view if line.startswith(P1.key))
+    assert "3/10" in row and "running" in row and "50 TFLOP/s (1.25x baseline)" in row and "tmo 1" in row
+    assert "25%" in row
+    waiting = next(line for line in view if line.startswith(P2.key))
+    assert "waiting" in waiting and "0/10" in waiting
+
+
+def test_terminal_redraws_are_throttled():
+    out, clock = io.StringIO(), Clock()
+    p = Progress([P1], stream=out, tty=True, clock=clock, min_redraw_s=1.0)
+    p(ev("problem_start"))
+    drawn = out.getvalue().count("problem ")
+    for n in range(1, 50):
+        p(ev("evaluation", n=n))
+    assert out.getvalue().count("problem ") == drawn  # no time passed: no redraw
+    clock.t = 2.0
+    p(ev("evaluation", n=50))
+    assert out.getvalue().count("problem ") == drawn + 1
+
+
+def test_smoke_runs_are_labelled_not_a_timing():
+    out = io.StringIO()
+    p = Progress([P1], stream=out, smoke=True)
+    p(ev("evaluation", n=1, best=0.004, ratio=0.01))
+    p.close()
+    text = out.getvalue()
+    assert "not a timing" in text and "baseline" not in text
