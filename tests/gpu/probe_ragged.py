@@ -8,10 +8,10 @@ For each shape (bf16 unless given), in one process on one GPU:
 3. a list of evo genomes timed interleaved with cuBLAS and torch.compile on the same inputs, each checked
    first on a NaN-poisoned output.
 
-    python tests/gpu/probe_ragged.py [--sweep] [MxNxK[:dtype] ...]   # writes $EVO_OUT/probe_ragged.json
+    python tests/gpu/probe_ragged.py [--sweep] [--no-compile] [MxNxK[:dtype] ...]   # writes $EVO_OUT/probe_ragged.json
 
 `--sweep` adds every valid genome of a grid over tiles, stages, warps, memory path and grid for the first
-shape: does the space hold a better kernel than the search found?
+shape: does the space hold a better kernel than the search found? `--no-compile` leaves torch.compile out.
 """
 
 from __future__ import annotations
@@ -47,10 +47,21 @@ GENOMES = [
     dict(BLOCK_M=128, BLOCK_N=192, BLOCK_K=64, num_warps=8, num_stages=4, memory="descriptor"),
     dict(BLOCK_M=128, BLOCK_N=192, BLOCK_K=64, num_warps=8, num_stages=4, GROUP_M=8),
     dict(BLOCK_M=64, BLOCK_N=192, BLOCK_K=64, num_warps=4, num_stages=4, memory="host_descriptor"),
+    # stream-K: every tile of a grid smaller than the SMs, or of its last partial wave, shared by K steps
+    dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=4, memory="host_descriptor", persistent=True,
+         stream_k=True),
+    dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3, memory="host_descriptor", persistent=True,
+         stream_k=True),
+    dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, num_warps=4, num_stages=4, memory="host_descriptor", persistent=True,
+         stream_k=True),
+    dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=4, num_stages=4, memory="host_descriptor", persistent=True,
+         stream_k=True),
     # split-K for a small M x N with a long K
     dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=4, split_k=4, memory="host_descriptor"),
     dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=4, split_k=8, memory="host_descriptor"),
     dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, num_warps=4, num_stages=4, split_k=16, memory="host_descriptor"),
+    dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, num_warps=4, num_stages=4, split_k=2, memory="host_descriptor"),
+    dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, num_warps=4, num_stages=4, split_k=4, memory="host_descriptor"),
 ]
 
 
@@ -105,7 +116,7 @@ def _sweep_genomes(op: Any, problem: Any, target: Any) -> list[dict[str, Any]]:
     return out
 
 
-def probe(spec: str, sweep: bool) -> dict[str, Any]:
+def probe(spec: str, sweep: bool, with_compile: bool = True) -> dict[str, Any]:
     import torch
 
     import operators
@@ -122,14 +133,17 @@ def probe(spec: str, sweep: bool) -> dict[str, Any]:
     cublas = lambda: torch.matmul(a, b)  # noqa: E731
     row["cublas_kernels"] = _kernels(cublas)
     print(f"== {problem.key}", file=sys.stderr, flush=True)
-    compiled = torch.compile(lambda x, y: torch.matmul(x, y), mode="max-autotune-no-cudagraphs", dynamic=False,
-                             fullgraph=True)
-    t0 = time.perf_counter()
-    compiled(a, b)
-    torch.cuda.synchronize()
-    row["compile_s"] = round(time.perf_counter() - t0, 1)
-    row["compile_kernels"] = _kernels(lambda: compiled(a, b))
-    fns = {"cublas": cublas, "torch_compile": lambda: compiled(a, b)}
+    fns = {"cublas": cublas}
+    row["compile_s"], row["compile_kernels"] = 0.0, []
+    if with_compile:
+        compiled = torch.compile(lambda x, y: torch.matmul(x, y), mode="max-autotune-no-cudagraphs", dynamic=False,
+                                 fullgraph=True)
+        t0 = time.perf_counter()
+        compiled(a, b)
+        torch.cuda.synchronize()
+        row["compile_s"] = round(time.perf_counter() - t0, 1)
+        row["compile_kernels"] = _kernels(lambda: compiled(a, b))
+        fns["torch_compile"] = lambda: compiled(a, b)
     genomes = [{**op.family.base(), **g} for g in GENOMES]
     if sweep:
         genomes += _sweep_genomes(op, problem, target)
@@ -180,7 +194,7 @@ def main(argv: list[str]) -> int:
     specs = [a for a in argv if not a.startswith("--")] or DEFAULT_SHAPES
     rows = []
     for i, spec in enumerate(specs):
-        rows.append(probe(spec, sweep and i == 0))
+        rows.append(probe(spec, sweep and i == 0, "--no-compile" not in argv))
         (_out_dir() / "probe_ragged.json").write_text(json.dumps(rows, indent=1))
         r = rows[-1]
         print(f"{r['problem']:28s} compile {r['compile_s']:5.1f}s  "
