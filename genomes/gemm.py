@@ -131,7 +131,9 @@ class GemmFamily(GenomeFamily):
                     doc="a persistent grid shares the tiles of its last partial wave by K steps (stream-K)"),
             Categorical("memory", ("pointer", "descriptor", "host_descriptor"), group="structure",
                         doc="plain pointer loads, or tensor descriptors (TMA) made in the kernel or on the host"),
-            IntChoice("split_k", (1, 2, 4, 8, 16), group="structure",
+            # 3, 6 and 12 too: a grid of tiles x splits can then come near a whole number of waves (36 tiles on
+            # 132 SMs: 4 splits make 144 programs, two waves; 3 make 108, one)
+            IntChoice("split_k", (1, 2, 3, 4, 6, 8, 12, 16), group="structure",
                       doc="programs sharing one output tile along K (1 = off)"),
             Boolean("epilogue_subtile", group="structure", doc="store the output tile in two halves"),
             Boolean("pad_rows", group="structure",
@@ -311,7 +313,7 @@ class GemmFamily(GenomeFamily):
                                      "kernel pipeline depth"),
             "num_warps": Descriptor("num_warps", lambda g, r: g["num_warps"], (2.0, 4.0, 8.0), "warps"),
             "split_k": Descriptor("split_k", lambda g, r: log2(g["split_k"]), (0.0, 1.0, 2.0, 3.0, 4.0),
-                                  "log2(split_k)"),
+                                  "log2(split_k), 3 binned with 2, 6 with 4, 12 with 8"),
             "structure": Descriptor("structure", _structure, (0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0),
                                     "0 pointer, 1 pointer+persistent, 2 TMA, 3 TMA+persistent, "
                                     "4 TMA+warp-specialized, 5 host TMA, 6 host TMA+persistent, "

@@ -46,6 +46,10 @@ TARGETED: list[tuple[dict[str, Any], tuple[int, int, int]]] = [
           epilogue_subtile=True), ALIGNED),
     (dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, memory="descriptor", persistent=True, stream_k=True,
           loop_stages=3), (16, 64, 512)),
+    # split-K into a number of parts that is not a power of two (17 K steps: uneven parts)
+    (dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=16, split_k=3), (40, 48, 272)),
+    (dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, split_k=6, memory="descriptor"), (40, 48, 272)),
+    (dict(BLOCK_M=32, BLOCK_N=16, BLOCK_K=16, split_k=12, memory="host_descriptor"), (40, 48, 272)),
     # wide tiles (two column blocks: 64 + 32, 128 + 64) on every memory path, persistent or not
     (dict(BLOCK_M=32, BLOCK_N=96, BLOCK_K=32, persistent=True, loop_unroll=2), (67, 200, 93)),
     (dict(BLOCK_M=16, BLOCK_N=96, BLOCK_K=32, memory="descriptor"), (67, 200, 88)),
