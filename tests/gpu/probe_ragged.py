@@ -62,6 +62,13 @@ GENOMES = [
     dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, num_warps=4, num_stages=4, split_k=16, memory="host_descriptor"),
     dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, num_warps=4, num_stages=4, split_k=2, memory="host_descriptor"),
     dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, num_warps=4, num_stages=4, split_k=4, memory="host_descriptor"),
+    # splits that are not powers of two: tiles x splits near a whole number of waves
+    dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=4, split_k=3, memory="host_descriptor"),
+    dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=4, split_k=6, memory="host_descriptor"),
+    dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=4, split_k=12, memory="host_descriptor"),
+    dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3, split_k=3, memory="host_descriptor"),
+    dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, num_warps=4, num_stages=4, split_k=3, memory="host_descriptor"),
+    dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, num_warps=4, num_stages=4, split_k=6, memory="host_descriptor"),
 ]
 
 
