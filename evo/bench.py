@@ -326,6 +326,10 @@ def bench_command(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"evo bench: {e}", file=sys.stderr)
         return 2
+    if not _cuda_visible():
+        print("evo bench: it times kernels on a CUDA GPU and none is visible here (without one, try the search: "
+              "evo run experiments/smoke.yaml)", file=sys.stderr)
+        return 2
     if args.wall_s is not None or args.evaluations is not None:
         budget = experiment.budget
         budget = dataclasses.replace(budget, wall_s=budget.wall_s if args.wall_s is None else args.wall_s,
@@ -362,6 +366,12 @@ def bench_command(args: argparse.Namespace) -> int:
 def bench_main(argv: list[str] | None = None) -> int:
     """Entry point of `python -m evo.bench ARGS`; returns the exit status."""
     return bench_command(build_parser().parse_args(argv))
+
+
+def _cuda_visible() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def add_bench_command(subparsers: Any) -> argparse.ArgumentParser:

@@ -64,9 +64,11 @@ class Progress:
         self._last_draw = -1e18
         self._last_beat = self.t0
         self._closed = False
+        self.started = False  # an event arrived: the search has begun
 
     # -- events ---------------------------------------------------------------------------------------
     def __call__(self, event: Any) -> None:
+        self.started = True
         row = self.rows.get(event.problem_key)
         if row is None:
             row = self.rows[event.problem_key] = ProblemRow(event.problem_key, event.budget)
