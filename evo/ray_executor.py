@@ -19,6 +19,7 @@ from evo.backend import Backend, Job, Ready, job_evaluation
 from evo.executor import Executor, Lookup
 from evo.experiment import EvaluationSpec, ExecutorSpec
 from evo.problem import Target
+from evo.ray_guard import RayGuard
 from evo.record import Evaluation
 
 __all__ = ["RayExecutor"]
@@ -67,6 +68,7 @@ class RayExecutor(Executor):
         self.spec = spec
         self._ray: Any = None
         self._started_ray = False
+        self._guard: RayGuard | None = None  # ends what Ray leaves behind when the run ends (evo.ray_guard)
         self._actors: list[Any] = []
         self._idle: deque[int] = deque()
         self._waiting: deque[Ready] = deque()  # rendered, waiting for a compile slot
@@ -100,8 +102,12 @@ class RayExecutor(Executor):
         if saved_env is None:
             os.environ[_LOCAL_ONLY_ENV] = "0"
         ray_constants.ENABLE_RAY_CLUSTER = os.environ[_LOCAL_ONLY_ENV].lower() not in ("0", "false")
+        self._guard = RayGuard.start()
         try:
             ray.init(**kwargs)
+        except BaseException:
+            self._guard.close()
+            raise
         finally:
             ray_constants.ENABLE_RAY_CLUSTER = saved_flag
             if saved_env is None:
@@ -168,6 +174,9 @@ class RayExecutor(Executor):
             if self._started_ray:
                 ray.shutdown()
                 self._started_ray = False
+            if self._guard is not None:
+                self._guard.close()
+                self._guard = None
 
     # -- work -----------------------------------------------------------------------------------------
     @property
