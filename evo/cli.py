@@ -26,9 +26,15 @@ class UsageError(ValueError):
     """A bad command line or input; reported in one line with exit status 2."""
 
 
+def _one_line(text: str) -> str:
+    """`text` on one line with control characters escaped: a message never moves the cursor or rings."""
+    text = " ".join(text.split())
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line instead of argparse's usage block
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(2, f"{self.prog}: error: {_one_line(message)} (see {self.prog} --help)\n")
 
 
 def _open_run(path: str) -> tuple[Any, Any, str, Any]:
@@ -295,7 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
-        parser.print_help()
+        print("evo: error: no command given; one of run, status, export, report, genes, bench (see evo --help)",
+              file=sys.stderr)
         return 2
     from evo.config import ConfigError
     from evo.export import ExportError
@@ -314,12 +321,6 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # the reader went away (`evo genes gemm | head`): stop quietly, as cat does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
-
-
-def _one_line(text: str) -> str:
-    """`text` on one line with control characters escaped: a message never moves the cursor or rings."""
-    text = " ".join(text.split())
-    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
 
 
 if __name__ == "__main__":
