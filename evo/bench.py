@@ -34,6 +34,7 @@ from evo.bench_measure import (
 )
 from evo.bench_report import SCHEMA, load_report, merge_reports, summary_table, unit_key, write_report
 from evo.experiment import Experiment
+from evo.oneline import one_line
 from evo.problem import HOPPER, Problem, Target
 from evo.record import Evaluation
 from evo.rundir import STORE_NAME
@@ -310,7 +311,7 @@ def bench_command(args: argparse.Namespace) -> int:
             docs = [load_report(p) for p in args.merge]
             doc = merge_reports(docs, names=[str(p) for p in args.merge])
         except ValueError as e:
-            print(f"evo bench: {e}", file=sys.stderr)
+            print(f"evo bench: {one_line(str(e))}", file=sys.stderr)
             return 2
         paths = write_report(doc, args.out)
         print_summary(doc, paths)
@@ -324,7 +325,7 @@ def bench_command(args: argparse.Namespace) -> int:
         experiment = load_experiment(args.experiment)
         problems = select_problems(experiment, args.problems)
     except ValueError as e:
-        print(f"evo bench: {e}", file=sys.stderr)
+        print(f"evo bench: {one_line(str(e))}", file=sys.stderr)
         return 2
     if not _cuda_visible():
         print("evo bench: it times kernels on a CUDA GPU and none is visible here (without one, try the search: "
@@ -340,7 +341,7 @@ def bench_command(args: argparse.Namespace) -> int:
     run_dir = Path(args.run) if args.run else Path(args.search_dir or
                                                    Path(experiment.output) / f"{experiment.name}-bench-{stamp}")
     if args.run and args.partial is None and not (run_dir / STORE_NAME).exists():
-        print(f"evo bench: {run_dir} holds no run ({STORE_NAME} missing)", file=sys.stderr)
+        print(f"evo bench: {one_line(str(run_dir))} holds no run ({STORE_NAME} missing)", file=sys.stderr)
         return 2
     if args.partial is None:
         from evo.bench_parallel import gpu_slots, run_parallel

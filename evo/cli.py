@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from evo import __version__
+from evo.oneline import one_line
 
 __all__ = ["main", "UsageError"]
 
@@ -26,15 +27,9 @@ class UsageError(ValueError):
     """A bad command line or input; reported in one line with exit status 2."""
 
 
-def _one_line(text: str) -> str:
-    """`text` on one line with control characters escaped: a message never moves the cursor or rings."""
-    text = " ".join(text.split())
-    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
-
-
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line instead of argparse's usage block
-        self.exit(2, f"{self.prog}: error: {_one_line(message)} (see {self.prog} --help)\n")
+        self.exit(2, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
 
 
 def _open_run(path: str) -> tuple[Any, Any, str, Any]:
@@ -313,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except (ConfigError, UsageError, ExportError, ReportError, RunDirError, StoreError) as e:
-        print(f"evo: error: {_one_line(str(e))}", file=sys.stderr)
+        print(f"evo: error: {one_line(str(e))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("evo: interrupted", file=sys.stderr)

@@ -18,6 +18,7 @@ import yaml
 
 from evo.experiment import Budget, DescriptorSpec, EvaluationSpec, ExecutorSpec, Experiment
 from evo.limits import MAX_CELLS, MAX_PROBLEMS, LimitError, check_ceiling, check_indexable, load_yaml_bounded
+from evo.oneline import one_line
 from evo.problem import DTYPES, HOPPER, Problem
 
 __all__ = ["ConfigError", "load_experiment", "parse_experiment", "parse_shape", "EXECUTOR_KINDS"]
@@ -35,7 +36,7 @@ class ConfigError(ValueError):
     def __init__(self, file: str, path: str, message: str) -> None:
         self.file, self.path = file, path
         text = f"{file}: {path}: {message}" if path else f"{file}: {message}"
-        super().__init__(" ".join(text.split()))  # one line, whatever the message held
+        super().__init__(one_line(text))  # one line, whatever the message held
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
