@@ -390,8 +390,9 @@ def _executor(c: _Checker, node: Any) -> ExecutorSpec:
     get = _sub(c, node, "executor", ("kind", "address", "gpus", "compile_workers", "dashboard"))
     kind = c.choice(get("kind", ExecutorSpec.kind), "executor.kind", EXECUTOR_KINDS, "executor kind")
     address = c.string(get("address", None), "executor.address", none_ok=True)
-    if address is not None and kind != "ray":
-        raise c.fail("executor.address", f"only a ray executor joins a cluster; kind is {kind!r}")
+    if address is not None and kind == "local":
+        raise c.fail("executor.address", "a local executor runs in this process and joins no cluster; use kind "
+                                         "ray (or smoke, to try a cluster without GPUs)")
     gpus = c.integer(get("gpus", None), "executor.gpus", 1, none_ok=True)
     if gpus is not None:
         c.ceiling("executor.gpus", gpus, smoke=kind == "smoke")
