@@ -118,8 +118,14 @@ class Browser:
             self.send("Input.dispatchMouseEvent", {"type": kind, "x": x, "y": y, **extra})
             time.sleep(0.05)
 
-    def screenshot(self, path: str) -> None:
-        data = self.send("Page.captureScreenshot", {"format": "png"})["data"]
+    def screenshot(self, path: str, full_page: bool = False) -> None:
+        """A PNG of the viewport, or with `full_page` of the whole page (to look at how a report reads)."""
+        params: dict[str, Any] = {"format": "png"}
+        if full_page:
+            size = self.send("Page.getLayoutMetrics")["cssContentSize"]
+            params.update(captureBeyondViewport=True,
+                          clip={"x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1})
+        data = self.send("Page.captureScreenshot", params)["data"]
         with open(path, "wb") as f:
             f.write(base64.b64decode(data))
 
