@@ -91,7 +91,8 @@ class RayExecutor(Executor):
             ray.init(address=self.spec.address, **kwargs)
             self._started_ray = True
             return ray
-        kwargs.update(include_dashboard=bool(self.spec.dashboard), dashboard_host="127.0.0.1",
+        # address "local": a new instance of this run's own, never a cluster that `ray start` left recorded
+        kwargs.update(address="local", include_dashboard=bool(self.spec.dashboard), dashboard_host="127.0.0.1",
                       _node_ip_address="127.0.0.1", num_cpus=self.num_cpus)
         # Ray's switch for "this machine only": the driver reads it from ray_constants (set when Ray was
         # imported), the raylet and GCS it starts read it from their environment. Both are set for this start

@@ -238,6 +238,8 @@ def _meta_section(data: dict[str, Any]) -> str:
     labels = {"sessions": "sessions", "seed": "seed (stored)", "target": "target", "deciding": "settings that "
               "decide results", "resumes": "resumes", "problems": "problems", "executor": "executor (stored)"}
     for k, v in sorted(run["store_meta"].items()):
+        if k.startswith("summary:"):  # each problem's section shows its summary
+            continue
         label = labels.get(k) or k.replace("wall_s:", "time spent on ").replace("summary:", "summary of ")
         if k.startswith("wall_s:") and isinstance(v, (int, float)):
             v = f"{v:.1f} s"

@@ -25,7 +25,7 @@ _DECIDING: tuple[tuple[str, Any], ...] = (
     ("operator", lambda e: e.operator),
     ("problems", lambda e: [p.key for p in e.problems]),
     ("genome", lambda e: {k: list(v) for k, v in sorted(e.genome.items())}),
-    ("descriptors", lambda e: [[d.name, list(d.edges) if d.edges else None] for d in e.descriptors]),
+    ("descriptors", lambda e: [d.name + (f" edges {list(d.edges)}" if d.edges else "") for d in e.descriptors]),
     ("mutators", lambda e: dict(sorted(e.mutators.items()))),
     ("selection", lambda e: e.selection),
     ("initial_random", lambda e: e.initial_random),

@@ -121,7 +121,8 @@ def test_a_two_node_cluster_runs_the_smoke_experiment_and_survives_losing_a_node
     temp = tempfile.mkdtemp(prefix="evo-ray-", dir="/tmp")  # short: Ray's socket paths must fit in 107 bytes
     port = _free_port()
     address = f"127.0.0.1:{port}"
-    env = dict(os.environ, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(16),
+    # RAY_TMPDIR: Ray records "the current cluster" in its temp directory; this one must not be found by others
+    env = dict(os.environ, RAY_TMPDIR=temp, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(16),
                RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", RAY_USAGE_STATS_ENABLED="0")
     common = ["--node-ip-address=127.0.0.1", "--num-cpus=1", "--num-gpus=0", "--block", "--disable-usage-stats"]
     nodes: list[_Node] = []

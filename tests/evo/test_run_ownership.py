@@ -1,13 +1,16 @@
 """A run owns its directory and its Ray instance: a second writer is refused in one line while it runs, `kill -9`
-of the driver leaves no Ray process behind, and the directory's lock dies with the run."""
+of the driver leaves no Ray process behind, and the directory's lock dies with the run. The run's Ray is its own
+even where `ray start` recorded a cluster that no longer exists."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -49,7 +52,11 @@ def test_kill_9_leaves_no_ray_process_and_no_stuck_lock(tmp_path):
     exp = tmp_path / "own.yaml"
     exp.write_text(SMOKE)
     run = tmp_path / "run"
-    driver = subprocess.Popen([sys.executable, "-m", "evo.cli", "run", str(exp), "--out", str(run)],
+    ray_tmp = Path(tempfile.mkdtemp(prefix="evo-own-", dir="/tmp"))  # short: Ray's socket paths are bounded
+    (ray_tmp / "ray").mkdir()
+    (ray_tmp / "ray" / "ray_current_cluster").write_text("127.0.0.1:9")  # a cluster `ray start` left behind
+    env = dict(os.environ, RAY_TMPDIR=str(ray_tmp))
+    driver = subprocess.Popen([sys.executable, "-m", "evo.cli", "run", str(exp), "--out", str(run)], env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
     started: dict[int, int] = {}
     try:
@@ -91,6 +98,7 @@ def test_kill_9_leaves_no_ray_process_and_no_stuck_lock(tmp_path):
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
+        shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
 def _cmdline(pid: int) -> str:
