@@ -71,6 +71,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     rd = RunDir(Path(args.out)) if args.out else RunDir.of(experiment.output, experiment.name)
     if rd.path.exists() and not rd.path.is_dir():
         raise UsageError(f"{rd.path} is a file, not a run directory: choose another --out or output")
+    blocking = next((p for p in rd.path.parents if p.exists() and not p.is_dir()), None)
+    if blocking is not None:
+        raise UsageError(f"cannot make run directory {rd.path}: {blocking} is a file")
     if rd.exists() and not args.resume:
         raise UsageError(f"{rd.path} already holds a run: pass --resume to continue it, or --out DIR for a new one")
     if args.resume and not rd.exists():
@@ -306,7 +309,9 @@ def main(argv: list[str] | None = None) -> int:
     from evo.store import StoreError
 
     try:
-        return args.func(args)
+        status = args.func(args)
+        sys.stdout.flush()  # a reader that went away shows here, not as an error at exit
+        return status
     except (ConfigError, UsageError, ExportError, ReportError, RunDirError, StoreError) as e:
         print(f"evo: error: {one_line(str(e))}", file=sys.stderr)
         return 2

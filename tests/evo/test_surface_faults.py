@@ -190,3 +190,13 @@ def test_outputs_go_into_the_run_directory_and_hints_are_quoted(tmp_path, monkey
     assert main(["status", str(run)]) == 0
     with sqlite3.connect(run / "store.sqlite") as db:
         assert db.execute("SELECT COUNT(*) FROM evaluations").fetchone()[0] > 0
+
+
+def test_a_reader_that_goes_away_is_no_traceback():
+    """`evo genes gemm | head -1`: the reader closes the pipe; evo stops quietly (status 141, as cat does)."""
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; from evo.cli import main; "
+                             "sys.exit(main(['genes', 'gemm']))"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # before evo writes a line
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141 and err == ""
