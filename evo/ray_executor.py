@@ -19,6 +19,7 @@ from evo.backend import Backend, Job, Ready, job_evaluation
 from evo.executor import Executor, Lookup
 from evo.experiment import EvaluationSpec, ExecutorSpec
 from evo.problem import Target
+from evo.ray_address import check_reachable
 from evo.ray_guard import RayGuard
 from evo.record import Evaluation
 
@@ -88,6 +89,7 @@ class RayExecutor(Executor):
             return ray
         kwargs: dict[str, Any] = dict(logging_level=logging.ERROR, log_to_driver=False, namespace="evo")
         if self.spec.address is not None:
+            check_reachable(self.spec.address)
             ray.init(address=self.spec.address, **kwargs)
             self._started_ray = True
             return ray

@@ -200,3 +200,20 @@ def test_a_reader_that_goes_away_is_no_traceback():
     proc.stdout.close()  # before evo writes a line
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 141 and err == ""
+
+
+def test_a_cluster_address_nobody_answers_is_one_line_at_once(tmp_path, capsys):
+    import socket
+    import time
+
+    with socket.socket() as s:  # a port that was free a moment ago: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    exp = tmp_path / "e.yaml"
+    exp.write_text("operator: gemm\nproblems: {shapes: [64x64x64], dtypes: [fp16]}\n"
+                   f"executor: {{kind: smoke, address: '127.0.0.1:{port}'}}\n")
+    t0 = time.monotonic()
+    assert main(["run", str(exp), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"no Ray cluster answers at 127.0.0.1:{port}" in err
+    assert time.monotonic() - t0 < 30 and not (tmp_path / "run").exists()
