@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import yaml
 
+from evo import limits
 from evo.experiment import Budget, DescriptorSpec, EvaluationSpec, ExecutorSpec, Experiment
-from evo.limits import MAX_CELLS, MAX_PROBLEMS, LimitError, check_ceiling, check_indexable, load_yaml_bounded
 from evo.oneline import one_line
 from evo.problem import DTYPES, HOPPER, Problem
 
@@ -120,7 +120,7 @@ class _Checker:
         return float(value)
 
     def ceiling(self, path: str, value: float, smoke: bool = False) -> None:
-        problem = check_ceiling(path, value, smoke)
+        problem = limits.check_ceiling(path, value, smoke)
         if problem:
             raise self.fail(path, problem)
 
@@ -180,8 +180,8 @@ def load_experiment(path: str | Path) -> Experiment:
 def parse_experiment(text: str, file: str = "<experiment>", default_name: str = "experiment") -> Experiment:
     """Validate experiment YAML `text`; `file` names it in error messages."""
     try:
-        data = load_yaml_bounded(text, _UniqueKeyLoader)
-    except LimitError as e:
+        data = limits.load_yaml_bounded(text, _UniqueKeyLoader)
+    except limits.LimitError as e:
         raise ConfigError(file, "", str(e)) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
@@ -205,8 +205,9 @@ def parse_experiment(text: str, file: str = "<experiment>", default_name: str = 
         raise c.fail("operator", f"operator {op_name!r} cannot be loaded: {e}") from None
     executor = _executor(c, d.get("executor", {}))
     problems = _problems(c, d["problems"], op)
-    if executor.kind == "smoke":
-        _check_smoke_dtypes(c, problems, op)
+    smoke_dtype = limits.check_smoke_dtypes(problems) if executor.kind == "smoke" else None
+    if smoke_dtype:
+        raise c.fail("problems", smoke_dtype)
     genome = _genome(c, d.get("genome", {}), op)
     if genome:
         op = operators.get(op_name, genome)
@@ -242,6 +243,13 @@ def parse_experiment(text: str, file: str = "<experiment>", default_name: str = 
     )
 
 
+def _output(c: _Checker, node: Any) -> str:
+    text = c.string(node, "output")
+    if limits.check_path_text(text):
+        raise c.fail("output", f"{limits.check_path_text(text)}; got {_describe(text)}")
+    return text
+
+
 def _problems(c: _Checker, node: Any, op: Any) -> tuple[Problem, ...]:
     """`problems` is a mapping {shapes: [...], dtypes: [...]} (every shape in every dtype) or a list of them."""
     groups = [(node, "problems")] if isinstance(node, dict) else \
@@ -266,29 +274,14 @@ def _problems(c: _Checker, node: Any, op: Any) -> tuple[Problem, ...]:
                     raise c.fail(where, str(e)) from None
                 if problem.key in out:
                     raise c.fail(where, f"problem {problem.key} is listed twice")
-                too_big = check_indexable(op, problem)
+                too_big = limits.check_indexable(op, problem)
                 if too_big:
                     raise c.fail(where, too_big)
                 out[problem.key] = problem
-                if len(out) > MAX_PROBLEMS:
-                    raise c.fail("problems", f"more than {MAX_PROBLEMS} problems; split the experiment")
+                if len(out) > limits.MAX_PROBLEMS:
+                    raise c.fail("problems", f"more than {limits.MAX_PROBLEMS} problems; split the experiment")
     return tuple(out.values())
 
-
-def _check_smoke_dtypes(c: _Checker, problems: tuple[Problem, ...], op: Any) -> None:
-    """The CPU interpreter computes bf16 wrongly: a smoke run would silently check fp16 instead."""
-    for p in problems:
-        if p.dtype == "bf16":
-            raise c.fail("problems", f"problem {p.key}: a smoke run cannot check bf16 (the CPU interpreter computes "
-                                     f"it wrongly); use fp16 or fp32 with executor kind smoke")
-
-
-def _output(c: _Checker, node: Any) -> str:
-    """`output`: a folder path without control characters (they would end up in directory names)."""
-    text = c.string(node, "output")
-    if any(ord(ch) < 32 or ord(ch) == 127 for ch in text):
-        raise c.fail("output", f"expected a folder path without control characters; got {_describe(text)}")
-    return text
 
 
 def _genome(c: _Checker, node: Any, op: Any) -> dict[str, list[Any]]:
@@ -354,8 +347,8 @@ def _descriptors(c: _Checker, node: Any, op: Any) -> tuple[DescriptorSpec, ...]:
     cells = 1
     for spec in out:
         cells *= len(spec.edges or available[spec.name].edges)
-    if cells > MAX_CELLS:
-        raise c.fail("descriptors", f"the archive would have about {cells:,} cells; at most {MAX_CELLS:,}")
+    if cells > limits.MAX_CELLS:
+        raise c.fail("descriptors", f"the archive would have about {cells:,} cells; at most {limits.MAX_CELLS:,}")
     return tuple(out)
 
 

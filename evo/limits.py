@@ -13,7 +13,8 @@ from typing import Any
 import yaml
 
 __all__ = ["LimitError", "MAX_TEXT_BYTES", "MAX_DEPTH", "MAX_NODES", "CEILINGS", "MAX_ELEMENTS", "MAX_CELLS",
-           "MAX_PROBLEMS", "load_yaml_bounded", "check_ceiling", "check_indexable"]
+           "MAX_PROBLEMS", "load_yaml_bounded", "check_ceiling", "check_indexable", "check_path_text",
+           "check_smoke_dtypes"]
 
 MAX_TEXT_BYTES = 1 << 20  # an experiment is a page of YAML; a megabyte is not one
 MAX_DEPTH = 64  # nesting of mappings and lists (an experiment needs about 5)
@@ -126,4 +127,21 @@ def check_indexable(op: Any, problem: Any) -> str | None:
             dims = "x".join(str(s) for s in t.shape)
             return (f"problem {problem.key} needs a {dims} tensor of {t.numel():,} elements; the kernels index at "
                     f"most {MAX_ELEMENTS:,} (2^31 - 1) elements per tensor")
+    return None
+
+
+def check_path_text(text: str) -> str | None:
+    """A complaint when a path holds control characters (they would end up in directory names), else None."""
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in text):
+        return "expected a folder path without control characters"
+    return None
+
+
+def check_smoke_dtypes(problems: Any) -> str | None:
+    """The CPU interpreter computes bf16 wrongly: a smoke run would silently check fp16 instead. A complaint
+    naming the first bf16 problem, else None."""
+    for p in problems:
+        if p.dtype == "bf16":
+            return (f"problem {p.key}: a smoke run cannot check bf16 (the CPU interpreter computes it wrongly); use "
+                    f"fp16 or fp32 with executor kind smoke")
     return None
