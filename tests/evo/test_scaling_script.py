@@ -1,5 +1,5 @@
-"""The scaling script without a GPU: its arguments are checked in one line before any work, the experiment it
-runs per GPU count is valid, and its rate comes from the store the way the JSON says (runs on CPU)."""
+"""The GPU scaling script (tests/gpu/scaling.py) without a GPU: its arguments are checked in one line before any
+work, the experiment it runs per GPU count is valid, and its rate comes from the store the way the JSON says."""
 
 from __future__ import annotations
 
