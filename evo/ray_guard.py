@@ -4,10 +4,10 @@ ends, however it ends.
 Ray's own clean-up runs in the driver, so `kill -9` of `evo run` skips it; the raylet and GCS then notice and exit,
 but Ray's dashboard and runtime-env agents are left running under PID 1, ignoring SIGTERM. The guard is a small
 process in a session of its own (a Ctrl-C in the terminal does not reach it) that watches the driver through a
-pipe: it keeps a list of the driver's descendants that appeared after it started (sampled twice a second from
-/proc), and when the pipe closes (the driver closed it after Ray's clean-up, or the driver died) it SIGKILLs
-those of them still alive, with their own descendants. Each is identified by pid and start time, so a pid reused
-by an unrelated process is never touched. Linux only (elsewhere the guard does nothing).
+pipe: it keeps a list of the driver's descendants that appeared after it started (sampled from /proc ten times
+a second while Ray starts, then twice), and when the pipe closes (the driver closed it after Ray's clean-up, or
+the driver died) it SIGKILLs those of them still alive, with their own descendants. Each is identified by pid
+and start time, so a pid reused by an unrelated process is never touched. Linux only (elsewhere the guard does nothing).
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ __all__ = ["RayGuard", "descendants"]
 
 _PROC = Path("/proc")
 _SAMPLE_S = 0.5
+_STARTUP_SAMPLE_S = 0.1  # while Ray starts its daemons (the first minute), sample often: a kill may come any time
+_STARTUP_S = 60.0
 
 
 def _stat(pid: int) -> tuple[int, int, str] | None:
@@ -113,11 +115,13 @@ def _watch(driver: int) -> None:
     before = set(descendants({driver})) | {os.getpid()}
     print("ready", flush=True)
     seen: dict[int, int] = {}
+    started = time.monotonic()
     while True:
         for pid, start in descendants({driver}).items():
             if pid not in before:
                 seen.setdefault(pid, start)
-        readable, _, _ = select.select([sys.stdin], [], [], _SAMPLE_S)
+        every = _STARTUP_SAMPLE_S if time.monotonic() - started < _STARTUP_S else _SAMPLE_S
+        readable, _, _ = select.select([sys.stdin], [], [], every)
         if readable and not os.read(sys.stdin.fileno(), 4096):  # EOF: the driver closed the pipe or died
             break
     driver_alive = _stat(driver) is not None
