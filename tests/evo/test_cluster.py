@@ -165,6 +165,7 @@ def test_a_two_node_cluster_runs_the_smoke_experiment_and_survives_losing_a_node
         assert ran["head"] and ran["second"], f"work ran on one node only: {ran}"
 
         before = _rows(run / "store.sqlite")
+        assert driver.poll() is None and len(before) < BUDGET, "the run ended before the node could be killed"
         second.kill()  # the second node dies mid-run
         stop.set()
         assert driver.wait(timeout=300) == 0, (tmp_path / "driver.log").read_text()[-3000:]
