@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 
 from evo import __version__
 from evo.oneline import one_line
+from evo.smoke_label import smoke_score
 
 __all__ = ["main", "UsageError"]
 
@@ -177,7 +178,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
             default = rd.path / f"{p.operator}_{p.shape_text}_{p.dtype}.py"
             ev = elite.evaluation
             ratio = f", {ev.ratio:.3f}x {ev.baseline}" if ev.ratio else ""
-            measured = f"smoke fitness {ev.median_ms:.4g}, not a timing" if is_smoke(ev, store.all_meta()) else \
+            measured = f"smoke score {smoke_score(ev.median_ms)}" if is_smoke(ev, store.all_meta()) else \
                 f"{ev.median_ms:.4g} ms{ratio} on {ev.gpu or '?'}"
             what = f"elite of {p.key} ({measured})"
         smoke = _is_smoke(store, None)

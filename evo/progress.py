@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from evo.problem import Problem
+from evo.smoke_label import smoke_score
 
 __all__ = ["Progress", "ProblemRow"]
 
@@ -113,7 +114,7 @@ class Progress:
         if row.best is None:
             return "-"
         if self.smoke:
-            return f"{row.best:.4g} (not a timing)"
+            return smoke_score(row.best)
         ratio = f" ({row.best_ratio:.2f}x baseline)" if row.best_ratio else ""
         return f"{row.best:.4g} {row.unit}{ratio}"
 

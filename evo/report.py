@@ -20,6 +20,7 @@ from evo.export import is_smoke, run_target
 from evo.problem import Problem
 from evo.record import Evaluation
 from evo.report_overview import overview_data
+from evo.smoke_label import SMOKE_SCORE
 from evo.store import Store
 from genomes.base import Genome
 
@@ -216,12 +217,9 @@ def report_data(inp: ReportInput, x: str | None = None, y: str | None = None) ->
             "experiment_text": inp.experiment_text, "overview": overview_data(store, measured, smoke)}
 
 
-SMOKE_UNIT = "stand-in score, NOT a timing"
-
-
 def _smoke_view(p: dict[str, Any]) -> None:
     """A smoke run's numbers as what they are: scores without a unit, no times, no ratios to a baseline."""
-    p["unit"], p["baseline"] = SMOKE_UNIT, "no baseline (smoke)"
+    p["unit"], p["baseline"] = SMOKE_SCORE, "no baseline (smoke)"
     for e in p["elites"]:
         e.update(median_ms=None, spread_ms=None, ratio=None, baseline_ms=None)
     p["summary"]["best_ratio"] = None
