@@ -68,6 +68,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from evo.progress import Progress
     from evo.rundir import RunDir
 
+    if args.allow_changes and not args.resume:
+        raise UsageError("--allow-changes goes with --resume (a new run has nothing to change)")
     experiment = load_experiment(args.experiment)
     rd = RunDir(Path(args.out)) if args.out else RunDir.of(experiment.output, experiment.name)
     if rd.path.exists() and not rd.path.is_dir():

@@ -217,3 +217,11 @@ def test_a_cluster_address_nobody_answers_is_one_line_at_once(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"no Ray cluster answers at 127.0.0.1:{port}" in err
     assert time.monotonic() - t0 < 30 and not (tmp_path / "run").exists()
+
+
+def test_allow_changes_without_resume_is_refused(tmp_path, capsys):
+    exp = tmp_path / "e.yaml"
+    exp.write_text("operator: gemm\nproblems: {shapes: [64x64x64], dtypes: [fp16]}\nexecutor: {kind: smoke}\n")
+    assert main(["run", str(exp), "--out", str(tmp_path / "r"), "--allow-changes"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--allow-changes goes with --resume" in err and not (tmp_path / "r").exists()
