@@ -115,8 +115,8 @@ _SCRIPT = r"""
       { x: h.evaluations, y: h.qd_score, name: "QD-score", mode: "lines", yaxis: "y2", line: { shape: "hv" } } ];
     const layout = { title: { text: "Best and QD-score against evaluations" },
       xaxis: { title: { text: "evaluations" } },
-      yaxis: { title: { text: esc("best " + p.unit) } },
-      yaxis2: { title: { text: "QD-score" }, overlaying: "y", side: "right" },
+      yaxis: { title: { text: esc("best " + p.unit) }, automargin: true },
+      yaxis2: { title: { text: "QD-score" }, overlaying: "y", side: "right", automargin: true },
       legend: { orientation: "h", y: -0.25 }, margin: { t: 40 } };
     return Plotly.newPlot("hist-" + pi, traces, layout, CONFIG);
   }
@@ -164,12 +164,12 @@ def _problem_section(p: dict[str, Any], pi: int, smoke: bool) -> str:
     best = f"{_n(s['best'])} {unit}" + (f", {_n(s['best_ratio'], 3)}x {p['baseline']}" if s["best_ratio"] else "")
     parts = [f'<section class="problem" id="problem-{pi}"><h2>{_e(p["key"])}</h2>',
              f'<p>{s["evaluations"]} evaluations, {s["ok"]} correct; best {_e(best)}'
-             + (" (smoke run: NOT a GPU timing)" if smoke else "")
              + f'; coverage {_n(s["coverage"], 3)} ({s["filled"]} of {s["cells"]} cells); QD-score '
              f'{_n(s["qd_score"])}; elapsed {_n(s["elapsed_s"], 3)} s. Archive descriptors: '
              f'{_e(", ".join(p["axes"]))}.</p>',
-             f'<p><label>Colour: <select id="colour-{pi}"><option value="throughput">throughput ({_e(unit)})</option>'
-             f'<option value="ratio">ratio to {_e(p["baseline"])}</option></select></label> '
+             f'<p><label>Colour: <select id="colour-{pi}"><option value="throughput">'
+             + (f'{_e(unit)}</option>' if smoke else f'throughput ({_e(unit)})</option><option value="ratio">ratio '
+                f'to {_e(p["baseline"])}</option>') + '</select></label> '
              '<span class="muted">Click a cell (or a row of the table below) to see its kernel.</span></p>',
              f'<div class="row"><div class="plot" id="heat-{pi}"></div>'
              f'<div class="panel"><h3>Kernel source</h3><div class="mono" id="info-{pi}">No cell chosen yet.</div>'
@@ -184,13 +184,13 @@ def _problem_section(p: dict[str, Any], pi: int, smoke: bool) -> str:
                      f'descriptor needs compile-time resources they lack).</p>')
     rows, attrs = [], []
     for j, e in enumerate(p["elites"]):
+        timed = [] if smoke else [_num_td(e["median_ms"]), _num_td(e["ratio"], 3, "x")]  # a smoke run timed nothing
         rows.append([_num_td(j + 1, 6), f"<td>{_e(p['x']['ticks'][e['x']])}</td>",
-                     f"<td>{_e(p['y']['ticks'][e['y']])}</td>", _num_td(e["objective"]), _num_td(e["median_ms"]),
-                     _num_td(e["ratio"], 3, "x"), f'<td class="mono">{_e(e["genome"])}</td>',
-                     f"<td>{_e(e['origin'])}</td>", _num_td(e["index"], 8)])
+                     f"<td>{_e(p['y']['ticks'][e['y']])}</td>", _num_td(e["objective"]), *timed,
+                     f'<td class="mono">{_e(e["genome"])}</td>', f"<td>{_e(e['origin'])}</td>", _num_td(e["index"], 8)])
         attrs.append(f' class="elite" data-p="{pi}" data-e="{j}"')
-    head = ["#", p["x"]["name"], p["y"]["name"] or "-", unit, "median ms", f"ratio to {p['baseline']}", "genome",
-            "origin", "evaluation #"]
+    timed_head = [] if smoke else ["median ms", f"ratio to {p['baseline']}"]
+    head = ["#", p["x"]["name"], p["y"]["name"] or "-", unit, *timed_head, "genome", "origin", "evaluation #"]
     parts.append("<h3>Elites</h3>" + _table(head, rows, attrs) + "</section>")
     return "\n".join(parts)
 
