@@ -174,6 +174,8 @@ def _check(kind: str, argv: list[str], rc: int, err: str, seconds: float) -> Non
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    checkout = Path(__file__).resolve().parents[2]
+    before = set(os.listdir(checkout))
     root = tmp_path_factory.mktemp("fuzz")
     run = make_run(root / "runs", shapes=("64x64x64", "48x80x64"))
     corrupt = root / "corrupt"
@@ -185,10 +187,12 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     yield {"root": root, "run": run, "corrupt": corrupt}
     if os.environ.get("EVO_FUZZ_REPORT"):
         Path(os.environ["EVO_FUZZ_REPORT"]).write_text(json.dumps(dict(sorted(TALLY.items())), indent=1) + "\n")
+    assert set(os.listdir(checkout)) - before <= {".hypothesis"}, "the fuzzed commands wrote into the checkout"
 
 
 @pytest.fixture(autouse=True)
-def no_search(monkeypatch: pytest.MonkeyPatch) -> None:
+def no_search(monkeypatch: pytest.MonkeyPatch, world: dict[str, Path]) -> None:
+    monkeypatch.chdir(world["root"])  # relative paths (`output`, `--out genes`, `-o 48x80x64`) land in the sandbox
     monkeypatch.setattr(evo.search, "run_experiment", _dry_start)
     monkeypatch.setattr(evo.bench, "_cuda_visible", lambda: False)
 
@@ -207,12 +211,7 @@ def test_experiment_documents(world: dict[str, Path], text: str) -> None:
     case.mkdir()
     exp = case / "exp.yaml"
     exp.write_text(text, errors="surrogateescape")
-    cwd = os.getcwd()
-    os.chdir(root)  # `output` is relative to the current directory
-    try:
-        rc, _, err, seconds = _invoke(["run", str(exp), "--out", str(case / "run")])
-    finally:
-        os.chdir(cwd)
+    rc, _, err, seconds = _invoke(["run", str(exp), "--out", str(case / "run")])
     _check("documents", ["run", text[:200]], rc, err, seconds)
 
 
