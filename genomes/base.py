@@ -72,6 +72,11 @@ class Descriptor:
     edges: tuple[float, ...]
     doc: str = ""
     needs_resources: bool = False
+    label: Callable[[float], str] | None = None  # a bin edge as people read it (genomes.labels); None: the number
+
+    def tick(self, value: float) -> str:
+        """How a report labels a bin starting at `value`."""
+        return self.label(value) if self.label is not None else f"{value:g}"
 
     def __call__(self, genome: Genome, resources: Mapping[str, Any] | None = None) -> float:
         if self.needs_resources and not resources:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from evo.problem import Problem, Target
+from genomes import labels
 from genomes.base import Descriptor, Genome, GenomeFamily, InvalidGenome
 from genomes.genes import Boolean, Categorical, Gene, IntChoice, PowerOfTwo
 
@@ -94,6 +95,10 @@ def _descriptor_ok(g: Mapping[str, Any], problem: Problem, target: Target) -> bo
     launcher copies unaligned operands into padded rows (host descriptors only: they take strides at run time)."""
     padded = g["pad_rows"] and g["memory"] == "host_descriptor"
     return target.arch >= 90 and (padded or not unaligned_rows(problem))
+
+
+STRUCTURES = ("pointer", "pointer+persistent", "TMA", "TMA+persistent", "TMA+warp-specialized", "host TMA",
+              "host TMA+persistent", "persistent+stream-K")
 
 
 def _structure(g: Mapping[str, Any], resources: Any) -> float:
@@ -312,18 +317,20 @@ class GemmFamily(GenomeFamily):
         log2 = lambda x: float(np.log2(x))  # noqa: E731
         return {
             "tile_area": Descriptor("tile_area", lambda g, r: log2(g["BLOCK_M"] * g["BLOCK_N"]),
-                                    tuple(float(x) for x in range(8, 17)), "log2(BLOCK_M * BLOCK_N)"),
+                                    tuple(float(x) for x in range(8, 17)), "log2(BLOCK_M * BLOCK_N)",
+                                    label=labels.tile),
             "block_k": Descriptor("block_k", lambda g, r: log2(g["BLOCK_K"]),
-                                  tuple(float(x) for x in range(4, 9)), "log2(BLOCK_K)"),
+                                  tuple(float(x) for x in range(4, 9)), "log2(BLOCK_K)",
+                                  label=labels.power_of_two),
             "num_stages": Descriptor("num_stages", lambda g, r: g["num_stages"], (2.0, 3.0, 4.0, 5.0),
                                      "kernel pipeline depth"),
             "num_warps": Descriptor("num_warps", lambda g, r: g["num_warps"], (2.0, 4.0, 8.0), "warps"),
             "split_k": Descriptor("split_k", lambda g, r: log2(g["split_k"]), (0.0, 1.0, 2.0, 3.0, 4.0),
-                                  "log2(split_k), 3 binned with 2, 6 with 4, 12 with 8"),
+                                  "log2(split_k), 3 binned with 2, 6 with 4, 12 with 8", label=labels.power_of_two),
             "structure": Descriptor("structure", _structure, (0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0),
                                     "0 pointer, 1 pointer+persistent, 2 TMA, 3 TMA+persistent, "
                                     "4 TMA+warp-specialized, 5 host TMA, 6 host TMA+persistent, "
-                                    "7 persistent+stream-K (any memory path)"),
+                                    "7 persistent+stream-K (any memory path)", label=labels.categories(STRUCTURES)),
             "smem_kib": Descriptor("smem_kib", lambda g, r: r["shared"] / 1024,
                                    (0.0, 32.0, 64.0, 96.0, 128.0, 160.0, 192.0), "shared memory (KiB)",
                                    needs_resources=True),

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from evo.problem import Problem, Target
+from genomes import labels
 from genomes.base import Descriptor, Genome, GenomeFamily, InvalidGenome
 from genomes.genes import Categorical, Gene, IntChoice, PowerOfTwo
 
@@ -222,18 +223,20 @@ class RowwiseFamily(GenomeFamily):
         log2 = lambda x: float(np.log2(x))
         return {
             "block": Descriptor("block", lambda g, r: log2(g["BLOCK"]), tuple(float(x) for x in range(4, 16)),
-                                "log2(BLOCK)"),
+                                "log2(BLOCK)", label=labels.power_of_two),
             "rows": Descriptor("rows", lambda g, r: log2(g["ROWS"]), tuple(float(x) for x in range(7)),
-                               "log2(rows per program)"),
+                               "log2(rows per program)", label=labels.power_of_two),
             "num_warps": Descriptor("num_warps", lambda g, r: log2(g["num_warps"]),
-                                    tuple(float(x) for x in range(6)), "log2(warps)"),
+                                    tuple(float(x) for x in range(6)), "log2(warps)",
+                                    label=labels.power_of_two),
             "looped": Descriptor("looped", lambda g, r: float(g["mode"] == "looped"), (0.0, 1.0),
-                                 "0 single pass, 1 looped"),
+                                 "0 single pass, 1 looped", label=labels.categories(("single pass", "looped"))),
             "persistent": Descriptor("persistent", lambda g, r: g["persistent"], (0.0, 1.0, 2.0, 4.0, 8.0),
                                      "programs per SM (0 = not persistent)"),
             "elems_per_thread": Descriptor(
                 "elems_per_thread", lambda g, r: log2(max(1, g["ROWS"] * g["BLOCK"] // (32 * g["num_warps"]))),
-                tuple(float(x) for x in range(8)), "log2(elements of a tile per thread)"),
+                tuple(float(x) for x in range(8)), "log2(elements of a tile per thread)",
+                label=labels.power_of_two),
             "registers": Descriptor("registers", lambda g, r: r["registers"],
                                     (0.0, 32.0, 64.0, 96.0, 128.0, 168.0, 232.0), "registers per thread",
                                     needs_resources=True),

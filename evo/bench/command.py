@@ -35,6 +35,7 @@ from evo.bench.measure import (
 )
 from evo.bench.results import EVO_NAME, SCHEMA, load_report, merge_reports, print_summary, unit_key, write_report
 from evo.evaluate.timing import PROTOCOL as TIMING_PROTOCOL
+from evo.experiment.oneline import one_line
 from evo.experiment.rundir import STORE_NAME
 from evo.experiment.spec import Experiment
 from evo.problem import HOPPER, Problem, Target
@@ -307,7 +308,7 @@ def bench_command(args: argparse.Namespace) -> int:
             docs = [load_report(p) for p in args.merge]
             doc = merge_reports(docs, names=[str(p) for p in args.merge])
         except ValueError as e:
-            print(f"evo bench: {e}", file=sys.stderr)
+            print(f"evo bench: {one_line(str(e))}", file=sys.stderr)
             return 2
         paths = write_report(doc, args.out)
         print_summary(doc, paths)
@@ -321,7 +322,11 @@ def bench_command(args: argparse.Namespace) -> int:
         experiment = load_experiment(args.experiment)
         problems = select_problems(experiment, args.problems)
     except ValueError as e:
-        print(f"evo bench: {e}", file=sys.stderr)
+        print(f"evo bench: {one_line(str(e))}", file=sys.stderr)
+        return 2
+    if not _cuda_visible():
+        print("evo bench: it times kernels on a CUDA GPU and none is visible here (without one, try the search: "
+              "evo run experiments/smoke.yaml)", file=sys.stderr)
         return 2
     if args.wall_s is not None or args.evaluations is not None:
         budget = experiment.budget
@@ -333,7 +338,7 @@ def bench_command(args: argparse.Namespace) -> int:
     run_dir = Path(args.run) if args.run else Path(args.search_dir or
                                                    Path(experiment.output) / f"{experiment.name}-bench-{stamp}")
     if args.run and args.partial is None and not (run_dir / STORE_NAME).exists():
-        print(f"evo bench: {run_dir} holds no run ({STORE_NAME} missing)", file=sys.stderr)
+        print(f"evo bench: {one_line(str(run_dir))} holds no run ({STORE_NAME} missing)", file=sys.stderr)
         return 2
     if args.partial is None:
         from evo.bench.parallel import gpu_slots, run_parallel
@@ -359,6 +364,12 @@ def bench_command(args: argparse.Namespace) -> int:
 def bench_main(argv: list[str] | None = None) -> int:
     """Entry point of `python -m evo.bench.command ARGS`; returns the exit status."""
     return bench_command(build_parser().parse_args(argv))
+
+
+def _cuda_visible() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def add_bench_command(subparsers: Any) -> argparse.ArgumentParser:

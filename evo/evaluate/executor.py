@@ -22,7 +22,11 @@ from evo.experiment.spec import EvaluationSpec
 from evo.problem import HOPPER, Target
 from evo.store.record import Evaluation
 
-__all__ = ["Executor", "LocalExecutor", "CompileChild"]
+__all__ = ["Executor", "LocalExecutor", "CompileChild", "WorkersLost"]
+
+
+class WorkersLost(RuntimeError):
+    """No worker is left to evaluate on (each died repeatedly); what completed is in the store."""
 
 
 class Executor(ABC):

@@ -18,8 +18,10 @@ from typing import Any
 from evo.evaluate import pipeline
 from evo.evaluate.backend import Backend
 from evo.evaluate.candidate import Candidate, CompileResult
-from evo.evaluate.executor import Executor
+from evo.evaluate.executor import Executor, WorkersLost
 from evo.evaluate.pipeline import Lookup
+from evo.evaluate.ray_address import check_reachable
+from evo.evaluate.ray_guard import RayGuard
 from evo.experiment.spec import EvaluationSpec, ExecutorSpec
 from evo.problem import Target
 from evo.store.record import Evaluation
@@ -70,6 +72,7 @@ class RayExecutor(Executor):
         self.spec = spec
         self._ray: Any = None
         self._started_ray = False
+        self._guard: RayGuard | None = None  # ends what Ray leaves behind (evo.evaluate.ray_guard)
         self._actors: list[Any] = []
         self._idle: deque[int] = deque()
         self._waiting: deque[Candidate] = deque()  # rendered, waiting for a compile slot
@@ -79,7 +82,7 @@ class RayExecutor(Executor):
         self._done: list[tuple[Candidate, Evaluation]] = []
         self._compile_slots = 1
         self._actor_failures: list[int] = []
-        self._fatal: RuntimeError | None = None  # set when no worker is left; raised once results are out
+        self._fatal: WorkersLost | None = None  # set when no worker is left; raised once results are out
 
     # -- lifecycle ------------------------------------------------------------------------------------
     def _init_ray(self) -> Any:
@@ -89,10 +92,12 @@ class RayExecutor(Executor):
             return ray
         kwargs: dict[str, Any] = dict(logging_level=logging.ERROR, log_to_driver=False, namespace="evo")
         if self.spec.address is not None:
+            check_reachable(self.spec.address)
             ray.init(address=self.spec.address, **kwargs)
             self._started_ray = True
             return ray
-        kwargs.update(include_dashboard=bool(self.spec.dashboard), dashboard_host="127.0.0.1",
+        # address "local": a new instance of this run's own, never a cluster that `ray start` left recorded
+        kwargs.update(address="local", include_dashboard=bool(self.spec.dashboard), dashboard_host="127.0.0.1",
                       _node_ip_address="127.0.0.1", num_cpus=self.num_cpus)
         # Ray's switch for "this machine only": the driver reads it from ray_constants (set when Ray was
         # imported), the raylet and GCS it starts read it from their environment. Both are set for this start
@@ -103,8 +108,12 @@ class RayExecutor(Executor):
         if saved_env is None:
             os.environ[_LOCAL_ONLY_ENV] = "0"
         ray_constants.ENABLE_RAY_CLUSTER = os.environ[_LOCAL_ONLY_ENV].lower() not in ("0", "false")
+        self._guard = RayGuard.start()
         try:
             ray.init(**kwargs)
+        except BaseException:
+            self._guard.close()
+            raise
         finally:
             ray_constants.ENABLE_RAY_CLUSTER = saved_flag
             if saved_env is None:
@@ -171,6 +180,9 @@ class RayExecutor(Executor):
             if self._started_ray:
                 ray.shutdown()
                 self._started_ray = False
+            if self._guard is not None:
+                self._guard.close()
+                self._guard = None
 
     # -- work -----------------------------------------------------------------------------------------
     @property
@@ -286,7 +298,7 @@ class RayExecutor(Executor):
                     self._actor_failures[i])
         if not self._idle and not self._running:
             # raised by the next poll, after this poll has handed every collected evaluation to the search
-            self._fatal = RuntimeError("every GPU worker died repeatedly; completed evaluations are stored")
+            self._fatal = WorkersLost("every GPU worker died repeatedly; completed evaluations are stored")
 
     def _reap_overdue(self) -> None:
         now = time.monotonic()

@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import yaml
 
+from evo.experiment import limits
+from evo.experiment.oneline import one_line
 from evo.experiment.spec import Budget, DescriptorSpec, EvaluationSpec, ExecutorSpec, Experiment
 from evo.problem import DTYPES, HOPPER, Problem
 
@@ -24,7 +26,7 @@ __all__ = ["ConfigError", "load_experiment", "parse_experiment", "parse_shape", 
 EXECUTOR_KINDS = ("ray", "local", "smoke")
 _TOP_KEYS = ("name", "operator", "problems", "genome", "descriptors", "mutators", "selection", "initial_random",
              "transfer", "budget", "seed", "executor", "evaluation", "output")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _MISSING = object()
 
 
@@ -34,7 +36,7 @@ class ConfigError(ValueError):
     def __init__(self, file: str, path: str, message: str) -> None:
         self.file, self.path = file, path
         text = f"{file}: {path}: {message}" if path else f"{file}: {message}"
-        super().__init__(" ".join(text.split()))  # one line, whatever the message held
+        super().__init__(one_line(text))  # one line, whatever the message held
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -102,6 +104,7 @@ class _Checker:
         if not ok:
             bound = f" >= {low}" if low is not None else ""
             raise self.fail(path, f"expected an integer{bound}{' or null' if none_ok else ''}; got {_describe(value)}")
+        self.ceiling(path, value)
         return int(value)
 
     def number(self, value: Any, path: str, low: float, high: float | None = None, low_open: bool = True,
@@ -113,7 +116,13 @@ class _Checker:
         if not ok:
             rng = f"{'>' if low_open else '>='} {low}" + (f" and < {high}" if high is not None else "")
             raise self.fail(path, f"expected a number {rng}{' or null' if none_ok else ''}; got {_describe(value)}")
+        self.ceiling(path, value)
         return float(value)
+
+    def ceiling(self, path: str, value: float, smoke: bool = False) -> None:
+        problem = limits.check_ceiling(path, value, smoke)
+        if problem:
+            raise self.fail(path, problem)
 
     def boolean(self, value: Any, path: str) -> bool:
         if not isinstance(value, bool):
@@ -171,7 +180,9 @@ def load_experiment(path: str | Path) -> Experiment:
 def parse_experiment(text: str, file: str = "<experiment>", default_name: str = "experiment") -> Experiment:
     """Validate experiment YAML `text`; `file` names it in error messages."""
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+        data = limits.load_yaml_bounded(text, _UniqueKeyLoader)
+    except limits.LimitError as e:
+        raise ConfigError(file, "", str(e)) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
@@ -181,7 +192,7 @@ def parse_experiment(text: str, file: str = "<experiment>", default_name: str = 
     d = c.mapping(data, "", _TOP_KEYS, required=("operator", "problems"))
 
     name = d.get("name", default_name)
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise c.fail("name", f"expected letters, digits, '_', '-' or '.' (it names the run directory); "
                              f"got {_describe(name)}")
 
@@ -194,6 +205,9 @@ def parse_experiment(text: str, file: str = "<experiment>", default_name: str = 
         raise c.fail("operator", f"operator {op_name!r} cannot be loaded: {e}") from None
     executor = _executor(c, d.get("executor", {}))
     problems = _problems(c, d["problems"], op)
+    smoke_dtype = limits.check_smoke_dtypes(problems) if executor.kind == "smoke" else None
+    if smoke_dtype:
+        raise c.fail("problems", smoke_dtype)
     genome = _genome(c, d.get("genome", {}), op)
     if genome:
         op = operators.get(op_name, genome)
@@ -224,9 +238,16 @@ def parse_experiment(text: str, file: str = "<experiment>", default_name: str = 
         seed=c.integer(d.get("seed", Experiment.seed), "seed", 0),
         executor=executor,
         evaluation=_evaluation(c, d.get("evaluation", {})),
-        output=c.string(d.get("output", Experiment.output), "output"),
+        output=_output(c, d.get("output", Experiment.output)),
         source=text,
     )
+
+
+def _output(c: _Checker, node: Any) -> str:
+    text = c.string(node, "output")
+    if limits.check_path_text(text):
+        raise c.fail("output", f"{limits.check_path_text(text)}; got {_describe(text)}")
+    return text
 
 
 def _problems(c: _Checker, node: Any, op: Any) -> tuple[Problem, ...]:
@@ -253,8 +274,14 @@ def _problems(c: _Checker, node: Any, op: Any) -> tuple[Problem, ...]:
                     raise c.fail(where, str(e)) from None
                 if problem.key in out:
                     raise c.fail(where, f"problem {problem.key} is listed twice")
+                too_big = limits.check_indexable(op, problem)
+                if too_big:
+                    raise c.fail(where, too_big)
                 out[problem.key] = problem
+                if len(out) > limits.MAX_PROBLEMS:
+                    raise c.fail("problems", f"more than {limits.MAX_PROBLEMS} problems; split the experiment")
     return tuple(out.values())
+
 
 
 def _genome(c: _Checker, node: Any, op: Any) -> dict[str, list[Any]]:
@@ -317,6 +344,11 @@ def _descriptors(c: _Checker, node: Any, op: Any) -> tuple[DescriptorSpec, ...]:
         if any(d.name == name for d in out):
             raise c.fail(path_name, f"descriptor {name!r} is listed twice")
         out.append(DescriptorSpec(name, edges))
+    cells = 1
+    for spec in out:
+        cells *= len(spec.edges or available[spec.name].edges)
+    if cells > limits.MAX_CELLS:
+        raise c.fail("descriptors", f"the archive would have about {cells:,} cells; at most {limits.MAX_CELLS:,}")
     return tuple(out)
 
 
@@ -351,12 +383,16 @@ def _executor(c: _Checker, node: Any) -> ExecutorSpec:
     get = _sub(c, node, "executor", ("kind", "address", "gpus", "compile_workers", "dashboard"))
     kind = c.choice(get("kind", ExecutorSpec.kind), "executor.kind", EXECUTOR_KINDS, "executor kind")
     address = c.string(get("address", None), "executor.address", none_ok=True)
-    if address is not None and kind != "ray":
-        raise c.fail("executor.address", f"only a ray executor joins a cluster; kind is {kind!r}")
+    if address is not None and kind == "local":
+        raise c.fail("executor.address", "a local executor runs in this process and joins no cluster; use kind "
+                                         "ray (or smoke, to try a cluster without GPUs)")
+    gpus = c.integer(get("gpus", None), "executor.gpus", 1, none_ok=True)
+    if gpus is not None:
+        c.ceiling("executor.gpus", gpus, smoke=kind == "smoke")
     return ExecutorSpec(
         kind=kind,
         address=address,
-        gpus=c.integer(get("gpus", None), "executor.gpus", 1, none_ok=True),
+        gpus=gpus,
         compile_workers=c.integer(get("compile_workers", None), "executor.compile_workers", 1, none_ok=True),
         dashboard=c.boolean(get("dashboard", False), "executor.dashboard"),
     )

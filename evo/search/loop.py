@@ -28,7 +28,9 @@ import numpy as np
 
 from evo.archive import Elite, GridArchive
 from evo.evaluate import Candidate, Executor, make_backend, make_executor
+from evo.experiment.resume_check import deciding, experiment_changes, record_resume
 from evo.experiment.rundir import RunDir
+from evo.experiment.runlock import RunDirError, RunLock
 from evo.experiment.spec import Experiment
 from evo.mutators import MutatorMix
 from evo.problem import Problem
@@ -45,25 +47,41 @@ _SAVE_CLOCK_S = 5.0  # how often the time spent on a problem is saved (lost on a
 
 
 def run_experiment(experiment: Experiment, run_dir: str | Path, resume: bool = False,
-                   on_event: EventCallback | None = None, executor: Executor | None = None) -> RunSummary:
+                   on_event: EventCallback | None = None, executor: Executor | None = None,
+                   allow_changes: bool = False) -> RunSummary:
     """Run (or, with `resume`, continue) `experiment` in `run_dir` (see evo.experiment.rundir for its layout).
 
+
+    The run holds the directory's lock throughout (evo.experiment.runlock: a second writer is refused). A
+    resume whose experiment differs in what decides results is refused unless `allow_changes`
+    (evo.experiment.resume_check).
     `executor` replaces the one the experiment describes (tests, benchmarks); the caller then owns it.
     Ctrl-C ends the run early: what completed is in the store, and the summary says it was interrupted.
     """
     rd = RunDir(Path(run_dir))
+    lock = RunLock(rd.path).acquire()
+    try:
+        return _run_locked(experiment, rd, resume, on_event, executor, allow_changes)
+    finally:
+        lock.release()
+        if lock.created and rd.path.is_dir() and not any(rd.path.iterdir()):
+            rd.path.rmdir()  # a run that never started leaves no directory behind
+
+
+def _run_locked(experiment: Experiment, rd: RunDir, resume: bool, on_event: EventCallback | None,
+                executor: Executor | None, allow_changes: bool) -> RunSummary:
     if rd.exists() and not resume:
-        raise ValueError(f"{rd.path} already holds a run: resume it, or choose another name or output folder")
+        raise RunDirError(f"{rd.path} already holds a run: resume it, or choose another name or output folder")
     if resume and not rd.exists():
-        raise ValueError(f"nothing to resume: {rd.store} does not exist")
+        raise RunDirError(f"nothing to resume: {rd.store} does not exist")
     import operators
 
     operator = operators.get(experiment.operator, dict(experiment.genome))
+    changes: list[str] = []
+    previous = rd.experiment.read_text() if rd.experiment.exists() else None
     if resume:
-        _check_resumable(rd, experiment)
-    new_dir = not rd.path.exists()
-    rd.path.mkdir(parents=True, exist_ok=True)
-    if experiment.source and not rd.experiment.exists():
+        changes = _check_resumable(rd, experiment, allow_changes)
+    if experiment.source and experiment.source != previous:
         rd.experiment.write_text(experiment.source)
     store = Store(rd.store)
     owned = executor is None
@@ -82,15 +100,18 @@ def run_experiment(experiment: Experiment, run_dir: str | Path, resume: bool = F
         if not resume:  # leave nothing behind that would block a retry
             for path in (rd.store, Path(f"{rd.store}-wal"), Path(f"{rd.store}-shm"), rd.experiment):
                 path.unlink(missing_ok=True)
-            if new_dir and not any(rd.path.iterdir()):
-                rd.path.rmdir()
+        elif previous is not None and previous != experiment.source:
+            rd.experiment.write_text(previous)  # the resume did not happen: the copy describes the run again
         raise
     with store:
         session = int(store.meta("sessions", 0)) + 1
         store.set_meta("sessions", session)
+        if resume:
+            record_resume(store, session, changes, previous if previous != experiment.source else None)
         store.set_meta("experiment", experiment.name)
         store.set_meta("operator", experiment.operator)
         store.set_meta("seed", experiment.seed)
+        store.set_meta("deciding", deciding(experiment))
         store.set_meta("problems", [p.key for p in experiment.problems])
         store.set_meta("executor", experiment.executor.kind)
         try:
@@ -109,13 +130,14 @@ class StartupError(RuntimeError):
     does not match the experiment. Nothing was searched."""
 
 
-def _check_resumable(rd: RunDir, experiment: Experiment) -> None:
-    """A resumed run must be the same search: its archive is rebuilt from rows this experiment would make."""
+def _check_resumable(rd: RunDir, experiment: Experiment, allow_changes: bool = False) -> list[str]:
+    """A resumed run must be the same search: its archive is rebuilt from rows this experiment would make.
+    Returns the differences that decide results (allowed by `allow_changes`; otherwise refused)."""
     with Store(rd.store) as store:
         meta = store.all_meta()
     smoke_before = meta.get("executor") == "smoke"
     smoke_now = experiment.executor.kind == "smoke"
-    checks = [("experiment", experiment.name), ("operator", experiment.operator), ("seed", experiment.seed)]
+    checks = [("experiment", experiment.name), ("operator", experiment.operator)]
     for key, value in checks:
         if key in meta and meta[key] != value:
             raise StartupError(f"cannot resume {rd.path}: its {key} is {meta[key]!r}, the experiment's is {value!r}")
@@ -123,6 +145,18 @@ def _check_resumable(rd: RunDir, experiment: Experiment) -> None:
         kinds = ("a CPU smoke run", "a GPU run")
         raise StartupError(f"cannot resume {rd.path}: it is {kinds[not smoke_before]}, the experiment asks for "
                          f"{kinds[not smoke_now]} (smoke fitness is not a timing and must not mix with timings)")
+    changes = _changes_since(rd, experiment, meta)
+    if changes and not allow_changes:
+        raise StartupError(f"cannot resume {rd.path}: the experiment changed in what decides results: "
+                           f"{'; '.join(changes)} (pass --allow-changes to resume anyway; the run records the change)")
+    return changes
+
+
+def _changes_since(rd: RunDir, experiment: Experiment, meta: dict) -> list[str]:
+    """What differs from the run's latest session in what decides results (kept in the store's metadata; a run
+    from before that was kept has its seed only)."""
+    before = meta.get("deciding") or ({"seed": meta["seed"]} if "seed" in meta else {})
+    return experiment_changes(before, experiment)
 
 
 class Search:

@@ -16,7 +16,7 @@ from typing import Any
 
 from evo.store.record import MEASURED, Evaluation
 
-__all__ = ["Store"]
+__all__ = ["Store", "StoreError"]
 
 _COLUMNS = {
     "operator": "TEXT", "problem_key": "TEXT", "problem": "TEXT", "genome": "TEXT", "genome_hash": "TEXT",
@@ -28,14 +28,33 @@ _COLUMNS = {
 }
 
 
-class Store:
-    """A thread-safe handle on one SQLite evaluation store. Readers in other processes may open it too."""
+class StoreError(ValueError):
+    """A store that cannot be opened as one (not SQLite, damaged, not an evo store); one-line message."""
 
-    def __init__(self, path: str | Path) -> None:
+
+class Store:
+    """A thread-safe handle on one SQLite evaluation store. Readers in other processes may open it too.
+
+    `readonly` opens an existing store for inspection only (status, export, report): it works on a run
+    directory the user cannot write, and can never change the store.
+    """
+
+    def __init__(self, path: str | Path, readonly: bool = False) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30)
+        try:
+            if readonly:
+                from evo.store.store_readonly import connect_readonly
+
+                self._db = connect_readonly(self.path)
+            else:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._db = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30)
+                self._create()
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"{self.path}: cannot be opened as an evo store ({e})") from None
+
+    def _create(self) -> None:
         self._db.row_factory = sqlite3.Row
         with self._lock, self._db:
             self._db.execute("PRAGMA journal_mode=WAL")

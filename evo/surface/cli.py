@@ -7,11 +7,16 @@ was not measured) ends with one line on stderr and exit status 2, never a traceb
 from __future__ import annotations
 
 import argparse
+import os
+import shlex
+import sqlite3
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
 from evo import __version__
+from evo.experiment.oneline import one_line
+from evo.surface.smoke_label import smoke_score
 
 __all__ = ["main", "UsageError"]
 
@@ -25,7 +30,7 @@ class UsageError(ValueError):
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line instead of argparse's usage block
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(2, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
 
 
 def _open_run(path: str) -> tuple[Any, Any, str, Any]:
@@ -46,7 +51,7 @@ def _open_run(path: str) -> tuple[Any, Any, str, Any]:
             experiment = load_experiment(rd.experiment)
         except ConfigError as e:  # the copy no longer validates (e.g. an operator changed): summarise anyway
             print(f"evo: warning: {e}; using default descriptors", file=sys.stderr)
-    return rd, Store(rd.store), text, experiment
+    return rd, Store(rd.store, readonly=True), text, experiment
 
 
 def _is_smoke(store: Any, experiment: Any) -> bool:
@@ -63,12 +68,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from evo.experiment.rundir import RunDir
     from evo.surface.progress import Progress
 
+    if args.allow_changes and not args.resume:
+        raise UsageError("--allow-changes goes with --resume (a new run has nothing to change)")
     experiment = load_experiment(args.experiment)
     rd = RunDir(Path(args.out)) if args.out else RunDir.of(experiment.output, experiment.name)
+    if rd.path.exists() and not rd.path.is_dir():
+        raise UsageError(f"{rd.path} is a file, not a run directory: choose another --out or output")
+    blocking = next((p for p in rd.path.parents if p.exists() and not p.is_dir()), None)
+    if blocking is not None:
+        raise UsageError(f"cannot make run directory {rd.path}: {blocking} is a file")
     if rd.exists() and not args.resume:
         raise UsageError(f"{rd.path} already holds a run: pass --resume to continue it, or --out DIR for a new one")
     if args.resume and not rd.exists():
         raise UsageError(f"{rd.path}: nothing to resume (no {rd.store.name} in it)")
+    from evo.evaluate.executor import WorkersLost
     from evo.search.loop import StartupError, run_experiment  # imported late: it brings in the executor machinery
 
     smoke = experiment.executor.kind == "smoke"
@@ -77,18 +90,53 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if smoke:
         print(SMOKE_NOTE)
     progress = Progress(experiment.problems, budget=experiment.budget.evaluations, smoke=smoke)
+    resume_hint = f"evo run {_q(args.experiment)} --out {_q(rd.path)} --resume"
+    print(f"starting {experiment.executor.kind} workers and compiling the first candidates ...", flush=True)
     try:
-        summary = run_experiment(experiment, rd.path, resume=args.resume, on_event=progress)
+        summary = run_experiment(experiment, rd.path, resume=args.resume, on_event=progress,
+                                 **({"allow_changes": True} if args.allow_changes else {}))
     except StartupError as e:
         raise UsageError(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
+    except KeyboardInterrupt:
+        progress.close()
+        if not progress.started:
+            print(f"evo: interrupted before the search started: nothing was evaluated, {rd.path} is as it was",
+                  file=sys.stderr)
+        else:
+            print(f"evo: interrupted: every completed evaluation is stored; continue with {resume_hint}",
+                  file=sys.stderr)
+        return 130
+    except WorkersLost as e:
+        progress.close()
+        print(f"evo: error: {e}; continue with {resume_hint}", file=sys.stderr)
+        return 1
+    except (OSError, sqlite3.OperationalError) as e:
+        if not _disk_full(e):
+            raise
+        progress.close()
+        print(f"evo: error: no space left on the disk of {rd.path}: every evaluation stored before is kept; free "
+              f"some space, then continue with {resume_hint}", file=sys.stderr)
+        return 1
     finally:
         progress.close()
     _cmd_status(argparse.Namespace(run=str(rd.path)), after_run=not summary.interrupted)
     if summary.interrupted:
-        print(f"interrupted: every completed evaluation is stored; continue with "
-              f"evo run {args.experiment} --out {rd.path} --resume", file=sys.stderr)
+        print(f"interrupted: every completed evaluation is stored; continue with {resume_hint}", file=sys.stderr)
         return 130
     return 0
+
+
+def _q(path: str | Path) -> str:
+    """A path as the shell reads it back (hints are meant to be pasted)."""
+    return shlex.quote(str(path))
+
+
+def _disk_full(e: BaseException) -> bool:
+    import errno
+
+    if isinstance(e, sqlite3.OperationalError):
+        return "full" in str(e)
+    return isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 # -- evo status ---------------------------------------------------------------------------------------
@@ -105,7 +153,7 @@ def _cmd_status(args: argparse.Namespace, after_run: bool = False) -> int:
         print(SMOKE_NOTE)
     print(format_status(rows, smoke))
     if after_run:
-        print(f"next: evo report {rd.path}   |   evo export {rd.path} --shape SHAPE -o kernel.py")
+        print(f"next: evo report {_q(rd.path)}   |   evo export {_q(rd.path)} --shape SHAPE")
     return 0
 
 
@@ -129,15 +177,15 @@ def _cmd_export(args: argparse.Namespace) -> int:
     with store:
         if args.all:
             text, found = export_all(store, experiment)
-            default = f"{rd.path.name}_elites.py"
+            default = rd.path / f"{rd.path.name}_elites.py"
             what = f"{len(found)} elites ({', '.join(e.problem.key for e in found)})"
         else:
             text, elite = export_one(store, sizes, args.dtype, experiment)
             p = elite.problem
-            default = f"{p.operator}_{p.shape_text}_{p.dtype}.py"
+            default = rd.path / f"{p.operator}_{p.shape_text}_{p.dtype}.py"
             ev = elite.evaluation
             ratio = f", {ev.ratio:.3f}x {ev.baseline}" if ev.ratio else ""
-            measured = f"smoke fitness {ev.median_ms:.4g}, not a timing" if is_smoke(ev, store.all_meta()) else \
+            measured = f"smoke score {smoke_score(ev.median_ms)}" if is_smoke(ev, store.all_meta()) else \
                 f"{ev.median_ms:.4g} ms{ratio} on {ev.gpu or '?'}"
             what = f"elite of {p.key} ({measured})"
         smoke = _is_smoke(store, None)
@@ -149,7 +197,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     print(f"wrote {out}: {what}")
     if smoke:
         print("note: a smoke run's kernels were checked in the CPU interpreter, never timed on a GPU")
-    print(f"check it: python {out}")
+    print(f"check it: python {_q(out)}")
     return 0
 
 
@@ -161,7 +209,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     name = experiment.name if experiment else rd.path.name
     with store:
         page = build_report(ReportInput(store, name, experiment, text), args.x, args.y)
-    out = Path(args.output) if args.output else Path("reports") / f"{name}.html"
+    out = Path(args.output) if args.output else rd.path / "report.html"
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(page)
@@ -213,6 +261,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("experiment", metavar="EXPERIMENT.yaml", help="experiment file, e.g. experiments/quick_gemm.yaml")
     r.add_argument("--out", metavar="DIR", help="run directory (default: <output>/<name> of the experiment)")
     r.add_argument("--resume", action="store_true", help="continue the run stored in the run directory")
+    r.add_argument("--allow-changes", action="store_true",
+                   help="with --resume: continue even though the experiment changed in what decides results "
+                        "(problems, genes, descriptors, seed, evaluation); the run records the change")
     r.set_defaults(func=_cmd_run)
 
     s = sub.add_parser("status", help="summarise a run as a table", description="Per problem: evaluations, "
@@ -229,14 +280,15 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--shape", metavar="SHAPE", help="problem shape, e.g. 4096x4096x4096")
     e.add_argument("--dtype", help="problem dtype (fp16, bf16, fp32); needed when the shape has several")
     e.add_argument("--all", action="store_true", help="every measured problem in one dispatching module")
-    e.add_argument("-o", "--output", metavar="FILE", help="output file (default: OPERATOR_SHAPE_DTYPE.py)")
+    e.add_argument("-o", "--output", metavar="FILE",
+                   help="output file (default: RUN/OPERATOR_SHAPE_DTYPE.py, in the run directory)")
     e.set_defaults(func=_cmd_export)
 
     h = sub.add_parser("report", help="write the run's HTML report (one offline file)",
                        description="Archive heatmaps, failure maps, progress curves and the elites' table in one "
                                    "self-contained HTML file.")
     h.add_argument("run", metavar="RUN", help="run directory")
-    h.add_argument("-o", "--output", metavar="FILE", help="output file (default: reports/<run name>.html)")
+    h.add_argument("-o", "--output", metavar="FILE", help="output file (default: RUN/report.html)")
     h.add_argument("--x", metavar="DESCRIPTOR", help="descriptor on the heatmaps' x axis (default: the first)")
     h.add_argument("--y", metavar="DESCRIPTOR", help="descriptor on the y axis (default: the next one)")
     h.set_defaults(func=_cmd_report)
@@ -255,21 +307,28 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
-        parser.print_help()
+        print("evo: error: no command given; one of run, status, export, report, genes, bench (see evo --help)",
+              file=sys.stderr)
         return 2
     from evo.experiment.config import ConfigError
+    from evo.experiment.runlock import RunDirError
+    from evo.store.sqlite import StoreError
     from evo.surface.export import ExportError
     from evo.surface.report import ReportError
 
     try:
-        return args.func(args)
-    except (ConfigError, UsageError, ExportError, ReportError) as e:
-        print(f"evo: error: {e}", file=sys.stderr)
+        status = args.func(args)
+        sys.stdout.flush()  # a reader that went away shows here, not as an error at exit
+        return status
+    except (ConfigError, UsageError, ExportError, ReportError, RunDirError, StoreError) as e:
+        print(f"evo: error: {one_line(str(e))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("evo: interrupted (a run keeps every completed evaluation: continue it with evo run --resume)",
-              file=sys.stderr)
+        print("evo: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (`evo genes gemm | head`): stop quietly, as cat does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from evo.problem import Problem
+from evo.surface.smoke_label import smoke_score
 
 __all__ = ["Progress", "ProblemRow"]
 
@@ -64,9 +65,11 @@ class Progress:
         self._last_draw = -1e18
         self._last_beat = self.t0
         self._closed = False
+        self.started = False  # an event arrived: the search has begun
 
     # -- events ---------------------------------------------------------------------------------------
     def __call__(self, event: Any) -> None:
+        self.started = True
         row = self.rows.get(event.problem_key)
         if row is None:
             row = self.rows[event.problem_key] = ProblemRow(event.problem_key, event.budget)
@@ -111,7 +114,7 @@ class Progress:
         if row.best is None:
             return "-"
         if self.smoke:
-            return f"{row.best:.4g} (not a timing)"
+            return smoke_score(row.best)
         ratio = f" ({row.best_ratio:.2f}x baseline)" if row.best_ratio else ""
         return f"{row.best:.4g} {row.unit}{ratio}"
 

@@ -21,6 +21,8 @@ from evo.store.record import Evaluation
 from evo.store.sqlite import Store
 from evo.surface.export import is_smoke, run_target
 from evo.surface.report_html import embed_json, page
+from evo.surface.report_overview import overview_data
+from evo.surface.smoke_label import SMOKE_SCORE
 from genomes.base import Genome
 
 __all__ = ["ReportError", "ReportInput", "build_report", "report_data", "embed_json"]
@@ -70,7 +72,13 @@ def _axis_pair(axes: tuple, x: str | None, y: str | None) -> tuple[int, int | No
 
 
 def _ticks(axis: Any) -> list[str]:
-    return [f"{e:g}" for e in axis.edges]
+    """Bin labels in the units people think in (a tile 128×256, a structure's name; see genomes.labels)."""
+    return [axis.descriptor.tick(e) for e in axis.edges]
+
+
+def _doc(axis: Any) -> str:
+    """The descriptor's doc for an axis title, unless its ticks already say it (labelled descriptors)."""
+    return "" if axis.descriptor.label is not None else axis.descriptor.doc
 
 
 def _problem_data(store: Store, problem: Problem, op: Any, specs: tuple[DescriptorSpec, ...], noise: float,
@@ -139,8 +147,8 @@ def _problem_data(store: Store, problem: Problem, op: Any, specs: tuple[Descript
     return {
         "key": problem.key, "operator": problem.operator, "shape": problem.shape_text, "dtype": problem.dtype,
         "unit": op.throughput_unit, "baseline": next((ev.baseline for ev in evs if ev.baseline), "baseline"),
-        "x": {"name": ax_x.name, "doc": ax_x.descriptor.doc, "ticks": _ticks(ax_x)},
-        "y": {"name": ax_y.name if ax_y else "", "doc": ax_y.descriptor.doc if ax_y else "",
+        "x": {"name": ax_x.name, "doc": _doc(ax_x), "ticks": _ticks(ax_x)},
+        "y": {"name": ax_y.name if ax_y else "", "doc": _doc(ax_y) if ax_y else "",
               "ticks": _ticks(ax_y) if ax_y else [""]},
         "nx": nx, "ny": ny, "axes": [a.name for a in archive.axes], "projected": len(archive.axes) > 2,
         "elites": elites, "failures": failures, "unplaced_failures": unplaced,
@@ -172,17 +180,22 @@ def report_data(inp: ReportInput, x: str | None = None, y: str | None = None) ->
     smoke = False
     gpus: Counter = Counter()
     versions: dict[str, Counter] = {}
+    measured = []
     for key in keys:
         first = next(store.iter(key))
         problem = Problem.from_json(first.problem)
         if problem.operator not in ops:  # unrestricted genes: earlier sessions may have used other overrides
             ops[problem.operator] = operators.get(problem.operator)
         problems.append(_problem_data(store, problem, ops[problem.operator], specs, noise, x, y, meta, sources))
+        measured.append((problem, ops[problem.operator], problems[-1]))
         for ev in store.iter(key):
             smoke = smoke or is_smoke(ev, meta)
             gpus[ev.gpu] += 1
             for k, v in ev.versions.items():
                 versions.setdefault(k, Counter())[str(v)] += 1
+    if smoke:
+        for p in problems:
+            _smoke_view(p)
     run_meta = {
         "name": inp.name, "experiment": exp.name if exp else "", "operator": exp.operator if exp else "",
         "seed": exp.seed if exp else meta.get("seed"), "executor": exp.executor.kind if exp else "",
@@ -191,8 +204,19 @@ def report_data(inp: ReportInput, x: str | None = None, y: str | None = None) ->
         "mutators": exp.mutators if exp else {}, "budget": asdict(exp.budget) if exp else {},
         "store_meta": {k: v for k, v in meta.items() if k != "experiment"},
     }
+    if smoke and "target" in run_meta["store_meta"]:  # kernels ran in the CPU interpreter, not on this target
+        name = run_meta["store_meta"]["target"].get("name", "?")
+        run_meta["store_meta"]["target"] = f"CPU Triton interpreter (kernels checked against the limits of {name})"
     return {"run": run_meta, "smoke": smoke, "problems": problems, "sources": sources,
-            "experiment_text": inp.experiment_text}
+            "experiment_text": inp.experiment_text, "overview": overview_data(store, measured, smoke)}
+
+
+def _smoke_view(p: dict[str, Any]) -> None:
+    """A smoke run's numbers as what they are: scores without a unit, no times, no ratios to a baseline."""
+    p["unit"], p["baseline"] = SMOKE_SCORE, "no baseline (smoke)"
+    for e in p["elites"]:
+        e.update(median_ms=None, spread_ms=None, ratio=None, baseline_ms=None)
+    p["summary"]["best_ratio"] = None
 
 
 def build_report(inp: ReportInput, x: str | None = None, y: str | None = None) -> str:

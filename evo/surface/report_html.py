@@ -26,8 +26,10 @@ h1 { margin: 24px 0 4px; } h2 { margin-top: 40px; border-bottom: 1px solid #ccc;
 .panel pre { max-height: 520px; overflow: auto; background: #fff; border: 1px solid #ddd; padding: 8px;
              font-size: 12px; white-space: pre; }
 table { border-collapse: collapse; margin: 8px 0; font-size: 13px; max-width: 100%; }
-td, th { border: 1px solid #ddd; padding: 3px 8px; text-align: left; vertical-align: top; overflow-wrap: anywhere; }
-th { background: #f0f0f0; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+td, th { border: 1px solid #ddd; padding: 3px 8px; text-align: left; vertical-align: top; overflow-wrap: break-word; }
+th { background: #f0f0f0; } td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+table.meta td table { margin: 0; } table.meta th { width: 1%; white-space: nowrap; }
+.nofail { flex: 1 1 480px; padding: 12px; color: #2a6a2a; }
 tr.elite { cursor: pointer; } tr.elite:hover { background: #eef4ff; }
 .muted { color: #666; } code, .mono { font-family: ui-monospace, monospace; font-size: 12px; }
 details pre { background: #f6f6f6; padding: 8px; overflow: auto; }
@@ -42,6 +44,9 @@ _SCRIPT = r"""
   const esc = (s) => String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
   const fmt = (v, d) => (v === null || v === undefined) ? "-" : Number(v).toPrecision(d || 4);
   const grid = (p, fill) => Array.from({ length: p.ny }, () => Array.from({ length: p.nx }, () => fill));
+  // no toolbar: it covered the charts' titles; plotly renders a few tags in titles, so every run text is escaped
+  const CONFIG = { displaylogo: false, displayModeBar: false, responsive: true };
+  const axisTitle = (a) => esc(a.name + (a.doc ? " (" + a.doc + ")" : ""));
 
   function show(pi, ei) {
     const p = DATA.problems[pi], e = p.elites[ei];
@@ -63,15 +68,15 @@ _SCRIPT = r"""
         esc(e.genome).replace(/ /g, "<br>") + "<br>origin " + esc(e.origin) + ", evaluation #" + e.index;
     });
     const el = document.getElementById("heat-" + pi);
-    const trace = { type: "heatmap", z: z, x: p.x.ticks, y: p.y.ticks, text: text, customdata: cd,
+    const trace = { type: "heatmap", z: z, x: p.x.ticks.map(esc), y: p.y.ticks.map(esc), text: text, customdata: cd,
       hovertemplate: "%{text}<extra></extra>", colorscale: "Viridis", xgap: 1, ygap: 1,
-      colorbar: { title: { text: p.unit } } };
+      colorbar: { title: { text: esc(p.unit) } } };
     const title = "Archive: best per cell" + (p.projected ? " (best over the other descriptors)" : "");
     const layout = { title: { text: title },
-      xaxis: { title: { text: p.x.name + (p.x.doc ? " (" + p.x.doc + ")" : "") }, type: "category" },
-      yaxis: { title: { text: p.y.name + (p.y.doc ? " (" + p.y.doc + ")" : "") }, type: "category" },
+      xaxis: { title: { text: axisTitle(p.x) }, type: "category", automargin: true },
+      yaxis: { title: { text: axisTitle(p.y) }, type: "category", automargin: true },
       margin: { t: 40, r: 10 }, hoverlabel: { align: "left" } };
-    const done = Plotly.newPlot(el, [trace], layout, { displaylogo: false, responsive: true });
+    const done = Plotly.newPlot(el, [trace], layout, CONFIG);
     el.on("plotly_click", (ev) => {
       const j = ev.points && ev.points.length ? ev.points[0].customdata : null;
       if (j !== null && j !== undefined) show(pi, j);
@@ -79,12 +84,13 @@ _SCRIPT = r"""
     document.getElementById("colour-" + pi).addEventListener("change", (ev) => {
       const ratio = ev.target.value === "ratio";
       Plotly.restyle(el, { z: [ratio ? zr : z], colorscale: ratio ? "RdBu" : "Viridis", zmid: ratio ? 1 : null,
-        "colorbar.title.text": ratio ? "ratio to " + p.baseline : p.unit });
+        "colorbar.title.text": esc(ratio ? "ratio to " + p.baseline : p.unit) });
     });
     return done;
   }
 
   function failures(p, pi) {
+    if (!p.failures.length) return Promise.resolve();  // the page says so in a line instead of a blank chart
     const z = grid(p, null), text = grid(p, "no failure");
     p.failures.forEach((f) => {
       const n = Object.values(f.counts).reduce((a, b) => a + b, 0);
@@ -93,29 +99,29 @@ _SCRIPT = r"""
         .map(([s, c]) => "<b>" + esc(s) + "</b> " + c + (f.reasons[s] ? ": " + esc(f.reasons[s].slice(0, 90)) : ""))
         .join("<br>");
     });
-    const trace = { type: "heatmap", z: z, x: p.x.ticks, y: p.y.ticks, text: text, colorscale: "Reds", zmin: 0,
-      zmax: 1, xgap: 1, ygap: 1, hovertemplate: "%{text}<extra></extra>", colorbar: { title: { text: "failed" } } };
-    const title = p.failures.length ? "Failures: share of the cell's evaluations"
-      : "Failures: none (no evaluation of this problem failed)";
-    const layout = { title: { text: title },
-      xaxis: { title: { text: p.x.name }, type: "category" }, yaxis: { title: { text: p.y.name }, type: "category" },
+    const trace = { type: "heatmap", z: z, x: p.x.ticks.map(esc), y: p.y.ticks.map(esc), text: text,
+      colorscale: "Reds", zmin: 0, zmax: 1, xgap: 1, ygap: 1, hovertemplate: "%{text}<extra></extra>",
+      colorbar: { title: { text: "failed" } } };
+    const layout = { title: { text: "Failures: share of the cell's evaluations" },
+      xaxis: { title: { text: esc(p.x.name) }, type: "category", automargin: true },
+      yaxis: { title: { text: esc(p.y.name) }, type: "category", automargin: true },
       margin: { t: 40, r: 10 }, hoverlabel: { align: "left" } };
-    return Plotly.newPlot("fail-" + pi, [trace], layout, { displaylogo: false, responsive: true });
+    return Plotly.newPlot("fail-" + pi, [trace], layout, CONFIG);
   }
 
   function history(p, pi) {
     const h = p.history;
     const traces = [
-      { x: h.evaluations, y: h.best, name: "best (" + p.unit + ")", mode: "lines", line: { shape: "hv" } },
+      { x: h.evaluations, y: h.best, name: esc("best (" + p.unit + ")"), mode: "lines", line: { shape: "hv" } },
       { x: h.evaluations, y: h.qd_score, name: "QD-score", mode: "lines", yaxis: "y2", line: { shape: "hv" } } ];
     const layout = { title: { text: "Best and QD-score against evaluations" },
       xaxis: { title: { text: "evaluations" } },
-      yaxis: { title: { text: "best " + p.unit } },
-      yaxis2: { title: { text: "QD-score" }, overlaying: "y", side: "right" },
+      yaxis: { title: { text: esc("best " + p.unit) }, automargin: true },
+      yaxis2: { title: { text: "QD-score" }, overlaying: "y", side: "right", automargin: true },
       legend: { orientation: "h", y: -0.25 }, margin: { t: 40 } };
-    return Plotly.newPlot("hist-" + pi, traces, layout, { displaylogo: false, responsive: true });
+    return Plotly.newPlot("hist-" + pi, traces, layout, CONFIG);
   }
-
+%ROOFLINE%
   // Client coordinates of a heatmap cell's centre (used by the browser test to click a real cell).
   state.cellCenter = function (pi, cx, cy) {
     const gd = document.getElementById("heat-" + pi), fl = gd._fullLayout, r = gd.getBoundingClientRect();
@@ -125,7 +131,7 @@ _SCRIPT = r"""
   document.querySelectorAll("tr.elite").forEach((tr) => {
     tr.addEventListener("click", () => show(Number(tr.dataset.p), Number(tr.dataset.e)));
   });
-  const plots = [];
+  const plots = [roofline(DATA.overview)];
   DATA.problems.forEach((p, pi) => { plots.push(heatmap(p, pi), failures(p, pi), history(p, pi)); });
   Promise.all(plots).then(() => { state.ready = true; document.body.setAttribute("data-ready", "1"); },
     (err) => { state.error = String(err); document.body.setAttribute("data-ready", "error"); });
@@ -166,17 +172,17 @@ def _problem_section(p: dict[str, Any], pi: int, smoke: bool) -> str:
     best = f"{_n(s['best'])} {unit}" + (f", {_n(s['best_ratio'], 3)}x {p['baseline']}" if s["best_ratio"] else "")
     parts = [f'<section class="problem" id="problem-{pi}"><h2>{_e(p["key"])}</h2>',
              f'<p>{s["evaluations"]} evaluations, {s["ok"]} correct; best {_e(best)}'
-             + (" (smoke run: NOT a GPU timing)" if smoke else "")
              + f'; coverage {_n(s["coverage"], 3)} ({s["filled"]} of {s["cells"]} cells); QD-score '
              f'{_n(s["qd_score"])}; elapsed {_n(s["elapsed_s"], 3)} s. Archive descriptors: '
              f'{_e(", ".join(p["axes"]))}.</p>',
-             f'<p><label>Colour: <select id="colour-{pi}"><option value="throughput">throughput ({_e(unit)})</option>'
-             f'<option value="ratio">ratio to {_e(p["baseline"])}</option></select></label> '
+             f'<p><label>Colour: <select id="colour-{pi}"><option value="throughput">'
+             + (f'{_e(unit)}</option>' if smoke else f'throughput ({_e(unit)})</option><option value="ratio">ratio '
+                f'to {_e(p["baseline"])}</option>') + '</select></label> '
              '<span class="muted">Click a cell (or a row of the table below) to see its kernel.</span></p>',
              f'<div class="row"><div class="plot" id="heat-{pi}"></div>'
              f'<div class="panel"><h3>Kernel source</h3><div class="mono" id="info-{pi}">No cell chosen yet.</div>'
              f'<pre id="source-{pi}">Click a cell of the heatmap.</pre></div></div>',
-             f'<div class="row"><div class="half" id="fail-{pi}"></div><div class="half" id="hist-{pi}"></div></div>']
+             f'<div class="row">{_failure_place(p, pi)}<div class="half" id="hist-{pi}"></div></div>']
     counts = p["status_counts"]
     rows = [[f"<td>{_e(k)}</td>", _num_td(v, 6), f"<td>{_e(p['sample_reason'].get(k, ''))}</td>"]
             for k, v in sorted(counts.items(), key=lambda kv: -kv[1])]
@@ -186,15 +192,43 @@ def _problem_section(p: dict[str, Any], pi: int, smoke: bool) -> str:
                      f'descriptor needs compile-time resources they lack).</p>')
     rows, attrs = [], []
     for j, e in enumerate(p["elites"]):
+        timed = [] if smoke else [_num_td(e["median_ms"]), _num_td(e["ratio"], 3, "x")]  # a smoke run timed nothing
         rows.append([_num_td(j + 1, 6), f"<td>{_e(p['x']['ticks'][e['x']])}</td>",
-                     f"<td>{_e(p['y']['ticks'][e['y']])}</td>", _num_td(e["objective"]), _num_td(e["median_ms"]),
-                     _num_td(e["ratio"], 3, "x"), f'<td class="mono">{_e(e["genome"])}</td>',
-                     f"<td>{_e(e['origin'])}</td>", _num_td(e["index"], 8)])
+                     f"<td>{_e(p['y']['ticks'][e['y']])}</td>", _num_td(e["objective"]), *timed,
+                     f'<td class="mono">{_e(e["genome"])}</td>', f"<td>{_e(e['origin'])}</td>", _num_td(e["index"], 8)])
         attrs.append(f' class="elite" data-p="{pi}" data-e="{j}"')
-    head = ["#", p["x"]["name"], p["y"]["name"] or "-", unit, "median ms", f"ratio to {p['baseline']}", "genome",
-            "origin", "evaluation #"]
+    timed_head = [] if smoke else ["median ms", f"ratio to {p['baseline']}"]
+    head = ["#", p["x"]["name"], p["y"]["name"] or "-", unit, *timed_head, "genome", "origin", "evaluation #"]
     parts.append("<h3>Elites</h3>" + _table(head, rows, attrs) + "</section>")
     return "\n".join(parts)
+
+
+def _failure_place(p: dict[str, Any], pi: int) -> str:
+    """The failure map's place: the chart, or a line when there is nothing to draw."""
+    if p["failures"]:
+        return f'<div class="half" id="fail-{pi}"></div>'
+    failed = sum(v for k, v in p["status_counts"].items() if k != "ok")
+    text = (f"Failures: {failed} evaluations failed, none of them placeable on this map (see the table below)."
+            if failed else "Failures: none. No evaluation of this problem failed.")
+    return f'<p class="nofail" id="fail-{pi}">{_e(text)}</p>'
+
+
+def _value(v: Any) -> str:
+    """Run metadata as people read it: numbers rounded, mappings as small tables, lists joined; escaped."""
+    if isinstance(v, bool) or v is None:
+        return _e("yes" if v is True else "no" if v is False else "-")
+    if isinstance(v, float):
+        return _e(_n(v))
+    if isinstance(v, dict):
+        if not v:
+            return "-"
+        return "<table>" + "".join(f"<tr><th>{_e(k)}</th><td>{_value(x)}</td></tr>" for k, x in v.items()) + \
+            "</table>"
+    if isinstance(v, list):
+        if all(not isinstance(x, (dict, list)) for x in v):
+            return ", ".join(_value(x) for x in v) or "-"
+        return "".join(_value(x) for x in v)
+    return _e(v)
 
 
 def _meta_section(data: dict[str, Any]) -> str:
@@ -209,9 +243,18 @@ def _meta_section(data: dict[str, Any]) -> str:
                          ("mutators", ", ".join(f"{k} {v:g}" for k, v in run["mutators"].items())),
                          ("budget", ", ".join(f"{k} {v}" for k, v in run["budget"].items() if v is not None))):
         rows.append([f"<th>{_e(label)}</th>", f"<td>{_e(value)}</td>"])
+    labels = {"sessions": "sessions", "seed": "seed (stored)", "target": "target", "deciding": "settings that "
+              "decide results", "resumes": "resumes", "problems": "problems", "executor": "executor (stored)"}
     for k, v in sorted(run["store_meta"].items()):
-        rows.append([f"<th>{_e(k)}</th>", f'<td class="mono">{_e(v)}</td>'])
-    out = ['<section id="metadata"><h2>Run</h2>', _table(["", ""], rows)]
+        if k.startswith("summary:"):  # each problem's section shows its summary
+            continue
+        label = labels.get(k) or k.replace("wall_s:", "time spent on ").replace("summary:", "summary of ")
+        if k.startswith("wall_s:") and isinstance(v, (int, float)):
+            v = f"{v:.1f} s"
+        rows.append([f"<th>{_e(label)}</th>", f"<td>{_value(v)}</td>"])
+    out = ['<section id="metadata"><h2>Run</h2>', '<table class="meta">']
+    out += ["<tr>" + "".join(r) + "</tr>" for r in rows]
+    out.append("</table>")
     if data["experiment_text"]:
         out.append(f"<details><summary>Experiment file</summary><pre>{_e(data['experiment_text'])}</pre></details>")
     return "\n".join(out + ["</section>"])
@@ -221,6 +264,7 @@ def page(data: dict[str, Any]) -> str:
     """The whole report as one HTML document (plotly.js inline)."""
     import plotly.offline
 
+    from evo.surface.report_overview import ROOFLINE_SCRIPT, overview_html
 
     title = f"evo report: {data['run']['name']}"
     nav = " | ".join(f'<a href="#problem-{i}">{_e(p["key"])}</a>' for i, p in enumerate(data["problems"]))
@@ -233,6 +277,7 @@ def page(data: dict[str, Any]) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{_e(title)}</title><style>{_CSS}</style>",
         f'<script>{plotly.offline.get_plotlyjs()}</script></head><body>',
-        f"<h1>{_e(title)}</h1>", f'<p class="muted">Problems: {nav}</p>', warning, body, _meta_section(data),
+        f"<h1>{_e(title)}</h1>", f'<p class="muted">Problems: {nav}</p>', warning, overview_html(data["overview"]),
+        body, _meta_section(data),
         f'<script type="application/json" id="evo-data">{embed_json(data)}</script>',
-        f"<script>{_SCRIPT}</script>", "</body></html>", ""])
+        f"<script>{_SCRIPT.replace('%ROOFLINE%', ROOFLINE_SCRIPT)}</script>", "</body></html>", ""])

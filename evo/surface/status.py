@@ -10,6 +10,7 @@ from evo.archive.elite import problem_archive, settings
 from evo.experiment.spec import Experiment
 from evo.problem import Problem
 from evo.store.sqlite import Store
+from evo.surface.smoke_label import smoke_score
 
 __all__ = ["ProblemStatus", "run_status", "format_status"]
 
@@ -77,12 +78,12 @@ def _elapsed(s: float | None) -> str:
 
 def format_status(rows: list[ProblemStatus], smoke: bool = False) -> str:
     """A plain-text table; a smoke run's throughput column is labelled as not a timing."""
-    head = ["problem", "evals", "ok", "failed", "best" + (" (NOT a timing)" if smoke else ""), "ratio",
+    head = ["problem", "evals", "ok", "failed", "best", "ratio",
             "coverage", "elapsed"]
     table = [head]
     for r in rows:
         failed = " ".join(f"{_ABBREV.get(k, k)} {n}" for k, n in sorted(r.failed.items(), key=lambda kv: -kv[1]))
-        best = "-" if r.best is None else f"{r.best:.4g} (stand-in)" if smoke else f"{r.best:.4g} {r.unit}"
+        best = "-" if r.best is None else smoke_score(r.best) if smoke else f"{r.best:.4g} {r.unit}"
         ratio = f"{r.ratio:.2f}x {r.baseline}".strip() if r.ratio is not None and not smoke else "-"
         coverage = f"{r.coverage:.0%} ({r.filled}/{r.cells})" if r.coverage is not None else "-"
         table.append([r.key, str(r.evaluations), str(r.ok), failed or "-", best, ratio, coverage,

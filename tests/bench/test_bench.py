@@ -378,6 +378,7 @@ def test_cli_flow_applies_overrides_and_writes_the_report(tmp_path, monkeypatch,
         return synthetic_doc()
 
     monkeypatch.setattr(bench, "run_bench", fake_run_bench)
+    monkeypatch.setattr(bench, "_cuda_visible", lambda: True)  # the stand-in needs no GPU
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU slots: everything in this process
     out = tmp_path / "out"
     yaml_path = str(Path(__file__).resolve().parents[2] / "experiments" / "bench_gemm_llm.yaml")
@@ -395,3 +396,13 @@ def test_cli_flow_applies_overrides_and_writes_the_report(tmp_path, monkeypatch,
     assert (out / "gemm-test-gpu-synthetic-data.json").exists() and (out / "gemm-test-gpu-synthetic-data.md").exists()
     assert bench_main([yaml_path, "--run", str(tmp_path / "nothing")]) == 2
     assert "holds no run" in capsys.readouterr().err
+
+
+def test_bench_without_a_gpu_is_one_line(capsys, monkeypatch):
+    import evo.bench.command as bench
+
+    monkeypatch.setattr(bench, "_cuda_visible", lambda: False)
+    yaml_path = str(Path(__file__).resolve().parents[2] / "experiments" / "bench_gemm_llm.yaml")
+    assert bench_main([yaml_path]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "CUDA GPU" in err

@@ -80,7 +80,7 @@ def _event(kind, key, n, best=None, **extra):
 def fake_search(monkeypatch, tmp_path):
     fake = types.SimpleNamespace(calls=[], interrupted=False)
 
-    def run_experiment(experiment, run_dir, resume=False, on_event=None):
+    def run_experiment(experiment, run_dir, resume=False, on_event=None, **kw):
         fake.calls.append((experiment.name, str(run_dir), resume))
         src = make_run(tmp_path / "fake", name="src")  # test rows to copy in
         rd = RunDir(run_dir)

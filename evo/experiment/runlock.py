@@ -1,0 +1,84 @@
+"""One run directory, one writer: `evo run` holds an exclusive lock on its run directory while it runs.
+
+The lock is an flock on the directory itself (no lock file to leave behind): the kernel drops it when the
+holder exits, however it exits, so a crashed or killed run never leaves a directory stuck. The holder's pid is
+written into `run.pid` beside the store, only to name it in the refusal. The descriptor is not inherited by child
+processes (Ray's daemons), so they cannot keep a finished run's directory locked.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+from types import TracebackType
+
+__all__ = ["RunLock", "RunDirError", "PID_NAME"]
+
+PID_NAME = "run.pid"
+
+
+class RunDirError(ValueError):
+    """The run directory cannot be used (a file is in the way, no permission, another run holds it); one line."""
+
+
+class RunLock:
+    """An exclusive, non-blocking lock on run directory `path`, created (with its parents) when missing.
+
+    `created` says whether this lock made the directory, so that a run that fails to start can remove it again.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.created = False
+        self._fd: int | None = None
+
+    def acquire(self) -> RunLock:
+        if self.path.exists() and not self.path.is_dir():
+            raise RunDirError(f"{self.path} is a file, not a run directory: choose another --out or output")
+        try:
+            self.created = not self.path.exists()
+            self.path.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except (FileExistsError, NotADirectoryError):
+            raise RunDirError(f"cannot make run directory {self.path}: a file is in the way") from None
+        except OSError as e:
+            raise RunDirError(f"cannot make run directory {self.path}: {e.strerror or e}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            holder = self._holder()
+            raise RunDirError(f"{self.path} is in use by another evo run{holder}: one run directory takes one "
+                              f"writer; wait for it to end, or use --out DIR for a new run") from None
+        self._fd = fd
+        try:
+            (self.path / PID_NAME).write_text(f"{os.getpid()}\n")
+        except OSError:  # the pid only names the holder in a refusal; the lock holds without it
+            pass
+        return self
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        try:
+            (self.path / PID_NAME).unlink(missing_ok=True)
+        except OSError:
+            pass
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        os.close(self._fd)
+        self._fd = None
+
+    def _holder(self) -> str:
+        try:
+            pid = int((self.path / PID_NAME).read_text().strip())
+        except (OSError, ValueError):
+            return ""
+        return f" (pid {pid})"
+
+    def __enter__(self) -> RunLock:
+        return self.acquire()
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None
+                 ) -> None:
+        self.release()

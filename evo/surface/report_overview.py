@@ -1,0 +1,148 @@
+"""The report's overview across problems: each problem's elite against every baseline the run measured, and a
+roofline of every elite (arithmetic intensity against achieved FLOP/s) under the ceilings measured in the run.
+
+The ceilings are measured, not quoted from a datasheet: the highest FLOP/s and the highest bytes/s that any
+kernel or baseline reached in this run, each computed from the operator's own FLOP and byte counts. They are
+lower bounds of what the GPU can do, and say so on the page. A smoke run measured no time, so its overview has
+no ratios and no roofline, and says why.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from statistics import median
+from typing import Any
+
+__all__ = ["overview_data", "overview_html", "ROOFLINE_SCRIPT"]
+
+
+def _num(x: float | None, digits: int = 4) -> float | None:
+    if x is None or not math.isfinite(x):
+        return None
+    return float(f"{x:.{digits}g}")
+
+
+def overview_data(store: Any, problems: list[tuple[Any, Any, dict[str, Any]]], smoke: bool) -> dict[str, Any]:
+    """`problems`: (Problem, Operator, the report's data of that problem) in page order."""
+    rows, points, baselines = [], [], []
+    best_flops = best_bytes = 0.0
+    for problem, op, p in problems:
+        elite = p["elites"][0] if p["elites"] else None
+        flops, nbytes = op.flops(problem), op.bytes(problem)
+        by_baseline: dict[str, list[float]] = {}
+        for ev in store.iter(problem.key, status="ok"):
+            for ms in (ev.median_ms, ev.baseline_ms):
+                if ms and not smoke:
+                    best_flops = max(best_flops, flops / (ms * 1e-3))
+                    best_bytes = max(best_bytes, nbytes / (ms * 1e-3))
+            if ev.baseline and ev.baseline_ms and (elite is None or ev.gpu == elite["gpu"]):
+                by_baseline.setdefault(ev.baseline, []).append(ev.baseline_ms)
+        ratios = {}
+        if elite is not None and elite["median_ms"] and not smoke:
+            ratios = {name: _num(median(times) / elite["median_ms"], 3) for name, times in by_baseline.items()}
+        baselines += [name for name in ratios if name not in baselines]
+        rows.append({"key": p["key"], "unit": p["unit"], "best": elite["objective"] if elite else None,
+                     "median_ms": elite["median_ms"] if elite else None, "gpu": elite["gpu"] if elite else "",
+                     "ratios": ratios, "elites": len(p["elites"])})
+        if smoke or not flops or not nbytes:
+            continue
+        for j, e in enumerate(p["elites"]):
+            if e["median_ms"]:
+                points.append({"key": p["key"], "x": _num(flops / nbytes), "y": _num(flops / (e["median_ms"] * 1e-3)
+                                                                                      / 1e12),
+                               "best": j == 0, "genome": e["genome"], "ratio": e["ratio"]})
+    geomean = {}
+    for name in baselines:
+        values = [r["ratios"][name] for r in rows if r["ratios"].get(name)]
+        if values:
+            geomean[name] = _num(math.exp(sum(math.log(v) for v in values) / len(values)), 3)
+    roofline = None
+    if points and best_flops and best_bytes:
+        roofline = {"points": points, "peak_tflops": _num(best_flops / 1e12), "peak_gbps": _num(best_bytes / 1e9)}
+    return {"rows": rows, "baselines": baselines, "geomean": geomean, "roofline": roofline, "smoke": smoke}
+
+
+def _e(x: Any) -> str:
+    return html.escape("" if x is None else str(x), quote=True)
+
+
+def _n(v: float | None, digits: int = 4, suffix: str = "") -> str:
+    return "-" if v is None else f"{v:.{digits}g}{suffix}"
+
+
+def overview_html(ov: dict[str, Any]) -> str:
+    """The overview section: a table (escaped here, readable without JavaScript) and the roofline's place."""
+    head = ["problem", "best kernel", "median time"] + [f"ratio to {b}" for b in ov["baselines"]] + ["GPU"]
+    out = ['<section id="overview"><h2>Overview</h2>', "<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head)
+           + "</tr>"]
+    for i, r in enumerate(ov["rows"]):
+        cells = [f'<td><a href="#problem-{i}">{_e(r["key"])}</a></td>',
+                 f'<td class="num">{_e(_n(r["best"]))} {_e(r["unit"]) if r["best"] is not None else ""}</td>',
+                 f'<td class="num">{_e(_n(r["median_ms"], 4, " ms"))}</td>']
+        cells += [f'<td class="num">{_e(_n(r["ratios"].get(b), 3, "×"))}</td>' for b in ov["baselines"]]
+        cells.append(f"<td>{_e(r['gpu'] or '-')}</td>")
+        out.append("<tr>" + "".join(cells) + "</tr>")
+    if len(ov["rows"]) > 1 and ov["geomean"]:
+        cells = ['<th colspan="3">geometric mean</th>']
+        cells += [f'<td class="num">{_e(_n(ov["geomean"].get(b), 3, "×"))}</td>' for b in ov["baselines"]]
+        out.append("<tr>" + "".join(cells) + "<td></td></tr>")
+    out.append("</table>")
+    note = ('A ratio is the baseline\'s median time over the elite\'s, both timed in the same process on the same '
+            'inputs: above 1× the elite is faster.')
+    if ov["smoke"]:
+        out.append('<p class="muted" id="roofline-none">No ratios and no roofline: a smoke run times nothing (its '
+                   'scores are stand-ins computed on the CPU).</p>')
+    elif ov["roofline"] is None:
+        out.append(f'<p class="muted">{_e(note)}</p><p class="muted" id="roofline-none">No roofline: no correct '
+                   'kernel was timed yet.</p>')
+    else:
+        rf = ov["roofline"]
+        out.append(f'<p class="muted">{_e(note)} Roofline: every elite of every problem at the problem\'s arithmetic '
+                   f'intensity; the ceilings are the best measured in this run ({_e(_n(rf["peak_tflops"]))} TFLOP/s, '
+                   f'{_e(_n(rf["peak_gbps"]))} GB/s, by any kernel or baseline), so the GPU can do at least that '
+                   'much.</p><div class="plot" id="roofline"></div>')
+    return "\n".join(out + ["</section>"])
+
+
+# Drawn by the report's script (evo.surface.report_html) with its helpers `esc` and `fmt` in scope.
+ROOFLINE_SCRIPT = r"""
+  // log axes labelled at 1, 2 and 5 of each decade, written out (plotly's own labels read "10 2 3" for 10 20 30)
+  function ticks(lo, hi) {
+    const vals = [];
+    for (let k = Math.floor(Math.log10(lo)); k <= Math.ceil(Math.log10(hi)); k++) {
+      [1, 2, 5].forEach((m) => { const v = m * Math.pow(10, k); if (v >= lo && v <= hi) vals.push(v); });
+    }
+    return { tickvals: vals, ticktext: vals.map((v) => String(Number(v.toPrecision(3)))),
+      range: [Math.log10(lo), Math.log10(hi)] };
+  }
+
+  function roofline(ov) {
+    const el = document.getElementById("roofline");
+    if (!el || !ov.roofline) return Promise.resolve();
+    const rf = ov.roofline, xs = rf.points.map((q) => q.x);
+    const lo = Math.min(...xs) / 4, hi = Math.max(...xs) * 4, line = { x: [], y: [] };
+    for (let i = 0; i <= 60; i++) {
+      const x = lo * Math.pow(hi / lo, i / 60);
+      line.x.push(x); line.y.push(Math.min(rf.peak_tflops, rf.peak_gbps * x / 1000));
+    }
+    const traces = [{ x: line.x, y: line.y, mode: "lines", name: "measured ceilings", hoverinfo: "skip",
+      line: { color: "#888", dash: "dash" } }];
+    const keys = [...new Set(rf.points.map((q) => q.key))];
+    keys.forEach((k) => {
+      const pts = rf.points.filter((q) => q.key === k);
+      traces.push({ x: pts.map((q) => q.x), y: pts.map((q) => q.y), mode: "markers", name: esc(k),
+        marker: { size: pts.map((q) => (q.best ? 13 : 7)), symbol: pts.map((q) => (q.best ? "star" : "circle")) },
+        text: pts.map((q) => "<b>" + esc(k) + "</b>" + (q.best ? " (elite)" : "") + "<br>" + fmt(q.y) +
+          " TFLOP/s at " + fmt(q.x) + " FLOP/byte" + (q.ratio === null ? "" : "<br>" + fmt(q.ratio, 3) +
+          "x the baseline") + "<br>" + esc(q.genome).replace(/ /g, "<br>")),
+        hovertemplate: "%{text}<extra></extra>" });
+    });
+    const ys = rf.points.map((q) => q.y).concat([rf.peak_tflops]), ylo = Math.min(...ys) / 1.5;
+    const layout = { title: { text: "Roofline: every elite (star: each problem's best)" },
+      xaxis: { type: "log", title: { text: "arithmetic intensity (FLOP per byte moved)" }, ...ticks(lo, hi) },
+      yaxis: { type: "log", title: { text: "achieved TFLOP/s" }, ...ticks(ylo, Math.max(...ys) * 1.5) },
+      legend: { orientation: "h", y: -0.2 }, margin: { t: 40 }, hoverlabel: { align: "left" } };
+    return Plotly.newPlot(el, traces, layout, CONFIG);
+  }
+"""
