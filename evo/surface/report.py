@@ -20,6 +20,7 @@ from evo.problem import Problem
 from evo.store.record import Evaluation
 from evo.store.sqlite import Store
 from evo.surface.export import is_smoke, run_target
+from evo.surface.report_emitters import emitter_history
 from evo.surface.report_html import embed_json, page
 from genomes.base import Genome
 
@@ -133,6 +134,8 @@ def _problem_data(store: Store, problem: Problem, op: Any, specs: tuple[Descript
             sample_reason[ev.status] = ev.reason[:300]
     hist = archive.history
     best = archive.best
+    floor = meta.get(f"floor:{problem.key}")  # the speed-of-light floor the search saved (None: no real floor)
+    sol = floor["ms"] / best.median_ms if floor and best is not None and best.median_ms else None
     times = [t for ev in evs for t in (ev.started_at, ev.finished_at) if t]
     spent = meta.get(f"wall_s:{problem.key}")  # saved by the search; else the evaluations' span
     elapsed = float(spent) if spent is not None else (max(times) - min(times)) if times else None
@@ -145,12 +148,14 @@ def _problem_data(store: Store, problem: Problem, op: Any, specs: tuple[Descript
         "nx": nx, "ny": ny, "axes": [a.name for a in archive.axes], "projected": len(archive.axes) > 2,
         "elites": elites, "failures": failures, "unplaced_failures": unplaced,
         "status_counts": dict(by_status), "sample_reason": sample_reason,
+        "emitters": emitter_history(evs, problem, op, specs, noise),
         "history": {"evaluations": hist.evaluations, "best": [_num(b) for b in hist.best],
                     "qd_score": [_num(q) for q in hist.qd_score]},
         "summary": {"evaluations": len(evs), "ok": by_status.get("ok", 0), "cells": archive.cells,
                     "filled": len(archive), "coverage": _num(archive.coverage, 3), "qd_score": _num(archive.qd_score),
                     "best": _num(best.objective) if best else None, "best_ratio": _num(best.ratio, 3) if best else None,
-                    "elapsed_s": _num(elapsed, 3)},
+                    "elapsed_s": _num(elapsed, 3), "sol_share": _num(sol, 3),
+                    "floor_ms": _num(floor["ms"]) if floor else None},
     }
 
 

@@ -27,7 +27,7 @@ def test_heatmap_renders_and_a_click_shows_the_kernel(tmp_path):
         # plotly drew one heatmap per problem, with a cell per elite
         n_cells = b.eval("document.querySelectorAll('#heat-0 .hm image, #heat-0 .hm').length")
         assert n_cells >= 1
-        assert b.eval("document.querySelectorAll('.js-plotly-plot').length") == 6  # 3 plots x 2 problems
+        assert b.eval("document.querySelectorAll('.js-plotly-plot').length") == 8  # 4 plots x 2 problems
         data = json.loads(b.eval("document.getElementById('evo-data').textContent"))
         assert b.eval("document.getElementById('source-0').textContent") == "Click a cell of the heatmap."
         # the failure map's title says whether anything failed (an empty map alone does not)
