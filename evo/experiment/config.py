@@ -31,7 +31,8 @@ __all__ = ["ConfigError", "load_experiment", "parse_experiment", "parse_shape", 
 
 EXECUTOR_KINDS = ("ray", "local", "smoke")
 _TOP_KEYS = ("name", "operator", "problems", "genome", "descriptors", "mutators", "selection", "initial_random",
-             "transfer", "budget", "seed", "executor", "evaluation", "output", "emitters", "scheduler", "memory")
+             "transfer", "budget", "seed", "executor", "evaluation", "output", "emitters", "scheduler", "memory",
+             "seeds")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _MISSING = object()
 
@@ -228,6 +229,7 @@ def parse_experiment(text: str, file: str = "<experiment>", default_name: str = 
         selection=selection,
         initial_random=c.integer(d.get("initial_random", Experiment.initial_random), "initial_random", 0),
         transfer=c.boolean(d.get("transfer", Experiment.transfer), "transfer"),
+        seeds=c.boolean(d.get("seeds", Experiment.seeds), "seeds"),
         budget=_budget(c, d.get("budget", {})),
         seed=c.integer(d.get("seed", Experiment.seed), "seed", 0),
         executor=executor,

@@ -85,6 +85,7 @@ class Experiment:
     emitters: tuple[EmitterSpec, ...] = DEFAULT_EMITTER_SPECS  # proposal strategies sharing the archive
     scheduler: str = "bandit"  # shares the proposals among the emitters by the improvements each caused
     initial_random: int = 16  # random valid genomes in the first population (besides the family's seeds)
+    seeds: bool = True  # the genome family's hand-picked seeds in the first population (off: a blind start)
     transfer: bool = True  # seed each problem with the elites of problems already searched
     budget: Budget = Budget()
     seed: int = 0

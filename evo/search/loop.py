@@ -202,7 +202,8 @@ class Search:
             return archive, self._summary(problem, archive, stop)
 
         variation = Variation(self.family, problem, self.executor.target, self.mutators, self.selection)
-        first = variation.initial(self._rng(index, 0), exp.initial_random, transfer, seen, self._remembered(problem))
+        first = variation.initial(self._rng(index, 0), exp.initial_random, transfer, seen, self._remembered(problem),
+                                  exp.seeds)
         queue = deque(first)
         rng = self._rng(index, 1, archive.evaluations)
         self.scheduler = emitting.get_scheduler(exp.scheduler, self.emitters)

@@ -59,7 +59,8 @@ class Variation:
         self.redraws = redraws
 
     def initial(self, rng: np.random.Generator, n_random: int, transfer: Iterable[Elite] = (),
-                seen: set[str] | frozenset[str] = frozenset(), memory: Iterable[Any] = ()) -> list[Proposal]:
+                seen: set[str] | frozenset[str] = frozenset(), memory: Iterable[Any] = (),
+                seeds: bool = True) -> list[Proposal]:
         """Elites remembered from earlier runs (`memory`: rows of the shared results database, origin "memory"),
         transferred elites (both repaired for this problem), then the family's seeds, then `n_random` random
         valid genomes; without duplicates, and without genomes in `seen`. The random draws do not depend on
@@ -79,7 +80,7 @@ class Variation:
             except InvalidGenome:
                 continue
             take(Proposal(genome, origin, (elite.genome_hash,)))
-        for genome in self.family.seeds(self.problem, self.target):
+        for genome in self.family.seeds(self.problem, self.target) if seeds else ():
             take(Proposal(genome, "seed"))
         drawn = 0
         for _ in range(max(0, n_random) * 20):
