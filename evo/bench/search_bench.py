@@ -81,15 +81,10 @@ def _alternatives(operator: Any, problem: Problem, elites: dict[str, Any], targe
     from evo.bench.measure import Entrant, measure_contenders
     from evo.evaluate.timing import time_interleaved
 
-    baselines = operator.bench_baselines()
-    entrants = [Entrant(b.name, b.make, b.doc) for b in baselines if b is baselines[0] or b.name == "torch_compile"]
-    if helion and operator.name == "gemm":
-        def make_helion(p: Problem) -> Any:
-            from operators._helion_gemm import make_helion_matmul
-
-            return make_helion_matmul(effort=helion)
-
-        entrants.append(Entrant(f"helion_{helion}", make_helion, f"Helion matmul, autotune_effort={helion!r}"))
+    tuners = operator.tuner_baselines(helion or "full")
+    if not helion:
+        tuners = [b for b in tuners if not b.name.startswith("helion")]
+    entrants = [Entrant(b.name, b.make, b.doc) for b in operator.baselines()[:1] + tuners]
     for method, ev in elites.items():
         entrants.append(evo_entrant(operator, ev, problem, target, name=method)[0])
     results = measure_contenders(operator, problem, entrants, device=device, seed=seed, reps=reps,
