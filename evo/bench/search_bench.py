@@ -5,6 +5,7 @@ started executor (nothing served from any store: each method measures its own ke
 
 - `evo`: the experiment's emitters (by default the bandit over variation, guided, exploit and restart);
 - `evo-no-surrogate`: the same without the surrogate-guided emitter;
+- `evo-classic`: the mutation and crossover mix alone (evo before emitters: classic MAP-Elites);
 - `random`: random restarts only, without the family's hand-picked seeds;
 - `evo-rerun`: `evo` once more with the results database `evo` just filled (memory across runs).
 
@@ -31,7 +32,7 @@ from evo.problem import Problem
 
 __all__ = ["METHODS", "method_experiment", "trace", "reach", "bench_search", "add_bench_search_command"]
 
-METHODS = ("evo", "evo-no-surrogate", "random", "evo-rerun")
+METHODS = ("evo", "evo-no-surrogate", "evo-classic", "random", "evo-rerun")
 MARK = 0.99  # a method "reaches" a problem when its best is within 1% of the best any method found
 
 
@@ -46,6 +47,8 @@ def method_experiment(exp: Experiment, method: str, problem: Problem, memory_db:
     if method == "evo-no-surrogate":
         blind = tuple(e for e in exp.emitters if e.name != "guided") or (EmitterSpec("variation"),)
         return dataclasses.replace(base, emitters=blind)
+    if method == "evo-classic":
+        return dataclasses.replace(base, emitters=(EmitterSpec("variation"),))
     return dataclasses.replace(base, emitters=(EmitterSpec("restart"),), seeds=False)
 
 

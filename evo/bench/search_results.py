@@ -30,9 +30,11 @@ def goals(p: dict[str, Any]) -> dict[str, Any]:
     to its first run's best as a share of the first run's, evo's time to Helion-full's speed against Helion's."""
     m = p["methods"]
     out: dict[str, Any] = {}
-    evo, blind = m.get("evo", {}), m.get("evo-no-surrogate", {})
+    evo, blind, classic = m.get("evo", {}), m.get("evo-no-surrogate", {}), m.get("evo-classic", {})
     if evo.get("evaluations_to_mark") and blind.get("evaluations_to_mark"):
         out["surrogate_saving"] = blind["evaluations_to_mark"] / evo["evaluations_to_mark"]
+    if evo.get("evaluations_to_mark") and classic.get("evaluations_to_mark"):
+        out["saving_vs_classic"] = classic["evaluations_to_mark"] / evo["evaluations_to_mark"]
     rerun = m.get("evo-rerun")
     if rerun and evo.get("best") and evo.get("wall_s"):
         seconds, _ = reach(rerun["trace"], evo["best"] * 0.99)

@@ -22,6 +22,7 @@ def test_method_experiments(tmp_path):
     problem = exp.problems[0]
     names = {m: {e.name for e in method_experiment(exp, m, problem, tmp_path / "m.sqlite").emitters} for m in METHODS}
     assert "guided" in names["evo"] and "guided" not in names["evo-no-surrogate"] and names["random"] == {"restart"}
+    assert names["evo-classic"] == {"variation"}
     rnd = method_experiment(exp, "random", problem, tmp_path / "m.sqlite")
     assert not rnd.seeds and not rnd.memory.enabled and not rnd.transfer
     assert method_experiment(exp, "evo-rerun", problem, tmp_path / "m.sqlite").memory.db == str(tmp_path / "m.sqlite")
