@@ -96,6 +96,9 @@ def gpu_setup(device_index: int, settings: EvalSettings) -> tuple[GpuState, dict
         copy_GBps: float | None = copy_bandwidth("cuda", nbytes=1 << 28)
     except Exception:  # a GPU short of memory still searches; it only shows no floor
         copy_GBps = None
+    import torch
+
+    torch.cuda.empty_cache()  # the copy's buffers go back to the device, not to this process's cache
     return state, {"gpu": state.gpu, "versions": state.versions, "worker": state.worker, "pid": os.getpid(),
                    "target": Target.from_torch(0), "copy_GBps": copy_GBps}
 

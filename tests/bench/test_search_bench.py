@@ -30,7 +30,7 @@ def test_method_experiments(tmp_path):
 
 def test_bench_search_on_the_stand_in(tmp_path, monkeypatch):
     fx.register(monkeypatch)
-    exp = fx.experiment(name="bs", sizes=(512, 256), evaluations=24)
+    exp = fx.experiment(name="bs", sizes=(512,), evaluations=24)
     with LocalExecutor(fx.StandInBackend()) as ex:
         doc = bench_search(exp, list(exp.problems), list(METHODS), work_dir=tmp_path / "work", executor=ex)
     assert doc["smoke"] and "NOT a GPU timing" in doc["note"] and doc["gpu"] == fx.STAND_IN_GPU
@@ -50,7 +50,17 @@ def test_bench_search_on_the_stand_in(tmp_path, monkeypatch):
                                                                "test-stand-in-not-a-gpu-not-a-timing.md",
                                                                "test-stand-in-not-a-gpu-not-a-timing.html")]
     md = paths[1].read_text()
-    assert "NOT GPU TIMINGS" in md and md.count("## ") == 2
+    assert "NOT GPU TIMINGS" in md and md.count("## ") == 1
     page = paths[2].read_text()
-    assert page.count("best kernel against wall seconds") == 2 and "NOT GPU TIMINGS" in page
+    assert page.count("best kernel against wall seconds") == 1 and "NOT GPU TIMINGS" in page
     assert json.loads(paths[0].read_text())["problems"][0]["key"] == doc["problems"][0]["key"]
+
+
+def test_bad_input_is_one_line_exit_2(tmp_path, capsys):
+    from evo.surface.cli import main
+
+    assert main(["bench-search", str(tmp_path / "nope.yaml")]) == 2
+    assert main(["bench-search", "experiments/smoke.yaml", "--methods", "evo,teleport"]) == 2
+    assert main(["bench-search", "experiments/smoke.yaml", "--problems", "9"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 3 and "teleport" in err and "Traceback" not in err
