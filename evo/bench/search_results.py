@@ -55,9 +55,14 @@ def search_markdown(doc: dict[str, Any]) -> str:
         lines += [f"**NOT GPU TIMINGS ({doc['note']}): these files only show that the benchmark runs.**", ""]
     lines += [f"{doc['note']}. Budget per problem and method: {doc['budget']}. Mark: {doc['mark']:.0%} of the "
               f"best any method found. Created {doc['created']}; versions {doc['versions']}.", "",
-              f"Convergence plots: `{Path(doc.get('html', 'search.html')).name}` (open it in a browser).", ""]
+              f"Convergence plots: `{Path(doc.get('html', 'search.html')).name}` (open it in a browser).", "",
+              "The methods share one started executor and run one after the other; a kernel another method "
+              "compiled before is found in Triton's compile cache, so wall seconds favour later methods a little. "
+              "The order rotates from problem to problem (evo-rerun always runs last: it needs evo's database); "
+              "evaluations to the mark are free of this.", ""]
     for p in doc["problems"]:
-        lines += [f"## {p['key']}", "", f"best any method found: {_f(p['best'], 4)} {doc['unit']}", "",
+        unit = doc["unit"] + (" (NOT a timing)" if doc["smoke"] else "")
+        lines += [f"## {p['key']}", "", f"best any method found: {_f(p['best'], 4)} {unit}", "",
                   "| method | evaluations | wall s | best | evaluations to mark | seconds to mark | served |",
                   "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for name, m in p["methods"].items():
