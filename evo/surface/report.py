@@ -84,6 +84,7 @@ def _problem_data(store: Store, problem: Problem, op: Any, specs: tuple[Descript
     nx, ny = ax_x.cells, (ax_y.cells if ax_y else 1)
     by_id = {ev.id: ev for ev in evs}
     target = run_target(meta)
+    floor = meta.get(f"floor:{problem.key}")  # the speed-of-light floor the search saved (None: no real floor)
 
     # the best elite of each (x, y) cell, over the other descriptors when there are more than two
     cells: dict[tuple[int, int], Any] = {}
@@ -106,6 +107,7 @@ def _problem_data(store: Store, problem: Problem, op: Any, specs: tuple[Descript
             "descriptors": [_num(v) for v in e.descriptors],
             "baseline_ms": _num(ev.baseline_ms) if ev else None, "gpu": ev.gpu if ev else "",
             "spread_ms": _num(ev.spread_ms) if ev else None,
+            "sol": _num(floor["ms"] / e.median_ms, 3) if floor and e.median_ms else None,
         })
 
     # failures: every evaluation that is not ok, placed by its genome (and resources, when it has them)
@@ -134,7 +136,6 @@ def _problem_data(store: Store, problem: Problem, op: Any, specs: tuple[Descript
             sample_reason[ev.status] = ev.reason[:300]
     hist = archive.history
     best = archive.best
-    floor = meta.get(f"floor:{problem.key}")  # the speed-of-light floor the search saved (None: no real floor)
     sol = floor["ms"] / best.median_ms if floor and best is not None and best.median_ms else None
     times = [t for ev in evs for t in (ev.started_at, ev.finished_at) if t]
     spent = meta.get(f"wall_s:{problem.key}")  # saved by the search; else the evaluations' span

@@ -212,10 +212,11 @@ def _problem_section(p: dict[str, Any], pi: int, smoke: bool) -> str:
     for j, e in enumerate(p["elites"]):
         rows.append([_num_td(j + 1, 6), f"<td>{_e(p['x']['ticks'][e['x']])}</td>",
                      f"<td>{_e(p['y']['ticks'][e['y']])}</td>", _num_td(e["objective"]), _num_td(e["median_ms"]),
-                     _num_td(e["ratio"], 3, "x"), f'<td class="mono">{_e(e["genome"])}</td>',
+                     _num_td(e["ratio"], 3, "x"), _num_td(e.get("sol"), 3), f'<td class="mono">{_e(e["genome"])}</td>',
                      f"<td>{_e(e['origin'])}</td>", _num_td(e["index"], 8)])
         attrs.append(f' class="elite" data-p="{pi}" data-e="{j}"')
-    head = ["#", p["x"]["name"], p["y"]["name"] or "-", unit, "median ms", f"ratio to {p['baseline']}", "genome",
+    head = ["#", p["x"]["name"], p["y"]["name"] or "-", unit, "median ms", f"ratio to {p['baseline']}",
+            "share of SOL", "genome",
             "origin", "evaluation #"]
     parts.append("<h3>Elites</h3>" + _table(head, rows, attrs) + "</section>")
     return "\n".join(parts)
