@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Problem", "Target", "DTYPES", "HOPPER"]
+__all__ = ["Problem", "Target", "DTYPES", "HOPPER", "shape_distance"]
 
 # dtype names used everywhere in evo (YAML, store, export) and their torch attribute names.
 DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
@@ -71,6 +72,12 @@ class Problem:
     def from_json(cls, text: str) -> Problem:
         d = json.loads(text)
         return cls(d["operator"], tuple((str(k), int(v)) for k, v in d["shape"]), d["dtype"])
+
+
+def shape_distance(a: tuple[int, ...], b: tuple[int, ...]) -> float:
+    """How far apart two shapes of one operator are: the sum over dimensions of |log2(a / b)| (export's nearest
+    measured problem and the shared results database's nearest problems both use it)."""
+    return sum(abs(math.log2(x / y)) for x, y in zip(a, b, strict=True))
 
 
 @dataclass(frozen=True)

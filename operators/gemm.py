@@ -102,6 +102,12 @@ class GemmOperator(Operator):
 
         return self.baselines() + gemm_contenders()
 
+    def tuner_baselines(self, effort: str = "full") -> list[Baseline]:
+        """torch.compile max-autotune and Helion at `effort` (see gemm_baselines.py)."""
+        from operators.gemm_baselines import gemm_tuners
+
+        return gemm_tuners(effort)
+
     def selfcheck_source(self, problem: Problem) -> str:
         """Plain-torch self-check code appended to exported kernels (see operators/gemm_selfcheck.py)."""
         from operators.gemm_selfcheck import gemm_selfcheck_source

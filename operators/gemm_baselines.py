@@ -149,12 +149,20 @@ def _make_torch_compile(problem: Problem) -> Callable[[Any, Any], Any]:
     return torch.compile(matmul, mode="max-autotune-no-cudagraphs", dynamic=False, fullgraph=True)
 
 
-def _make_helion(problem: Problem) -> Callable[[Any, Any], Any]:
+def _make_helion(problem: Problem, effort: str = HELION_EFFORT) -> Callable[[Any, Any], Any]:
     try:
         from operators._helion_gemm import make_helion_matmul
     except ImportError as e:  # helion itself, or one of its requirements
         raise ContenderUnavailable(f"helion is not importable: {e}") from None
-    return make_helion_matmul(effort=HELION_EFFORT)
+    return make_helion_matmul(effort=effort)
+
+
+def gemm_tuners(effort: str = "full") -> list[Baseline]:
+    """The autotuners `evo bench-search` compares searches with: torch.compile max-autotune, Helion at `effort`."""
+    return [Baseline("torch_compile", _make_torch_compile,
+                     "torch.compile(mode='max-autotune-no-cudagraphs') of torch.matmul (cuBLAS or Inductor Triton)"),
+            Baseline(f"helion_{effort}", lambda problem: _make_helion(problem, effort),
+                     f"Helion matmul, autotuned with autotune_effort={effort!r}")]
 
 
 def gemm_contenders() -> list[Baseline]:

@@ -27,3 +27,9 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _results_db(tmp_path_factory, monkeypatch):
+    """Every test gets its own shared results database (evo.store.shared), never the user's cache."""
+    monkeypatch.setenv("EVO_RESULTS_DB", str(tmp_path_factory.mktemp("results") / "results.sqlite"))

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from evo.evaluate.check import check_launcher
+from evo.evaluate.roofline import copy_bandwidth, peak_tflops
 from evo.problem import Problem
 from evo.store.sqlite import Store
 
@@ -114,34 +115,6 @@ def measure_contenders(operator: Any, problem: Problem, entrants: list[Entrant],
     for r in results:
         r.fn = None  # release kernels and their caches before the next problem
     return results
-
-
-def copy_bandwidth(device: str = "cuda", nbytes: int = 1 << 30, timer: Timer | None = None) -> float:
-    """GB/s of a device-to-device copy of `nbytes`, counting bytes read plus bytes written."""
-    import torch
-
-    from evo.evaluate.timing import time_interleaved
-
-    src = torch.randn(nbytes // 4, device=device)
-    dst = torch.empty_like(src)
-    t = (timer or time_interleaved)([lambda: dst.copy_(src)], reps=30, warmup=3, budget_ms=2000.0)[0]
-    return 2 * src.numel() * 4 / (t.median_ms * 1e-3) / 1e9
-
-
-# Dense tensor-core peaks from NVIDIA's datasheets (TFLOP/s, no sparsity), to tell memory-bound problems of
-# a FLOP-counting operator: those whose FLOP per byte is below peak / copy bandwidth. fp32 is plain fp32
-# (PyTorch does not use tf32 for fp32 matmuls by default).
-_PEAKS = (("H100 PCIe", {"bf16": 756.0, "fp16": 756.0, "fp32": 51.0}),
-          ("H100", {"bf16": 989.0, "fp16": 989.0, "fp32": 67.0}),
-          ("H200", {"bf16": 989.0, "fp16": 989.0, "fp32": 67.0}),
-          ("A100", {"bf16": 312.0, "fp16": 312.0, "fp32": 19.5}))
-
-
-def peak_tflops(gpu: str, dtype: str) -> float | None:
-    for name, peaks in _PEAKS:
-        if name.lower() in gpu.lower():
-            return peaks.get(dtype)
-    return None
 
 
 def search_summary(store: Store, problem_key: str) -> dict[str, Any]:

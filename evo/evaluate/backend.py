@@ -23,6 +23,7 @@ class WorkerInfo:
     gpu: str  # device name as it is written into Evaluation.gpu
     versions: dict[str, str] = field(default_factory=dict)
     target: Target | None = None  # what CPU workers compile for; None: the executor's default
+    copy_GBps: float | None = None  # copy bandwidth measured at start-up (GPU workers; None: no real floor)
 
 
 class Worker(ABC):

@@ -16,7 +16,11 @@ from typing import Any
 from evo.problem import Problem, Target
 from evo.store.record import Evaluation
 
-__all__ = ["Candidate", "CompileResult"]
+__all__ = ["Candidate", "CompileResult", "served_from"]
+
+
+def served_from(cached: Evaluation) -> str:
+    return cached.worker if cached.worker.startswith("shared#") else f"store#{cached.id}"
 
 
 @dataclass
@@ -45,6 +49,7 @@ class Candidate:
     origin: str = ""  # seed, random, mutate, crossover, transfer, ...
     parents: tuple[str, ...] = ()  # genome hashes
     ticket: int = 0  # unique within a run session: results come back out of order, keyed by it
+    emitter: str = ""  # the search's emitter that proposed it (recorded in the row)
     source: str = ""  # render: the standalone Triton module
     source_hash: str = ""  # evo.evaluate.modules.source_hash(source): the kernel's identity in the store
     compiled: CompileResult | None = None  # compile (None: not compiled ahead; the worker compiles on launch)
@@ -67,13 +72,15 @@ class Candidate:
         return Evaluation(
             operator=self.problem.operator, problem_key=self.problem.key, problem=self.problem.to_json(),
             genome=self.genome.canonical(), genome_hash=self.genome.hash, source_hash=self.source_hash,
-            status=status, reason=reason, origin=self.origin, parents=list(self.parents), **fields)
+            status=status, reason=reason, origin=self.origin, parents=list(self.parents), emitter=self.emitter,
+            **fields)
 
     def served(self, cached: Evaluation) -> Evaluation:
         """A new row for this candidate whose source was measured before: the measurement is reused, the
-        genome, origin and parents are this candidate's; `worker` says where it came from."""
+        genome, origin and parents are this candidate's; `worker` says where it came from: "store#<id>" (the
+        run's store), or "shared#<id>" as the shared results database (evo.store.shared) marks its rows."""
         now = time.time()
         return dataclasses.replace(cached, genome=self.genome.canonical(), genome_hash=self.genome.hash,
-                                   origin=self.origin, parents=list(self.parents), run_id="", id=None,
-                                   worker=f"store#{cached.id}", started_at=now, finished_at=now)
+                                   origin=self.origin, parents=list(self.parents), emitter=self.emitter, run_id="",
+                                   id=None, worker=served_from(cached), started_at=now, finished_at=now)
 

@@ -88,11 +88,19 @@ class GpuState:
 
 
 def gpu_setup(device_index: int, settings: EvalSettings) -> tuple[GpuState, dict[str, Any]]:
+    from evo.evaluate.roofline import copy_bandwidth
     from evo.problem import Target
 
     state = GpuState(device_index, settings)
+    try:  # the speed-of-light floor's memory side (evo.evaluate.roofline), measured once per worker
+        copy_GBps: float | None = copy_bandwidth("cuda", nbytes=1 << 28)
+    except Exception:  # a GPU short of memory still searches; it only shows no floor
+        copy_GBps = None
+    import torch
+
+    torch.cuda.empty_cache()  # the copy's buffers go back to the device, not to this process's cache
     return state, {"gpu": state.gpu, "versions": state.versions, "worker": state.worker, "pid": os.getpid(),
-                   "target": Target.from_torch(0)}
+                   "target": Target.from_torch(0), "copy_GBps": copy_GBps}
 
 
 def _context_ok(device: str) -> bool:
@@ -219,7 +227,7 @@ class ChildWorker(Worker):
         """Waits for a (re)started child: its start-up is never a candidate's time."""
         d = self._child.info()
         return WorkerInfo(str(d.get("worker", self._child.name)), str(d["gpu"]), dict(d["versions"]),
-                          d.get("target") or self._target)
+                          d.get("target") or self._target, d.get("copy_GBps"))
 
     @property
     def gpu(self) -> str:

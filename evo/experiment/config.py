@@ -18,14 +18,23 @@ import yaml
 
 from evo.experiment import limits
 from evo.experiment.oneline import one_line
-from evo.experiment.spec import Budget, DescriptorSpec, EvaluationSpec, ExecutorSpec, Experiment
+from evo.experiment.spec import (
+    Budget,
+    DescriptorSpec,
+    EmitterSpec,
+    EvaluationSpec,
+    ExecutorSpec,
+    Experiment,
+    MemorySpec,
+)
 from evo.problem import DTYPES, HOPPER, Problem
 
 __all__ = ["ConfigError", "load_experiment", "parse_experiment", "parse_shape", "EXECUTOR_KINDS"]
 
 EXECUTOR_KINDS = ("ray", "local", "smoke")
 _TOP_KEYS = ("name", "operator", "problems", "genome", "descriptors", "mutators", "selection", "initial_random",
-             "transfer", "budget", "seed", "executor", "evaluation", "output")
+             "transfer", "budget", "seed", "executor", "evaluation", "output", "emitters", "scheduler", "memory",
+             "seeds")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _MISSING = object()
 
@@ -234,11 +243,16 @@ def parse_experiment(text: str, file: str = "<experiment>", default_name: str = 
         selection=selection,
         initial_random=c.integer(d.get("initial_random", Experiment.initial_random), "initial_random", 0),
         transfer=c.boolean(d.get("transfer", Experiment.transfer), "transfer"),
+        seeds=c.boolean(d.get("seeds", Experiment.seeds), "seeds"),
         budget=_budget(c, d.get("budget", {})),
         seed=c.integer(d.get("seed", Experiment.seed), "seed", 0),
         executor=executor,
         evaluation=_evaluation(c, d.get("evaluation", {})),
         output=_output(c, d.get("output", Experiment.output)),
+        emitters=_emitters(c, d.get("emitters", None)),
+        scheduler=c.choice(d.get("scheduler", Experiment.scheduler), "scheduler",
+                           _registry_names("evo.search.emitters.scheduler", ("bandit",)), "scheduler"),
+        memory=_memory(c, d.get("memory", {})),
         source=text,
     )
 
@@ -368,14 +382,16 @@ def _sub(c: _Checker, node: Any, path: str, allowed: tuple[str, ...]) -> Callabl
 
 
 def _budget(c: _Checker, node: Any) -> Budget:
-    get = _sub(c, node, "budget", ("evaluations", "wall_s", "stagnation"))
+    get = _sub(c, node, "budget", ("evaluations", "wall_s", "stagnation", "sol"))
     b = Budget(
         evaluations=c.integer(get("evaluations", Budget.evaluations), "budget.evaluations", 1, none_ok=True),
         wall_s=c.number(get("wall_s", Budget.wall_s), "budget.wall_s", 0.0, none_ok=True),
         stagnation=c.integer(get("stagnation", Budget.stagnation), "budget.stagnation", 1, none_ok=True),
+        sol=c.number(get("sol", Budget.sol), "budget.sol", 0.0, 1.0, none_ok=True),
     )
     if b.evaluations is None and b.wall_s is None and b.stagnation is None:
-        raise c.fail("budget", "at least one of evaluations, wall_s or stagnation must be set (else it never stops)")
+        raise c.fail("budget", "at least one of evaluations, wall_s or stagnation must be set (else it never stops; "
+                               "sol alone may never be reached)")
     return b
 
 
@@ -410,3 +426,42 @@ def _evaluation(c: _Checker, node: Any) -> EvaluationSpec:
         noise_margin=c.number(get("noise_margin", e.noise_margin), "evaluation.noise_margin", 0.0, 1.0,
                               low_open=False),
     )
+
+
+def _emitters(c: _Checker, node: Any) -> tuple[EmitterSpec, ...]:
+    """`emitters`: names, or {name, ...settings} mappings; each is built once here so that a bad setting fails
+    now (evo.search.emitters validates its own settings)."""
+    if node is None:
+        return Experiment.emitters
+    import importlib
+
+    registry = importlib.import_module("evo.search.emitters")
+    out: list[EmitterSpec] = []
+    for i, item in enumerate(c.listing(node, "emitters")):
+        path = f"emitters[{i}]"
+        if isinstance(item, dict):
+            if "name" not in item:
+                raise c.fail(f"{path}.name", "is required")
+            name, settings = item["name"], {k: v for k, v in item.items() if k != "name"}
+        else:
+            name, settings = item, {}
+        c.choice(name, path, registry.names(), "emitter")
+        if any(e.name == name for e in out):
+            raise c.fail(path, f"emitter {name!r} is listed twice")
+        try:
+            registry.get(name, settings)
+        except ValueError as e:
+            raise c.fail(path, str(e)) from None
+        out.append(EmitterSpec(name, tuple(sorted(settings.items()))))
+    return tuple(out)
+
+
+def _memory(c: _Checker, node: Any) -> MemorySpec:
+    """`memory`: false turns the shared results database off; else {db, seed, reuse}."""
+    if node is False:
+        return MemorySpec(enabled=False)
+    get = _sub(c, node, "memory", ("db", "seed", "reuse"))
+    m = MemorySpec
+    return MemorySpec(db=c.string(get("db", m.db), "memory.db", none_ok=True),
+                      seed=c.integer(get("seed", m.seed), "memory.seed", 0),
+                      reuse=c.boolean(get("reuse", m.reuse), "memory.reuse"))

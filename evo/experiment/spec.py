@@ -10,7 +10,8 @@ from typing import Any
 
 from evo.problem import Problem
 
-__all__ = ["Experiment", "Budget", "ExecutorSpec", "DescriptorSpec", "EvaluationSpec"]
+__all__ = ["Experiment", "Budget", "ExecutorSpec", "DescriptorSpec", "EvaluationSpec", "EmitterSpec", "MemorySpec",
+           "DEFAULT_EMITTER_SPECS"]
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,7 @@ class Budget:
     evaluations: int | None = 200
     wall_s: float | None = None
     stagnation: int | None = None  # evaluations without a new best beyond the noise margin
+    sol: float | None = None  # stop once the elite reaches this share of the speed-of-light floor (GPU runs)
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,27 @@ class EvaluationSpec:
 
 
 @dataclass(frozen=True)
+class EmitterSpec:
+    """One emitter by registry name (evo.search.emitters) and its settings."""
+
+    name: str
+    settings: tuple[tuple[str, Any], ...] = ()
+
+
+DEFAULT_EMITTER_SPECS = tuple(EmitterSpec(n) for n in ("variation", "guided", "exploit", "restart"))
+
+
+@dataclass(frozen=True)
+class MemorySpec:
+    """The results database shared by runs on this machine (evo.store.shared)."""
+
+    enabled: bool = True
+    db: str | None = None  # None: $EVO_RESULTS_DB, else <user cache dir>/evo/results.sqlite
+    seed: int = 8  # at most this many elites of the nearest problems measured before seed a problem
+    reuse: bool = True  # serve a kernel measured before on this GPU model and versions instead of re-measuring
+
+
+@dataclass(frozen=True)
 class Experiment:
     name: str
     operator: str
@@ -59,11 +82,15 @@ class Experiment:
     mutators: dict[str, float] = field(default_factory=lambda: {"mutate": 0.6, "mutate_multi": 0.2,
                                                                  "crossover_uniform": 0.1, "crossover_group": 0.1})
     selection: str = "uniform"  # or "curiosity": biased to cells that recently improved
+    emitters: tuple[EmitterSpec, ...] = DEFAULT_EMITTER_SPECS  # proposal strategies sharing the archive
+    scheduler: str = "bandit"  # shares the proposals among the emitters by the improvements each caused
     initial_random: int = 16  # random valid genomes in the first population (besides the family's seeds)
+    seeds: bool = True  # the genome family's hand-picked seeds in the first population (off: a blind start)
     transfer: bool = True  # seed each problem with the elites of problems already searched
     budget: Budget = Budget()
     seed: int = 0
     executor: ExecutorSpec = ExecutorSpec()
     evaluation: EvaluationSpec = EvaluationSpec()
     output: str = "runs"
+    memory: MemorySpec = MemorySpec()
     source: str = ""  # the YAML text the experiment was loaded from (copied into the run directory)

@@ -4,7 +4,7 @@
   "problem_start"  a problem's search begins (or resumes);
   "evaluation"     one evaluation completed and was stored (`evaluation`, `added`);
   "workers"        the number of busy GPU workers changed;
-  "problem_done"   a problem's search ended (`reason`: evaluations, wall_s, stagnation, interrupted);
+  "problem_done"   a problem's search ended (`reason`: evaluations, wall_s, stagnation, sol, interrupted);
   "message"        a line of text for the user (`message`).
 Every event carries the state of its problem: evaluations so far, the best objective and its ratio to the
 primary baseline, failures by status, and the GPU workers busy and in total.
@@ -21,7 +21,7 @@ from evo.store.record import Evaluation
 __all__ = ["SearchEvent", "ProblemSummary", "RunSummary", "EVENT_KINDS", "STOP_REASONS"]
 
 EVENT_KINDS = ("problem_start", "evaluation", "workers", "problem_done", "message")
-STOP_REASONS = ("evaluations", "wall_s", "stagnation", "interrupted")
+STOP_REASONS = ("evaluations", "wall_s", "stagnation", "sol", "interrupted")
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,7 @@ class SearchEvent:
     added: AddStatus | None = None  # kind "evaluation": what the archive did with it
     reason: str = ""  # kind "problem_done": why the search of the problem stopped
     message: str = ""  # kind "message"
+    sol_share: float | None = None  # the best elite's share of the speed-of-light floor (None: no floor known)
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,8 @@ class ProblemSummary:
     filled: int
     cells: int
     failures: dict[str, int] = field(default_factory=dict)
+    sol_share: float | None = None  # the best elite's share of the speed-of-light floor (None: no floor known)
+    emitters: dict[str, dict[str, int]] = field(default_factory=dict)  # this session: proposed, improvements
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)

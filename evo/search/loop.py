@@ -5,10 +5,14 @@ is stored, offered to the archive, and immediately replaced by a new child varie
 is now. While GPUs check and time, the CPU side renders and compiles the next jobs, so a GPU that frees up
 gets a compiled job at once.
 
-Problems are searched in order. The first population of a problem is the elites of the problems already
-searched (with `transfer`, repaired for this problem), the family's seeds, and `initial_random` random valid
-genomes. A problem's search stops at the first budget reached: evaluations, wall time, or stagnation
-(evaluations since the best last rose beyond the noise margin).
+Problems are searched in order. The first population of a problem is the elites of the nearest problems earlier
+runs measured on this GPU model and versions (the shared results database, evo.store.shared), the elites of the
+problems already searched (with `transfer`), both repaired for this problem, the family's seeds, and
+`initial_random` random valid genomes. After it, the experiment's emitters propose the children, a bandit
+scheduler choosing which one proposes next from the archive improvements each caused (evo.search.emitters; its
+counts restart with each session). A problem's search stops at the first budget reached: evaluations, wall
+time, stagnation (evaluations since the best last rose beyond the noise margin), or `sol` (the elite's share of
+the problem's speed-of-light floor, evo.evaluate.roofline, when the workers measured one).
 
 The store is the checkpoint. Every evaluation is committed as it arrives, and everything else is rebuilt
 from it on resume: the archive (by replaying the rows in order, exactly as it was built live), the
@@ -26,18 +30,21 @@ from pathlib import Path
 
 import numpy as np
 
-from evo.archive import Elite, GridArchive
+from evo.archive import AddStatus, Elite, GridArchive
 from evo.evaluate import Candidate, Executor, make_backend, make_executor
+from evo.evaluate.roofline import Floor, floor
 from evo.experiment.resume_check import deciding, experiment_changes, record_resume
 from evo.experiment.rundir import RunDir
 from evo.experiment.runlock import RunDirError, RunLock
 from evo.experiment.spec import Experiment
 from evo.mutators import MutatorMix
 from evo.problem import Problem
+from evo.search import emitters as emitting
 from evo.search.events import ProblemSummary, RunSummary, SearchEvent
 from evo.search.selection import get as get_selection
 from evo.search.variation import Variation
 from evo.store.record import Evaluation
+from evo.store.shared import SharedResults, chain_lookups, default_path
 from evo.store.sqlite import Store
 
 __all__ = ["run_experiment", "Search", "EventCallback", "StartupError"]
@@ -84,11 +91,15 @@ def _run_locked(experiment: Experiment, rd: RunDir, resume: bool, on_event: Even
     if experiment.source and experiment.source != previous:
         rd.experiment.write_text(experiment.source)
     store = Store(rd.store)
+    memory = experiment.memory
+    shared = SharedResults(default_path(memory.db)) if memory.enabled else None
     owned = executor is None
     try:
         if executor is None:
             backend = make_backend(experiment.executor, experiment.evaluation, experiment.seed)
             executor = make_executor(experiment.executor, backend, experiment.evaluation, lookup=store.lookup)
+        if shared is not None and memory.reuse:  # the run's own store first, then what earlier runs measured
+            executor.lookup = chain_lookups(executor.lookup, shared.lookup)
         try:
             executor.start()
         except Exception as e:
@@ -97,6 +108,8 @@ def _run_locked(experiment: Experiment, rd: RunDir, resume: bool, on_event: Even
             raise StartupError(f"cannot start the {experiment.executor.kind} executor: {e}") from e
     except BaseException:
         store.close()
+        if shared is not None:
+            shared.close()
         if not resume:  # leave nothing behind that would block a retry
             for path in (rd.store, Path(f"{rd.store}-wal"), Path(f"{rd.store}-shm"), rd.experiment):
                 path.unlink(missing_ok=True)
@@ -116,11 +129,14 @@ def _run_locked(experiment: Experiment, rd: RunDir, resume: bool, on_event: Even
         store.set_meta("executor", experiment.executor.kind)
         try:
             store.set_meta("target", {k: v for k, v in asdict(executor.target).items() if k != "extra"})
-            search = Search(experiment, operator, store, executor, on_event, run_id=f"{experiment.name}#{session}")
+            search = Search(experiment, operator, store, executor, on_event, run_id=f"{experiment.name}#{session}",
+                            shared=shared)
             summary = search.run()
         finally:
             if owned:
                 executor.shutdown()
+            if shared is not None:
+                shared.close()
     return RunSummary(experiment.name, str(rd.path), summary.problems, summary.interrupted,
                       summary.session_evaluations, summary.elapsed_s, experiment.executor.kind == "smoke")
 
@@ -163,7 +179,8 @@ class Search:
     """One session of an experiment's search over its problems, on a started executor."""
 
     def __init__(self, experiment: Experiment, operator: object, store: Store, executor: Executor,
-                 on_event: EventCallback | None = None, run_id: str | None = None) -> None:
+                 on_event: EventCallback | None = None, run_id: str | None = None,
+                 shared: SharedResults | None = None) -> None:
         run_id = run_id or f"{experiment.name}#1"
         if not run_id.startswith(f"{experiment.name}#"):
             raise ValueError(f"run id {run_id!r} must be '<experiment name>#<session>'")
@@ -178,6 +195,11 @@ class Search:
         self.mutators = MutatorMix(experiment.mutators)
         self.selection = get_selection(experiment.selection)
         self.margin = experiment.evaluation.noise_margin
+        self.shared = shared  # the results database shared across runs (evo.store.shared), or None
+        self.emitters = [emitting.get(e.name, dict(e.settings)) for e in experiment.emitters]
+        self.scheduler: emitting.BanditScheduler | None = None  # per problem
+        self._arm: dict[int, int] = {}  # ticket -> the scheduler's emitter index
+        self._floor: Floor | None = None  # the current problem's speed-of-light floor
         self._ticket = 0
         self._session_evaluations = 0
         self._busy = -1
@@ -211,16 +233,27 @@ class Search:
         spent = float(self.store.meta(clock_key, 0.0))
         started = time.monotonic()
         elapsed = lambda: spent + time.monotonic() - started  # noqa: E731
+        self._floor, self.scheduler = self._problem_floor(problem), None
         stop = self._stop_reason(archive, spent)
         if stop is not None:  # finished in an earlier session
             self._emit("problem_done", index, problem, archive, spent, reason=stop)
             return archive, self._summary(problem, archive, stop)
 
         variation = Variation(self.family, problem, self.executor.target, self.mutators, self.selection)
-        first = variation.initial(self._rng(index, 0), exp.initial_random, transfer, seen)
+        first = variation.initial(self._rng(index, 0), exp.initial_random, transfer, seen, self._remembered(problem),
+                                  exp.seeds)
         queue = deque(first)
         rng = self._rng(index, 1, archive.evaluations)
+        self.scheduler = emitting.get_scheduler(exp.scheduler, self.emitters)
+        prefix = f"{exp.name}#"
+        ctx = emitting.EmitContext(problem, archive, variation, seen, rng, seed=exp.seed, rows=lambda: [
+            r for r in self.store.iter() if r.run_id.startswith(prefix) and r.operator == problem.operator])
         self._emit("problem_start", index, problem, archive, elapsed())
+        if exp.budget.sol is not None and self._floor is None:
+            self._emit("message", index, problem, archive, elapsed(), message=(
+                f"budget.sol {exp.budget.sol} is not used for {problem.key}: no speed-of-light floor on "
+                f"{self.executor.infos[0].gpu if self.executor.infos else 'this executor'} (a smoke run's fitness "
+                f"is not a timing; a GPU run measures the copy bandwidth at start-up)"))
         saved_at = time.monotonic()
         cancelled = False
         try:
@@ -231,13 +264,20 @@ class Search:
                     budget = exp.budget.evaluations
                     while self.executor.in_flight < self.executor.slots and (
                             budget is None or archive.evaluations + self.executor.in_flight < budget):
-                        proposal = queue.popleft() if queue else variation.child(archive, seen, rng)
-                        seen.add(proposal.genome.hash)
                         self._ticket += 1
+                        if queue:
+                            proposal, emitter = queue.popleft(), emitting.INITIAL
+                        else:
+                            arm = self.scheduler.choose(rng)
+                            proposal, emitter = self.emitters[arm].propose(ctx), self.emitters[arm].name
+                            self._arm[self._ticket] = arm
+                        seen.add(proposal.genome.hash)
                         self.executor.submit(Candidate(problem, proposal.genome, self.operator, proposal.origin,
-                                                       proposal.parents, self._ticket))
+                                                       proposal.parents, self._ticket, emitter))
                 elif not cancelled:
-                    self.executor.cancel_waiting()
+                    for cand in self.executor.cancel_waiting():
+                        if cand.ticket in self._arm:
+                            self.scheduler.release(self._arm.pop(cand.ticket))
                     cancelled = True
                 if self.executor.in_flight == 0:
                     break
@@ -266,9 +306,14 @@ class Search:
         if ev.problem_key != problem.key or ev.genome_hash != job.genome.hash:
             raise RuntimeError(f"executor returned an evaluation of {ev.problem_key} {ev.genome_hash} for job "
                                f"{job.ticket} ({problem.key} {job.genome.hash})")
-        ev.origin, ev.parents, ev.run_id = job.origin, list(job.parents), self.run_id
+        ev.origin, ev.parents, ev.run_id, ev.emitter = job.origin, list(job.parents), self.run_id, job.emitter
         self.store.add(ev)  # first the store, then the archive: the order from_store replays
+        if self.shared is not None:
+            self.shared.record(ev)
         (result,) = archive.add([ev])
+        arm = self._arm.pop(job.ticket, None)
+        if arm is not None and self.scheduler is not None:
+            self.scheduler.credit(arm, result.status > AddStatus.NOT_ADDED)
         self._session_evaluations += 1
         self._emit("evaluation", index, problem, archive, elapsed, evaluation=ev, added=result.status)
 
@@ -287,7 +332,30 @@ class Search:
             return "wall_s"
         if b.stagnation is not None and archive.evaluations - archive.best_index >= b.stagnation:
             return "stagnation"
+        share = self._sol_share(archive)
+        if b.sol is not None and share is not None and share >= b.sol:
+            return "sol"
         return None
+
+    # -- speed of light and memory ----------------------------------------------------------------------
+    def _problem_floor(self, problem: Problem) -> Floor | None:
+        """The problem's floor on the first worker's GPU (None without a measured copy bandwidth: smoke runs),
+        kept in the store's metadata for status and the report."""
+        info = self.executor.infos[0] if self.executor.infos else None
+        found = floor(self.operator, problem, info.gpu, info.copy_GBps) if info is not None else None
+        self.store.set_meta(f"floor:{problem.key}", asdict(found) if found else None)
+        return found
+
+    def _sol_share(self, archive: GridArchive) -> float | None:
+        best = archive.best
+        return self._floor.share(best.median_ms) if self._floor is not None and best is not None else None
+
+    def _remembered(self, problem: Problem) -> list[Evaluation]:
+        """Elites of the nearest problems earlier runs measured on this GPU model and versions."""
+        info = self.executor.infos[0] if self.executor.infos else None
+        if self.shared is None or info is None or not self.experiment.memory.seed:
+            return []
+        return self.shared.nearest_elites(problem, info.gpu, info.versions, self.experiment.memory.seed)
 
     def _rng(self, problem_index: int, stream: int, evaluations: int = 0) -> np.random.Generator:
         return np.random.default_rng(np.random.SeedSequence([self.experiment.seed, problem_index, stream,
@@ -316,7 +384,8 @@ class Search:
             best=best.objective if best else None, best_ratio=best.ratio if best else None, unit=self.unit,
             failures={k: n for k, n in sorted(archive.status_counts.items()) if k != "ok"},
             busy_workers=self.executor.busy, total_workers=self.executor.workers, coverage=archive.coverage,
-            qd_score=archive.qd_score, elapsed_s=elapsed, **extra))  # type: ignore[arg-type]
+            qd_score=archive.qd_score, elapsed_s=elapsed, sol_share=self._sol_share(archive),
+            **extra))  # type: ignore[arg-type]
 
     def _summary(self, problem: Problem, archive: GridArchive, reason: str) -> ProblemSummary:
         best = archive.best
@@ -336,7 +405,10 @@ class Search:
             best_index_without_transfer=without, transferred=transferred, transfer_saved=saved,
             transfer_saved_is_bound=bound, coverage=archive.coverage, qd_score=archive.qd_score, filled=len(archive),
             cells=archive.cells,
-            failures={k: n for k, n in sorted(archive.status_counts.items()) if k != "ok"})
+            failures={k: n for k, n in sorted(archive.status_counts.items()) if k != "ok"},
+            sol_share=self._sol_share(archive),
+            emitters={a.name: {"proposed": a.proposed, "improvements": a.improvements}
+                      for a in (self.scheduler.arms if self.scheduler else [])})
 
 
 def _first_without_transfer(rows: object, objective: Callable[[Evaluation], float | None],

@@ -59,8 +59,10 @@ class Variation:
         self.redraws = redraws
 
     def initial(self, rng: np.random.Generator, n_random: int, transfer: Iterable[Elite] = (),
-                seen: set[str] | frozenset[str] = frozenset()) -> list[Proposal]:
-        """Transferred elites (repaired for this problem), then the family's seeds, then `n_random` random
+                seen: set[str] | frozenset[str] = frozenset(), memory: Iterable[Any] = (),
+                seeds: bool = True) -> list[Proposal]:
+        """Elites remembered from earlier runs (`memory`: rows of the shared results database, origin "memory"),
+        transferred elites (both repaired for this problem), then the family's seeds, then `n_random` random
         valid genomes; without duplicates, and without genomes in `seen`. The random draws do not depend on
         `seen`, so a resumed run proposes the same first population and skips what it already evaluated."""
         out: list[Proposal] = []
@@ -71,13 +73,14 @@ class Variation:
                 taken.add(p.genome.hash)
                 out.append(p)
 
-        for elite in list(transfer)[:TRANSFER_LIMIT]:
+        sources = [("memory", e) for e in memory] + [("transfer", e) for e in list(transfer)[:TRANSFER_LIMIT]]
+        for origin, elite in sources:
             try:
                 genome = self.family.repair(coerce(self.family, elite.genome), self.problem, self.target, rng)
             except InvalidGenome:
                 continue
-            take(Proposal(genome, "transfer", (elite.genome_hash,)))
-        for genome in self.family.seeds(self.problem, self.target):
+            take(Proposal(genome, origin, (elite.genome_hash,)))
+        for genome in self.family.seeds(self.problem, self.target) if seeds else ():
             take(Proposal(genome, "seed"))
         drawn = 0
         for _ in range(max(0, n_random) * 20):
@@ -92,14 +95,16 @@ class Variation:
                 drawn += 1
         return [p for p in out if p.genome.hash not in seen]
 
-    def child(self, archive: GridArchive, seen: set[str], rng: np.random.Generator) -> Proposal:
-        """A child of the archive's elites not in `seen`; after `redraws` duplicates, a random genome not in
-        `seen`; failing that too, the last child drawn (a re-measurement is the price of a saturated space)."""
+    def child(self, archive: GridArchive, seen: set[str], rng: np.random.Generator,
+              selection: Selection | None = None) -> Proposal:
+        """A child of the archive's elites (parents chosen by `selection`, the experiment's by default) not in
+        `seen`; after `redraws` duplicates, a random genome not in `seen` (`random_child`)."""
         last: Proposal | None = None
         if len(archive):
+            selection = selection or self.selection
             for _ in range(self.redraws):
                 mutator = self.mutators.choose(rng)
-                parents = self.selection.select(archive, mutator.num_parents, rng)
+                parents = selection.select(archive, mutator.num_parents, rng)
                 try:
                     genome = mutator([coerce(self.family, e.genome) for e in parents], self.family, self.problem,
                                      self.target, rng)
@@ -108,6 +113,11 @@ class Variation:
                 last = Proposal(genome, mutator.name, tuple(e.genome_hash for e in parents))
                 if genome.hash not in seen:
                     return last
+        return self.random_child(seen, rng, last)
+
+    def random_child(self, seen: set[str], rng: np.random.Generator, last: Proposal | None = None) -> Proposal:
+        """A random valid genome not in `seen`; failing that after `redraws` draws, the last one drawn (or
+        `last`): a re-measurement is the price of a saturated space."""
         for _ in range(self.redraws):
             try:
                 genome = self.family.random(rng, self.problem, self.target)

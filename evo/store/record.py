@@ -50,6 +50,7 @@ class Evaluation:
     compile_s: float | None = None
     origin: str = ""  # how the genome was made: seed, random, mutate, crossover, transfer, ...
     parents: list[str] = field(default_factory=list)  # genome hashes
+    emitter: str = ""  # which emitter of the search proposed it (evo.search.emitters); "" before emitters
     run_id: str = ""
     worker: str = ""
     started_at: float = field(default_factory=time.time)

@@ -23,13 +23,21 @@ _COLUMNS = {
     "source_hash": "TEXT", "status": "TEXT", "reason": "TEXT", "gpu": "TEXT", "versions": "TEXT",
     "versions_key": "TEXT", "median_ms": "REAL", "spread_ms": "REAL", "times_ms": "TEXT", "baseline": "TEXT",
     "baseline_ms": "REAL", "baseline_spread_ms": "REAL", "max_rel_error": "REAL", "resources": "TEXT",
-    "compile_s": "REAL", "origin": "TEXT", "parents": "TEXT", "run_id": "TEXT", "worker": "TEXT",
+    "compile_s": "REAL", "origin": "TEXT", "parents": "TEXT", "emitter": "TEXT", "run_id": "TEXT", "worker": "TEXT",
     "started_at": "REAL", "finished_at": "REAL",
 }
 
 
 class StoreError(ValueError):
     """A store that cannot be opened as one (not SQLite, damaged, not an evo store); one-line message."""
+
+
+def _migrate(db: sqlite3.Connection) -> None:
+    """Add the columns a store made by an older evo lacks (e.g. `emitter`); their old rows read as ''."""
+    have = {r[1] for r in db.execute("PRAGMA table_info(evaluations)")}
+    for name, kind in _COLUMNS.items():
+        if name not in have:
+            db.execute(f"ALTER TABLE evaluations ADD COLUMN {name} {kind} DEFAULT ''")
 
 
 class Store:
@@ -61,6 +69,7 @@ class Store:
             self._db.execute("PRAGMA synchronous=NORMAL")
             cols = ", ".join(f"{k} {t}" for k, t in _COLUMNS.items())
             self._db.execute(f"CREATE TABLE IF NOT EXISTS evaluations (id INTEGER PRIMARY KEY AUTOINCREMENT, {cols})")
+            _migrate(self._db)
             self._db.execute("CREATE INDEX IF NOT EXISTS by_measurement ON evaluations "
                              "(source_hash, problem_key, gpu, versions_key)")
             self._db.execute("CREATE INDEX IF NOT EXISTS by_problem ON evaluations (problem_key, id)")

@@ -298,8 +298,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.set_defaults(func=_cmd_genes)
 
     from evo.bench.command import add_bench_command
+    from evo.bench.search_bench import add_bench_search_command
 
     add_bench_command(sub)
+    add_bench_search_command(sub)
     return p
 
 

@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import math
 from typing import Any
 
 from evo.archive.elite import EliteKernel, elite, run_elites
 from evo.evaluate.modules import source_hash
 from evo.experiment.spec import Experiment
-from evo.problem import HOPPER, Problem, Target
+from evo.problem import HOPPER, Problem, Target, shape_distance
 from evo.store.record import Evaluation
 from evo.store.sqlite import Store
 
@@ -362,4 +361,4 @@ def export_all(store: Store, experiment: Experiment | None = None) -> tuple[str,
 
 def nearest_distance(a: tuple[int, ...], b: tuple[int, ...]) -> float:
     """The distance `export_all` modules use to pick the nearest measured shape."""
-    return sum(abs(math.log2(x / y)) for x, y in zip(a, b, strict=True))
+    return shape_distance(a, b)

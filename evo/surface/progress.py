@@ -30,6 +30,7 @@ class ProblemRow:
     evaluations: int = 0
     best: float | None = None
     best_ratio: float | None = None
+    sol_share: float | None = None  # the best's share of the speed-of-light floor (None: no floor known)
     unit: str = ""
     failures: dict[str, int] = field(default_factory=dict)
     coverage: float = 0.0
@@ -76,6 +77,7 @@ class Progress:
         previous_best = row.best
         row.evaluations, row.budget, row.unit = event.evaluations, event.budget, event.unit
         row.best, row.best_ratio = event.best, event.best_ratio
+        row.sol_share = getattr(event, "sol_share", None)
         row.failures, row.coverage = dict(event.failures), event.coverage
         self.busy, self.total = event.busy_workers, event.total_workers
         force = False
@@ -116,7 +118,8 @@ class Progress:
         if self.smoke:
             return smoke_score(row.best)
         ratio = f" ({row.best_ratio:.2f}x baseline)" if row.best_ratio else ""
-        return f"{row.best:.4g} {row.unit}{ratio}"
+        sol = f", {row.sol_share:.0%} of SOL" if row.sol_share is not None else ""
+        return f"{row.best:.4g} {row.unit}{ratio}{sol}"
 
     @staticmethod
     def _failures(row: ProblemRow) -> str:
@@ -134,10 +137,10 @@ class Progress:
         out = [f"evo  {_clock_text(self.clock() - self.t0)} elapsed   {self._workers()}".rstrip()]
         if self.smoke:
             out.append("SMOKE RUN: fitness from the CPU interpreter is NOT a timing")
-        out.append(f"{'problem':<{width}}  {'evals':>9}  {'state':<7}  {'best':<30}  {'cover':>5}  failures")
+        out.append(f"{'problem':<{width}}  {'evals':>9}  {'state':<7}  {'best':<42}  {'cover':>5}  failures")
         for r in self.rows.values():
             evals = f"{r.evaluations}/{r.budget}" if r.budget else str(r.evaluations)
-            out.append(f"{r.key:<{width}}  {evals:>9}  {r.state:<7}  {self._best(r):<30}  {r.coverage:>5.0%}  "
+            out.append(f"{r.key:<{width}}  {evals:>9}  {r.state:<7}  {self._best(r):<42}  {r.coverage:>5.0%}  "
                        f"{self._failures(r) or '-'}")
         return out
 

@@ -20,6 +20,7 @@ from evo.problem import Problem
 from evo.store.record import Evaluation
 from evo.store.sqlite import Store
 from evo.surface.export import is_smoke, run_target
+from evo.surface.report_emitters import emitter_history
 from evo.surface.report_html import embed_json, page
 from evo.surface.report_overview import overview_data
 from evo.surface.smoke_label import SMOKE_SCORE
@@ -91,6 +92,7 @@ def _problem_data(store: Store, problem: Problem, op: Any, specs: tuple[Descript
     nx, ny = ax_x.cells, (ax_y.cells if ax_y else 1)
     by_id = {ev.id: ev for ev in evs}
     target = run_target(meta)
+    floor = meta.get(f"floor:{problem.key}")  # the speed-of-light floor the search saved (None: no real floor)
 
     # the best elite of each (x, y) cell, over the other descriptors when there are more than two
     cells: dict[tuple[int, int], Any] = {}
@@ -113,6 +115,7 @@ def _problem_data(store: Store, problem: Problem, op: Any, specs: tuple[Descript
             "descriptors": [_num(v) for v in e.descriptors],
             "baseline_ms": _num(ev.baseline_ms) if ev else None, "gpu": ev.gpu if ev else "",
             "spread_ms": _num(ev.spread_ms) if ev else None,
+            "sol": _num(floor["ms"] / e.median_ms, 3) if floor and e.median_ms else None,
         })
 
     # failures: every evaluation that is not ok, placed by its genome (and resources, when it has them)
@@ -141,6 +144,7 @@ def _problem_data(store: Store, problem: Problem, op: Any, specs: tuple[Descript
             sample_reason[ev.status] = ev.reason[:300]
     hist = archive.history
     best = archive.best
+    sol = floor["ms"] / best.median_ms if floor and best is not None and best.median_ms else None
     times = [t for ev in evs for t in (ev.started_at, ev.finished_at) if t]
     spent = meta.get(f"wall_s:{problem.key}")  # saved by the search; else the evaluations' span
     elapsed = float(spent) if spent is not None else (max(times) - min(times)) if times else None
@@ -153,12 +157,14 @@ def _problem_data(store: Store, problem: Problem, op: Any, specs: tuple[Descript
         "nx": nx, "ny": ny, "axes": [a.name for a in archive.axes], "projected": len(archive.axes) > 2,
         "elites": elites, "failures": failures, "unplaced_failures": unplaced,
         "status_counts": dict(by_status), "sample_reason": sample_reason,
+        "emitters": emitter_history(evs, problem, op, specs, noise),
         "history": {"evaluations": hist.evaluations, "best": [_num(b) for b in hist.best],
                     "qd_score": [_num(q) for q in hist.qd_score]},
         "summary": {"evaluations": len(evs), "ok": by_status.get("ok", 0), "cells": archive.cells,
                     "filled": len(archive), "coverage": _num(archive.coverage, 3), "qd_score": _num(archive.qd_score),
                     "best": _num(best.objective) if best else None, "best_ratio": _num(best.ratio, 3) if best else None,
-                    "elapsed_s": _num(elapsed, 3)},
+                    "elapsed_s": _num(elapsed, 3), "sol_share": _num(sol, 3),
+                    "floor_ms": _num(floor["ms"]) if floor else None},
     }
 
 

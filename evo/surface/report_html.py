@@ -122,6 +122,18 @@ _SCRIPT = r"""
     return Plotly.newPlot("hist-" + pi, traces, layout, CONFIG);
   }
 %ROOFLINE%
+
+  function emitters(p, pi) {
+    const em = p.emitters, names = Object.keys(em.share);
+    const traces = names.map((n) => ({ x: em.evaluations, y: em.share[n], name: esc(n) + " share", mode: "lines",
+      stackgroup: "share" })).concat(names.map((n) => ({ x: em.evaluations, y: em.credit[n],
+      name: esc(n) + " improvements", mode: "lines", yaxis: "y2", line: { dash: "dot", shape: "hv" } })));
+    const layout = { title: { text: "Emitters: share of proposals and archive improvements credited" },
+      xaxis: { title: { text: "evaluations" } }, yaxis: { title: { text: "share" }, range: [0, 1] },
+      yaxis2: { title: { text: "improvements (cumulative)" }, overlaying: "y", side: "right", automargin: true },
+      legend: { orientation: "h", y: -0.25 }, margin: { t: 40 } };
+    return Plotly.newPlot("emit-" + pi, traces, layout, CONFIG);
+  }
   // Client coordinates of a heatmap cell's centre (used by the browser test to click a real cell).
   state.cellCenter = function (pi, cx, cy) {
     const gd = document.getElementById("heat-" + pi), fl = gd._fullLayout, r = gd.getBoundingClientRect();
@@ -132,7 +144,7 @@ _SCRIPT = r"""
     tr.addEventListener("click", () => show(Number(tr.dataset.p), Number(tr.dataset.e)));
   });
   const plots = [roofline(DATA.overview)];
-  DATA.problems.forEach((p, pi) => { plots.push(heatmap(p, pi), failures(p, pi), history(p, pi)); });
+  DATA.problems.forEach((p, pi) => { plots.push(heatmap(p, pi), failures(p, pi), history(p, pi), emitters(p, pi)); });
   Promise.all(plots).then(() => { state.ready = true; document.body.setAttribute("data-ready", "1"); },
     (err) => { state.error = String(err); document.body.setAttribute("data-ready", "error"); });
 })();
@@ -166,6 +178,16 @@ def _num_td(v: float | None, digits: int = 4, suffix: str = "") -> str:
     return f'<td class="num">{_n(v, digits)}{_e(suffix) if v is not None else ""}</td>'
 
 
+def _sol_text(s: dict[str, Any], smoke: bool) -> str:
+    if smoke:
+        return "Speed of light: none for a smoke run (its fitness is not a timing, so it has no floor)."
+    if s.get("sol_share") is None:
+        return "Speed of light: no floor known (the run measured no copy bandwidth)."
+    share = f"{s['sol_share']:.0%}"
+    return (f"Speed of light: the elite reaches {share} of the floor ({_n(s['floor_ms'])} ms: FLOPs at the "
+            "GPU's dense peak or bytes at its copy bandwidth measured at start-up, whichever takes longer).")
+
+
 def _problem_section(p: dict[str, Any], pi: int, smoke: bool) -> str:
     s = p["summary"]
     unit = p["unit"]
@@ -182,7 +204,9 @@ def _problem_section(p: dict[str, Any], pi: int, smoke: bool) -> str:
              f'<div class="row"><div class="plot" id="heat-{pi}"></div>'
              f'<div class="panel"><h3>Kernel source</h3><div class="mono" id="info-{pi}">No cell chosen yet.</div>'
              f'<pre id="source-{pi}">Click a cell of the heatmap.</pre></div></div>',
-             f'<div class="row">{_failure_place(p, pi)}<div class="half" id="hist-{pi}"></div></div>']
+             f'<div class="row">{_failure_place(p, pi)}<div class="half" id="hist-{pi}"></div></div>',
+             f'<div class="row"><div class="half" id="emit-{pi}"></div><div class="half muted">{_sol_text(s, smoke)}'
+             '</div></div>']
     counts = p["status_counts"]
     rows = [[f"<td>{_e(k)}</td>", _num_td(v, 6), f"<td>{_e(p['sample_reason'].get(k, ''))}</td>"]
             for k, v in sorted(counts.items(), key=lambda kv: -kv[1])]
@@ -192,12 +216,12 @@ def _problem_section(p: dict[str, Any], pi: int, smoke: bool) -> str:
                      f'descriptor needs compile-time resources they lack).</p>')
     rows, attrs = [], []
     for j, e in enumerate(p["elites"]):
-        timed = [] if smoke else [_num_td(e["median_ms"]), _num_td(e["ratio"], 3, "x")]  # a smoke run timed nothing
+        timed = [] if smoke else [_num_td(e["median_ms"]), _num_td(e["ratio"], 3, "x"), _num_td(e.get("sol"), 3)]
         rows.append([_num_td(j + 1, 6), f"<td>{_e(p['x']['ticks'][e['x']])}</td>",
                      f"<td>{_e(p['y']['ticks'][e['y']])}</td>", _num_td(e["objective"]), *timed,
                      f'<td class="mono">{_e(e["genome"])}</td>', f"<td>{_e(e['origin'])}</td>", _num_td(e["index"], 8)])
         attrs.append(f' class="elite" data-p="{pi}" data-e="{j}"')
-    timed_head = [] if smoke else ["median ms", f"ratio to {p['baseline']}"]
+    timed_head = [] if smoke else ["median ms", f"ratio to {p['baseline']}", "share of SOL"]
     head = ["#", p["x"]["name"], p["y"]["name"] or "-", unit, *timed_head, "genome", "origin", "evaluation #"]
     parts.append("<h3>Elites</h3>" + _table(head, rows, attrs) + "</section>")
     return "\n".join(parts)

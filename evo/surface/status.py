@@ -12,7 +12,7 @@ from evo.problem import Problem
 from evo.store.sqlite import Store
 from evo.surface.smoke_label import smoke_score
 
-__all__ = ["ProblemStatus", "run_status", "format_status"]
+__all__ = ["ProblemStatus", "run_status", "format_status", "sol_share"]
 
 _ABBREV = {"invalid": "inv", "compile_error": "cmp", "out_of_resources": "oor", "wrong": "wrong", "nan": "nan",
            "crashed": "crash", "timeout": "tmo", "error": "err"}
@@ -32,6 +32,16 @@ class ProblemStatus:
     filled: int
     cells: int
     elapsed_s: float | None
+    sol_share: float | None = None  # the best's share of the speed-of-light floor (None: no floor known)
+
+
+def sol_share(store: Store, problem_key: str, median_ms: float | None) -> float | None:
+    """The share of the speed-of-light floor (evo.evaluate.roofline, saved by the search) a kernel reaches;
+    None where the run knew no floor (a smoke run, a GPU whose copy bandwidth was not measured)."""
+    floor = store.meta(f"floor:{problem_key}")
+    if not floor or not floor.get("ms") or not median_ms:
+        return None
+    return float(floor["ms"]) / median_ms
 
 
 def run_status(store: Store, experiment: Experiment | None = None) -> list[ProblemStatus]:
@@ -64,7 +74,7 @@ def run_status(store: Store, experiment: Experiment | None = None) -> list[Probl
             key=key, evaluations=len(evs), ok=sum(ev.status == "ok" for ev in evs), failed=failed,
             best=best.objective if best else None, unit=op.throughput_unit, ratio=best.ratio if best else None,
             baseline=next((ev.baseline for ev in evs if ev.baseline), ""), coverage=archive.coverage,
-            filled=len(archive), cells=archive.cells,
+            filled=len(archive), cells=archive.cells, sol_share=sol_share(store, key, best.median_ms if best else None),
             elapsed_s=float(spent) if spent is not None else (max(times) - min(times)) if times else None))
     return rows
 
@@ -78,15 +88,15 @@ def _elapsed(s: float | None) -> str:
 
 def format_status(rows: list[ProblemStatus], smoke: bool = False) -> str:
     """A plain-text table; a smoke run's throughput column is labelled as not a timing."""
-    head = ["problem", "evals", "ok", "failed", "best", "ratio",
-            "coverage", "elapsed"]
+    head = ["problem", "evals", "ok", "failed", "best", "ratio", "SOL", "coverage", "elapsed"]
     table = [head]
     for r in rows:
         failed = " ".join(f"{_ABBREV.get(k, k)} {n}" for k, n in sorted(r.failed.items(), key=lambda kv: -kv[1]))
         best = "-" if r.best is None else smoke_score(r.best) if smoke else f"{r.best:.4g} {r.unit}"
         ratio = f"{r.ratio:.2f}x {r.baseline}".strip() if r.ratio is not None and not smoke else "-"
         coverage = f"{r.coverage:.0%} ({r.filled}/{r.cells})" if r.coverage is not None else "-"
-        table.append([r.key, str(r.evaluations), str(r.ok), failed or "-", best, ratio, coverage,
+        sol = "n/a (smoke)" if smoke else f"{r.sol_share:.0%}" if r.sol_share is not None else "-"
+        table.append([r.key, str(r.evaluations), str(r.ok), failed or "-", best, ratio, sol, coverage,
                       _elapsed(r.elapsed_s)])
     widths = [max(len(row[i]) for row in table) for i in range(len(head))]
     numeric = {1, 2}

@@ -106,7 +106,28 @@ CASES = {
     "not a mapping": ("- just\n- a list\n", "", "expected a mapping"),
     "duplicate key": (GOOD + "seed: 1\nseed: 2\n", "", "duplicate key 'seed'"),
     "invalid yaml": (GOOD + "budget: {evaluations: 3\n", "", "not valid YAML"),
+    "unknown emitter": (GOOD + "emitters: [variation, teleport]\n", "emitters[1]", "unknown emitter"),
+    "emitter twice": (GOOD + "emitters: [guided, guided]\n", "emitters[1]", "twice"),
+    "bad emitter setting": (GOOD + "emitters: [{name: guided, explore: 2}]\n", "emitters[0]", "explore"),
+    "unknown emitter setting": (GOOD + "emitters: [{name: exploit, depth: 2}]\n", "emitters[0]", "depth"),
+    "emitter without name": (GOOD + "emitters: [{pool: 3}]\n", "emitters[0].name", "required"),
+    "empty emitters": (GOOD + "emitters: []\n", "emitters", "non-empty list"),
+    "unknown scheduler": (GOOD + "scheduler: greedy\n", "scheduler", "bandit"),
+    "sol above one": (GOOD + "budget: {evaluations: 3, sol: 1.5}\n", "budget.sol", "< 1.0"),
+    "memory key": (GOOD + "memory: {path: x.db}\n", "memory.path", "unknown key"),
+    "memory seed": (GOOD + "memory: {seed: -1}\n", "memory.seed", "integer >= 0"),
+    "seeds not bool": (GOOD + "seeds: 0\n", "seeds", "true or false"),
 }
+
+
+def test_emitters_memory_and_sol_keys():
+    exp = parse_experiment(GOOD + "budget: {evaluations: 3, sol: 0.9}\n"
+                           "emitters: [restart, {name: guided, pool: 8}]\nmemory: false\nseeds: false\n")
+    assert [e.name for e in exp.emitters] == ["restart", "guided"] and dict(exp.emitters[1].settings) == {"pool": 8}
+    assert exp.budget.sol == 0.9 and not exp.memory.enabled and not exp.seeds
+    default = parse_experiment(GOOD)
+    assert [e.name for e in default.emitters] == ["variation", "guided", "exploit", "restart"]
+    assert default.memory.enabled and default.memory.db is None and default.scheduler == "bandit"
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -83,13 +83,14 @@ def random_search_counts(values: list[float | None], threshold: float, seed: int
 
 def run_mapelites(op: Any, problem: Any, store: Any, executor: Any, seed: int, budget: int,
                   space: dict[str, list[Any]]) -> tuple[Any, list[Any]]:
-    from evo.experiment.spec import Budget, ExecutorSpec, Experiment
+    from evo.experiment.spec import Budget, EmitterSpec, ExecutorSpec, Experiment
     from evo.search.loop import Search
 
     name = f"mapelites-{problem.shape_text}-s{seed}"
+    # classic MAP-Elites (the mutation and crossover mix alone): what this comparison has always measured
     exp = Experiment(name=name, operator=op.name, problems=(problem,), genome=space,
                      budget=Budget(evaluations=budget), initial_random=8, transfer=False, seed=seed,
-                     executor=ExecutorSpec(kind="ray", gpus=1))
+                     executor=ExecutorSpec(kind="ray", gpus=1), emitters=(EmitterSpec("variation"),))
     search = Search(exp, op, store, executor, run_id=f"{name}#1")
     search.run()
     return search.archives[problem.key], [r for r in store.iter(problem.key) if r.run_id == f"{name}#1"]

@@ -86,3 +86,33 @@ def test_smoke_runs_are_labelled_not_a_timing():
     p.close()
     text = out.getvalue()
     assert "0.004 (stand-in score, NOT a timing)" in text and "baseline" not in text and "/s" not in text
+
+
+def test_speed_of_light_share_is_shown_when_known():
+    out = io.StringIO()
+    p = Progress([P1], budget=10, stream=out, clock=Clock())
+    p(ev("evaluation", n=1, best=100.0, ratio=0.9, sol_share=0.734))
+    p(ev("evaluation", problem=P2, n=1, best=90.0, ratio=0.9))  # no floor known: nothing invented
+    text = out.getvalue()
+    assert "73% of SOL" in text and text.count("of SOL") == 1
+
+
+def test_status_shows_the_share_of_the_saved_floor(tmp_path):
+    import operators
+    from evo.evaluate.candidate import Candidate
+    from evo.problem import HOPPER
+    from evo.store.sqlite import Store
+    from evo.surface.status import format_status, run_status
+
+    op = operators.get("gemm")
+    genome = op.family.seeds(P1, HOPPER)[0]
+    with Store(tmp_path / "s.sqlite") as store:
+        for problem in (P1, P2):  # TEST DATA: made-up times
+            store.add(Candidate(problem, genome, op).row("ok", median_ms=0.02, baseline_ms=0.01, gpu="test"))
+        store.set_meta(f"floor:{P1.key}", {"ms": 0.005})
+        store.set_meta(f"floor:{P2.key}", None)  # a run without a floor
+        rows = run_status(store)
+    assert rows[0].sol_share == 0.25 and rows[1].sol_share is None
+    table = format_status(rows)
+    assert " 25% " in table and "SOL" in table.splitlines()[0]
+    assert "n/a (smoke)" in format_status(rows, smoke=True)

@@ -29,8 +29,9 @@ def test_heatmap_renders_and_a_click_shows_the_kernel(tmp_path):
         # plotly drew one heatmap per problem, with a cell per elite
         n_cells = b.eval("document.querySelectorAll('#heat-0 .hm image, #heat-0 .hm').length")
         assert n_cells >= 1
-        # the roofline, 3 plots for the first problem, 2 for the second (nothing failed: a line, not a blank map)
-        assert b.eval("document.querySelectorAll('.js-plotly-plot').length") == 6
+        # the roofline, 4 plots for the first problem (heatmap, failures, history, emitters) and 3 for the second
+        # (nothing failed: a line, not a blank map)
+        assert b.eval("document.querySelectorAll('.js-plotly-plot').length") == 8
         data = json.loads(b.eval("document.getElementById('evo-data').textContent"))
         assert b.eval("document.getElementById('source-0').textContent") == "Click a cell of the heatmap."
         assert [bool(p["failures"]) for p in data["problems"]] == [True, False]

@@ -1,0 +1,85 @@
+"""What `evo bench` and `evo bench-search` measure: the problems chosen on the command line, the versions that
+decide a timing, and a stored evaluation's kernel as a contender."""
+
+from __future__ import annotations
+
+import platform
+from typing import Any
+
+from evo.bench.measure import Entrant
+from evo.bench.results import EVO_NAME
+from evo.evaluate.timing import PROTOCOL as TIMING_PROTOCOL
+from evo.experiment.spec import Experiment
+from evo.problem import Problem, Target
+from evo.store.record import Evaluation
+
+__all__ = ["select_problems", "versions", "evo_entrant"]
+
+EVO = EVO_NAME
+
+
+# -- choosing what to measure -----------------------------------------------------------------------------
+def select_problems(experiment: Experiment, tokens: list[str] | None) -> list[Problem]:
+    """Problems named by key ('gemm:16x4096x4096:bf16'), shape ('16x4096x4096', every dtype), or 1-based
+    position in the experiment ('3', '1-5'); all of them when `tokens` is empty."""
+    problems = list(experiment.problems)
+    if not tokens:
+        return problems
+    chosen: list[Problem] = []
+    for raw in (t for token in tokens for t in token.split(",") if t.strip()):
+        token = raw.strip()
+        if token.replace("-", "").isdigit():
+            lo, _, hi = token.partition("-")
+            first, last = int(lo), int(hi or lo)
+            if not 1 <= first <= last <= len(problems):
+                raise ValueError(f"problem positions {token!r} outside 1-{len(problems)}")
+            hits = problems[first - 1:last]
+        else:
+            hits = [p for p in problems if token in (p.key, p.shape_text)]
+            if not hits:
+                listing = ", ".join(p.key for p in problems)
+                raise ValueError(f"no problem {token!r} in experiment {experiment.name}; problems: {listing}")
+        chosen += [p for p in hits if p not in chosen]
+    return chosen
+
+
+def versions() -> dict[str, str]:
+    """Versions that decide a timing: torch, triton, CUDA, Python, and Helion when it is importable."""
+    import importlib.metadata as md
+
+    import torch
+    import triton
+
+    import evo
+
+    out = {"torch": torch.__version__, "triton": triton.__version__, "cuda": str(torch.version.cuda),
+           "python": platform.python_version(), "evo": evo.__version__, "timing": TIMING_PROTOCOL}
+    try:
+        out["helion"] = md.version("helion")
+    except md.PackageNotFoundError:
+        pass
+    return out
+
+
+def evo_entrant(operator: Any, ev: Evaluation, problem: Problem, target: Target, name: str = EVO
+                ) -> tuple[Entrant, bool]:
+    """The kernel of a stored evaluation as a contender (its genome rendered again, loaded on first use), and
+    whether the source rendered now differs from the one the search measured (the renderer changed since)."""
+    from evo.evaluate.modules import load_source, source_hash
+
+    try:
+        genome = operator.family.from_canonical(ev.genome)
+        source = operator.render(genome, problem, target)
+    except Exception as e:  # reported as the contender's reason by measure_contenders
+        failure = e
+
+        def unavailable(p: Problem) -> Any:
+            raise failure
+
+        return Entrant(name, unavailable, "evo elite (cannot be rendered again)"), False
+
+    def make(p: Problem) -> Any:
+        return getattr(load_source(source), operator.entry)
+
+    return Entrant(name, make, f"evo elite: genome {genome.hash}, source {ev.source_hash}"), \
+        source_hash(source) != ev.source_hash

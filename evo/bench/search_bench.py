@@ -1,0 +1,222 @@
+"""`evo bench-search`: how fast each search method gets to a good kernel, on the same problems and executor.
+
+For each problem of an experiment, one after the other, every method searches it from scratch on ONE shared,
+started executor (nothing served from any store: each method measures its own kernels):
+
+- `evo`: the experiment's emitters (by default the bandit over variation, guided, exploit and restart);
+- `evo-no-surrogate`: the same without the surrogate-guided emitter;
+- `evo-classic`: the mutation and crossover mix alone (evo before emitters: classic MAP-Elites);
+- `random`: random restarts only, without the family's hand-picked seeds;
+- `evo-rerun`: `evo` once more with the results database `evo` just filled (memory across runs).
+
+A method's trace is its best fitness against evaluations and wall seconds since it started. Then, on a GPU only,
+the best kernel of each method and the alternatives (`torch_compile` max-autotune, Helion at effort "full"
+when importable) are checked and timed side by side (evo.bench.measure); an alternative's setup time is its
+tuning time. Results: `<out>/search-<gpu slug>.json`, `.md` and `.html` (the convergence plots;
+evo.bench.search_results). On a smoke executor the fitness is NOT a timing and every file says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from evo.bench.search_results import reach, write_search_report
+from evo.experiment.spec import EmitterSpec, Experiment, MemorySpec
+from evo.problem import Problem
+
+__all__ = ["METHODS", "method_experiment", "trace", "reach", "bench_search", "add_bench_search_command"]
+
+METHODS = ("evo", "evo-no-surrogate", "evo-classic", "random", "evo-rerun")
+MARK = 0.99  # a method "reaches" a problem when its best is within 1% of the best any method found
+
+
+def method_experiment(exp: Experiment, method: str, problem: Problem, memory_db: Path) -> Experiment:
+    """The single-problem experiment a method runs (no transfer; the shared database only for evo's pair)."""
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; known: {', '.join(METHODS)}")
+    base = dataclasses.replace(exp, name=f"{exp.name}-{method}", problems=(problem,), transfer=False,
+                               memory=MemorySpec(enabled=False))
+    if method in ("evo", "evo-rerun"):
+        return dataclasses.replace(base, memory=MemorySpec(db=str(memory_db), seed=8))
+    if method == "evo-no-surrogate":
+        blind = tuple(e for e in exp.emitters if e.name != "guided") or (EmitterSpec("variation"),)
+        return dataclasses.replace(base, emitters=blind)
+    if method == "evo-classic":
+        return dataclasses.replace(base, emitters=(EmitterSpec("variation"),))
+    return dataclasses.replace(base, emitters=(EmitterSpec("restart"),), seeds=False)
+
+
+def trace(rows: list[Any], operator: Any, problem: Problem, t0: float) -> list[list[float]]:
+    """[seconds since t0, evaluations, best fitness so far] at every evaluation that raised the best."""
+    out: list[list[float]] = []
+    best = None
+    for n, ev in enumerate(rows, start=1):
+        if ev.status == "ok" and ev.median_ms and ev.median_ms > 0:
+            value = float(operator.throughput(problem, ev.median_ms))
+            if best is None or value > best:
+                best = value
+                out.append([round(max(0.0, ev.finished_at - t0), 3), n, value])
+    return out
+
+
+def _search(exp: Experiment, executor: Any, run_dir: Path) -> tuple[list[Any], float, float]:
+    from evo.search.loop import run_experiment
+    from evo.store.sqlite import Store
+
+    executor.lookup = None  # a method measures its own kernels (evo-rerun's database is chained in by the run)
+    t0 = time.time()
+    run_experiment(exp, run_dir, executor=executor)
+    wall = time.time() - t0
+    with Store(run_dir / "store.sqlite") as store:
+        return store.evaluations(), t0, wall
+
+
+def _alternatives(operator: Any, problem: Problem, elites: dict[str, Any], target: Any, helion: str | None,
+                  device: str, seed: int, reps: int) -> dict[str, Any]:
+    """Side by side on the GPU: the primary baseline, torch.compile, Helion, and each method's best kernel."""
+    from evo.bench.entrants import evo_entrant
+    from evo.bench.measure import Entrant, measure_contenders
+    from evo.evaluate.timing import time_interleaved
+
+    tuners = operator.tuner_baselines(helion or "full")
+    if not helion:
+        tuners = [b for b in tuners if not b.name.startswith("helion")]
+    entrants = [Entrant(b.name, b.make, b.doc) for b in operator.baselines()[:1] + tuners]
+    for method, ev in elites.items():
+        entrants.append(evo_entrant(operator, ev, problem, target, name=method)[0])
+    results = measure_contenders(operator, problem, entrants, device=device, seed=seed, reps=reps,
+                                 timer=lambda fns, **kw: time_interleaved(fns, device=device, **kw))
+    out = {}
+    for r in results:
+        entry = r.to_json()
+        if r.status == "ok" and r.median_ms:
+            entry["throughput"] = float(operator.throughput(problem, r.median_ms))
+        out[r.name] = entry
+    return out
+
+
+def bench_search(exp: Experiment, problems: list[Problem], methods: list[str], *, helion: str | None = "full",
+                 work_dir: Path | None = None, seed: int = 1234, reps: int = 50, executor: Any = None
+                 ) -> dict[str, Any]:
+    """Run every method on every problem; returns the JSON document (evo.bench.search_results writes it).
+    `executor` replaces the experiment's (tests: a stand-in backend); the caller then owns it."""
+    import torch
+
+    import operators
+    from evo.bench.entrants import versions
+    from evo.evaluate import make_backend, make_executor
+    from evo.store.record import Evaluation
+
+    smoke = exp.executor.kind == "smoke"
+    operator = operators.get(exp.operator, exp.genome or None)
+    work = Path(work_dir or tempfile.mkdtemp(prefix="evo-bench-search-"))
+    owned = executor is None
+    if executor is None:
+        executor = make_executor(exp.executor, make_backend(exp.executor, exp.evaluation, exp.seed), exp.evaluation)
+    entries = []
+    executor.start()
+    on_gpu = not smoke and torch.cuda.is_available()
+    try:
+        gpu = executor.infos[0].gpu if executor.infos else "unknown"
+        for i, problem in enumerate(problems):
+            order = [m for m in methods if m != "evo-rerun"]
+            order = order[i % len(order):] + order[:i % len(order)]  # who runs first (warm caches) rotates
+            if "evo-rerun" in methods and "evo" in methods:
+                order.append("evo-rerun")
+            db = work / f"memory-{i}.sqlite"
+            found: dict[str, Any] = {}
+            elites: dict[str, Evaluation] = {}
+            for method in order:
+                print(f"[bench-search] {problem.key}: {method}", flush=True)
+                rows, t0, wall = _search(method_experiment(exp, method, problem, db), executor, work / f"{i}-{method}")
+                ok = [r for r in rows if r.status == "ok" and r.median_ms]
+                if ok:
+                    elites[method] = min(ok, key=lambda r: r.median_ms)
+                found[method] = {"trace": trace(rows, operator, problem, t0), "evaluations": len(rows),
+                                 "wall_s": round(wall, 2), "served": sum(r.worker.startswith(("store#", "shared#"))
+                                                                         for r in rows),
+                                 "best": float(operator.throughput(problem, elites[method].median_ms))
+                                 if method in elites else None}
+            entries.append(_problem_entry(problem, found, elites, operator, executor, helion, on_gpu, seed, reps))
+    finally:
+        if owned:
+            executor.shutdown()
+    if smoke:
+        note = "SMOKE RUN: fitness is a model estimate from the CPU interpreter, NOT a GPU timing"
+    elif not on_gpu:
+        note = f"NOT a GPU timing: the fitness comes from the workers' stand-in ({gpu})"
+    else:
+        note = "fitness: GPU medians measured by each search; alternatives timed side by side"
+    return {"kind": "search-bench", "operator": operator.name, "gpu": gpu, "smoke": smoke or not on_gpu,
+            "note": note,
+            "versions": versions(), "experiment": exp.name, "methods": methods, "mark": MARK,
+            "budget": dataclasses.asdict(exp.budget), "unit": operator.throughput_unit,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "problems": entries}
+
+
+def _problem_entry(problem: Problem, found: dict[str, Any], elites: dict[str, Any], operator: Any, executor: Any,
+                   helion: str | None, on_gpu: bool, seed: int, reps: int) -> dict[str, Any]:
+    alternatives: dict[str, Any] = {}
+    if on_gpu:
+        try:
+            alternatives = _alternatives(operator, problem, elites, executor.target, helion, "cuda", seed, reps)
+        except Exception as e:  # the searches stand on their own
+            alternatives = {"error": {"status": "error", "reason": f"{type(e).__name__}: {e}"}}
+    bests = [m["best"] for m in found.values() if m["best"]]
+    best = max(bests) if bests else None
+    for m in found.values():
+        m["seconds_to_mark"], m["evaluations_to_mark"] = reach(m["trace"], MARK * best) if best else (None, None)
+    return {"key": problem.key, "shape": problem.shape_text, "dtype": problem.dtype, "best": best,
+            "methods": found, "alternatives": alternatives,
+            "alternatives_note": "" if on_gpu else "none: they need a GPU"}
+
+
+# -- command line -----------------------------------------------------------------------------------------
+def bench_search_command(args: argparse.Namespace) -> int:
+    from evo.bench.entrants import select_problems
+    from evo.experiment.config import load_experiment
+
+    try:
+        exp = load_experiment(args.experiment)
+        problems = select_problems(exp, args.problems)
+        methods = [m.strip() for m in args.methods.split(",")]
+        bad = [m for m in methods if m not in METHODS]
+        if bad:
+            raise ValueError(f"unknown method {bad[0]!r}; known: {', '.join(METHODS)}")
+    except ValueError as e:
+        print(f"evo bench-search: {e}", file=sys.stderr)
+        return 2
+    if args.evaluations is not None or args.wall_s is not None:
+        b = exp.budget
+        exp = dataclasses.replace(exp, budget=dataclasses.replace(
+            b, evaluations=args.evaluations if args.evaluations is not None else b.evaluations,
+            wall_s=args.wall_s if args.wall_s is not None else b.wall_s))
+    doc = bench_search(exp, problems, methods, helion=None if args.helion == "none" else args.helion,
+                       work_dir=Path(args.work_dir) if args.work_dir else None, seed=args.seed, reps=args.reps)
+    for path in write_search_report(doc, args.out):
+        print(f"wrote {path}")
+    return 0 if doc["problems"] else 1
+
+
+def add_bench_search_command(subparsers: Any) -> argparse.ArgumentParser:
+    b = subparsers.add_parser("bench-search", help="compare search methods: evaluations and seconds to a good kernel",
+                              description=__doc__.split("\n\n")[0])
+    b.add_argument("experiment", help="experiment YAML (its executor, budget and problems)")
+    b.add_argument("--problems", nargs="+", metavar="P", help="keys, shapes or 1-based positions (e.g. 1-4)")
+    b.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated subset of {', '.join(METHODS)}")
+    b.add_argument("--evaluations", type=int, help="override the budget: evaluations per problem and method")
+    b.add_argument("--wall-s", type=float, help="override the budget: seconds per problem and method")
+    b.add_argument("--helion", default="full", choices=("none", "quick", "full"),
+                   help="Helion's autotune effort among the alternatives (GPU, gemm, when installed) [full]")
+    b.add_argument("--out", default="reports/bench", help="folder for search-<gpu>.json/.md/.html [reports/bench]")
+    b.add_argument("--work-dir", help="where the methods' run directories go [a new temporary folder]")
+    b.add_argument("--seed", type=int, default=1234, help="seed of the side-by-side timing's inputs [1234]")
+    b.add_argument("--reps", type=int, default=50, help="timed runs per alternative [50]")
+    b.set_defaults(func=bench_search_command)
+    return b

@@ -1,0 +1,123 @@
+"""Writing `evo bench-search`'s results: `search-<gpu slug>.json`, a markdown summary, and an offline HTML page
+with the convergence plots (best kernel against wall seconds, every method on one chart per shape; the
+alternatives as one point each at their tuning time)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from evo.bench.results import gpu_slug
+
+__all__ = ["write_search_report", "search_markdown", "search_html", "goals", "reach"]
+
+
+def reach(points: list[list[float]], target: float) -> tuple[float | None, int | None]:
+    """(seconds, evaluations) at which a trace first reaches `target`; (None, None) if it never does."""
+    for seconds, evaluations, value in points:
+        if value >= target:
+            return seconds, int(evaluations)
+    return None, None
+
+
+def _f(x: float | None, digits: int = 3) -> str:
+    return "-" if x is None else f"{x:.{digits}g}"
+
+
+def goals(p: dict[str, Any]) -> dict[str, Any]:
+    """The issue's goals on one problem: the surrogate's saving in evaluations to the mark, the re-run's time
+    to its first run's best as a share of the first run's, evo's time to Helion-full's speed against Helion's."""
+    m = p["methods"]
+    out: dict[str, Any] = {}
+    evo, blind, classic = m.get("evo", {}), m.get("evo-no-surrogate", {}), m.get("evo-classic", {})
+    if evo.get("evaluations_to_mark") and blind.get("evaluations_to_mark"):
+        out["surrogate_saving"] = blind["evaluations_to_mark"] / evo["evaluations_to_mark"]
+    if evo.get("evaluations_to_mark") and classic.get("evaluations_to_mark"):
+        out["saving_vs_classic"] = classic["evaluations_to_mark"] / evo["evaluations_to_mark"]
+    rerun = m.get("evo-rerun")
+    if rerun and evo.get("best") and evo.get("wall_s"):
+        seconds, _ = reach(rerun["trace"], evo["best"] * 0.99)
+        out["rerun_time_share"] = seconds / evo["wall_s"] if seconds is not None else None
+    helion = next((v for k, v in p.get("alternatives", {}).items() if k.startswith("helion")), None)
+    evo_alt = p.get("alternatives", {}).get("evo")
+    if helion and helion.get("throughput") and helion.get("setup_s") and evo_alt and evo_alt.get("throughput"):
+        # the search's own timings decide when evo got there; the side-by-side timing decides the target
+        scale = evo.get("best") / evo_alt["throughput"] if evo.get("best") else 1.0
+        seconds, _ = reach(evo.get("trace", []), helion["throughput"] * scale)
+        out["evo_time_to_helion_share"] = seconds / helion["setup_s"] if seconds is not None else None
+    return out
+
+
+def search_markdown(doc: dict[str, Any]) -> str:
+    lines = [f"# Search benchmark: {doc['operator']} on {doc['gpu']}", ""]
+    if doc["smoke"]:
+        lines += [f"**NOT GPU TIMINGS ({doc['note']}): these files only show that the benchmark runs.**", ""]
+    lines += [f"{doc['note']}. Budget per problem and method: {doc['budget']}. Mark: {doc['mark']:.0%} of the "
+              f"best any method found. Created {doc['created']}; versions {doc['versions']}.", "",
+              f"Convergence plots: `{Path(doc.get('html', 'search.html')).name}` (open it in a browser).", "",
+              "The methods share one started executor and run one after the other; a kernel another method "
+              "compiled before is found in Triton's compile cache, so wall seconds favour later methods a little. "
+              "The order rotates from problem to problem (evo-rerun always runs last: it needs evo's database); "
+              "evaluations to the mark are free of this.", ""]
+    for p in doc["problems"]:
+        unit = doc["unit"] + (" (NOT a timing)" if doc["smoke"] else "")
+        lines += [f"## {p['key']}", "", f"best any method found: {_f(p['best'], 4)} {unit}", "",
+                  "| method | evaluations | wall s | best | evaluations to mark | seconds to mark | served |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        for name, m in p["methods"].items():
+            lines.append(f"| {name} | {m['evaluations']} | {_f(m['wall_s'])} | {_f(m['best'], 4)} | "
+                         f"{m['evaluations_to_mark'] or 'not reached'} | {_f(m['seconds_to_mark'])} | {m['served']} |")
+        if p["alternatives"]:
+            lines += ["", "| side by side | status | median ms | throughput | setup (tuning) s |",
+                      "| --- | --- | ---: | ---: | ---: |"]
+            for name, a in p["alternatives"].items():
+                lines.append(f"| {name} | {a.get('status')} {a.get('reason', '')[:80]} | {_f(a.get('median_ms'), 4)} "
+                             f"| {_f(a.get('throughput'), 4)} | {_f(a.get('setup_s'))} |")
+        else:
+            lines += ["", f"Alternatives: {p['alternatives_note']}."]
+        g = goals(p)
+        if g:
+            lines += ["", "Goals: " + "; ".join(f"{k} {_f(v)}" for k, v in g.items())]
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def search_html(doc: dict[str, Any]) -> str:
+    import plotly.graph_objects as go
+    from plotly.io import to_html
+
+    parts = []
+    for i, p in enumerate(doc["problems"]):
+        fig = go.Figure()
+        for name, m in p["methods"].items():
+            xs = [t[0] for t in m["trace"]] + ([m["wall_s"]] if m["trace"] else [])
+            ys = [t[2] for t in m["trace"]] + ([m["trace"][-1][2]] if m["trace"] else [])
+            fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers", name=name, line={"shape": "hv"}))
+        for name, a in p["alternatives"].items():
+            if a.get("throughput") and a.get("setup_s") is not None and name not in p["methods"]:
+                fig.add_trace(go.Scatter(x=[a["setup_s"]], y=[a["throughput"]], mode="markers",
+                                         marker={"size": 12, "symbol": "star"}, name=f"{name} (tuning time)"))
+        unit = doc["unit"] + (" (NOT a timing)" if doc["smoke"] else "")
+        fig.update_layout(title=f"{p['key']}: best kernel against wall seconds", xaxis_title="wall seconds",
+                          yaxis_title=f"best {unit}", height=420)
+        parts.append(to_html(fig, include_plotlyjs="inline" if i == 0 else False, full_html=False))
+    import html
+
+    banner = f"<p><b>NOT GPU TIMINGS: {html.escape(doc['note'])}.</b></p>" if doc["smoke"] else ""
+
+    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(doc['operator'])} search "
+            f"benchmark</title></head><body><h1>Search benchmark: {html.escape(doc['operator'])} on "
+            f"{html.escape(doc['gpu'])}</h1>{banner}" + "\n".join(parts) + "</body></html>\n")
+
+
+def write_search_report(doc: dict[str, Any], out_dir: str | Path) -> list[Path]:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / f"search-{gpu_slug(doc['gpu'])}"
+    doc["html"] = str(stem.with_suffix(".html"))
+    paths = [stem.with_suffix(".json"), stem.with_suffix(".md"), stem.with_suffix(".html")]
+    paths[0].write_text(json.dumps(doc, indent=1) + "\n")
+    paths[1].write_text(search_markdown(doc))
+    paths[2].write_text(search_html(doc))
+    return paths

@@ -1,0 +1,70 @@
+"""The surrogate-guided emitter: many children drawn, the learned surrogate picks the one worth measuring.
+
+Each proposal draws a pool of distinct children with the experiment's mix (cheap: microseconds each, in the
+search's process), scores them with the surrogate (evo.search.surrogate: predicted speed and chance of failing,
+from genes, problem and predicted compile-time resources) and proposes the best. A share `explore` of the
+proposals is a pool member drawn uniformly instead, so the archive keeps filling where the model is wrong, and
+until the surrogate has enough rows (`min_rows`) every proposal is drawn that way. The surrogate is retrained
+from the store's rows every `refit_every` proposals. Whatever it picks is measured on the GPU like any other
+child: the surrogate only chooses what to measure.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from evo.search.emitters.base import EmitContext, Emitter
+from evo.search.surrogate import Surrogate
+
+__all__ = ["GuidedEmitter"]
+
+
+class GuidedEmitter(Emitter):
+    name = "guided"
+
+    def __init__(self, pool: int = 32, explore: float = 0.2, refit_every: int = 8, min_rows: int = 12,
+                 trees: int = 48) -> None:
+        checks = [(pool, "pool", 2), (refit_every, "refit_every", 1), (min_rows, "min_rows", 2), (trees, "trees", 1)]
+        for value, key, low in checks:
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise ValueError(f"guided: {key} must be an integer >= {low}, got {value!r}")
+        if isinstance(explore, bool) or not isinstance(explore, (int, float)) or not 0.0 <= explore <= 1.0:
+            raise ValueError(f"guided: explore must be a number in [0, 1], got {explore!r}")
+        self.pool, self.explore, self.refit_every, self.min_rows, self.trees = \
+            pool, float(explore), refit_every, min_rows, trees
+        self.surrogate: Surrogate | None = None
+        self._since_fit = 0
+        self.picked_by_model = 0  # proposals chosen by the surrogate (the rest: exploration or not yet trained)
+
+    def _refit(self, ctx: EmitContext) -> None:
+        family = ctx.variation.family
+        if self.surrogate is None or self.surrogate.family is not family:
+            self.surrogate = Surrogate(family, trees=self.trees, min_rows=self.min_rows, seed=ctx.seed)
+            self._since_fit = self.refit_every
+        if self._since_fit >= self.refit_every:
+            self.surrogate.fit(ctx.rows())
+            self._since_fit = 0
+        self._since_fit += 1
+
+    def _pool(self, ctx: EmitContext) -> list[Any]:
+        taken = set(ctx.seen)
+        out = []
+        for _ in range(self.pool):
+            proposal = ctx.variation.child(ctx.archive, taken, ctx.rng)
+            if proposal.genome.hash in taken:  # the space near the elites is used up
+                break
+            taken.add(proposal.genome.hash)
+            out.append(proposal)
+        return out
+
+    def propose(self, ctx: EmitContext) -> Any:
+        self._refit(ctx)
+        pool = self._pool(ctx)
+        if not pool:
+            return ctx.variation.child(ctx.archive, ctx.seen, ctx.rng)
+        explore = ctx.rng.random() < self.explore
+        if explore or self.surrogate is None or not self.surrogate.ready:
+            return pool[int(ctx.rng.integers(len(pool)))]
+        scores = self.surrogate.score([p.genome for p in pool], ctx.problem)
+        self.picked_by_model += 1
+        return pool[int(scores.argmax())]

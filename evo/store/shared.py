@@ -1,0 +1,112 @@
+"""Memory across runs: a results database shared by every run on one machine.
+
+It is a store like a run's (evo.store.sqlite: same table, same rows), at a path the experiment names
+(`memory.db`), else `$EVO_RESULTS_DB`, else `<user cache dir>/evo/results.sqlite`. Every evaluation a run
+measures is copied into it. It serves two things, always for the same GPU model and software versions only:
+
+- `lookup`: a kernel (its source) measured before on this problem is served from it instead of being measured
+  again; the served row says so (`worker` "shared#<row id>", as a run store's serves say "store#<row id>").
+- `nearest_elites`: the fastest kernels of the problems nearest to a new one (same operator and dtype, nearest
+  shape by `evo.problem.shape_distance`) seed its first population.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from evo.problem import Problem, shape_distance
+from evo.store.record import MEASURED, Evaluation
+from evo.store.sqlite import Store
+
+__all__ = ["SharedResults", "default_path", "SHARED_PREFIX", "ENV_VAR", "chain_lookups", "is_served"]
+
+ENV_VAR = "EVO_RESULTS_DB"
+SHARED_PREFIX = "shared#"
+_SERVED_PREFIXES = ("store#", SHARED_PREFIX)
+
+
+def default_path(configured: str | None = None) -> Path:
+    """The experiment's path, else $EVO_RESULTS_DB, else $XDG_CACHE_HOME (or ~/.cache)/evo/results.sqlite."""
+    if configured:
+        return Path(configured).expanduser()
+    if os.environ.get(ENV_VAR):
+        return Path(os.environ[ENV_VAR]).expanduser()
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "evo" / "results.sqlite"
+
+
+def is_served(ev: Evaluation) -> bool:
+    """A row served from a store (this run's or the shared one) rather than measured."""
+    return ev.worker.startswith(_SERVED_PREFIXES)
+
+
+class SharedResults(Store):
+    def record(self, ev: Evaluation) -> None:
+        """Copy a row a run measured (served rows are copies already and are not stored twice)."""
+        if not is_served(ev):
+            self.add(dataclasses.replace(ev, id=None))
+
+    def lookup(self, source_hash: str, problem_key: str, gpu: str, versions: dict[str, str]) -> Evaluation | None:
+        found = super().lookup(source_hash, problem_key, gpu, versions)
+        return dataclasses.replace(found, worker=f"{SHARED_PREFIX}{found.id}") if found is not None else None
+
+    def nearest_elites(self, problem: Problem, gpu: str, versions: dict[str, str], limit: int = 8,
+                       problems: int = 3) -> list[Evaluation]:
+        """Up to `limit` correct rows, one per genome: the fastest of the `problems` nearest problems measured
+        on `gpu` with `versions` (the problem itself first when it was measured), by ratio to the baseline."""
+        if limit < 1:
+            return []
+        key = json.dumps(versions, sort_keys=True)
+        with self._lock:
+            keys = [r[0] for r in self._db.execute(
+                "SELECT DISTINCT problem_key FROM evaluations WHERE operator=? AND gpu=? AND versions_key=? "
+                "AND status='ok'", (problem.operator, gpu, key)).fetchall()]
+        near: list[tuple[float, Problem]] = []
+        for k in keys:
+            rows = self.evaluations(k, "ok")
+            other = Problem.from_json(rows[0].problem)
+            if other.dtype == problem.dtype and len(other.sizes) == len(problem.sizes):
+                near.append((shape_distance(other.sizes, problem.sizes), other))
+        near.sort(key=lambda dp: (dp[0], dp[1].key))
+        out: list[Evaluation] = []
+        taken: set[str] = set()
+        for _, other in near[:problems]:
+            rows = [r for r in self.evaluations(other.key, "ok") if r.gpu == gpu and r.versions_key == key]
+            rows.sort(key=lambda r: (-(r.ratio or 0.0), r.median_ms or 0.0, r.id or 0))
+            for r in rows:
+                if r.genome_hash not in taken:
+                    taken.add(r.genome_hash)
+                    out.append(r)
+                if len(out) >= limit:
+                    return out
+        return out
+
+    def measured(self, problem_key: str, gpu: str) -> int:
+        """Rows of `problem_key` on `gpu` whose status is a property of the kernel (servable)."""
+        marks = ", ".join("?" for _ in MEASURED)
+        with self._lock:
+            return int(self._db.execute(f"SELECT COUNT(*) FROM evaluations WHERE problem_key=? AND gpu=? AND status "
+                                        f"IN ({marks})", (problem_key, gpu, *MEASURED)).fetchone()[0])
+
+
+Lookup = Callable[[str, str, str, dict], "Evaluation | None"]
+
+
+def chain_lookups(*lookups: Lookup | None) -> Lookup | None:
+    """One look-up trying each in turn (the run's store first, then the shared database)."""
+    chain = [lk for lk in lookups if lk is not None]
+    if not chain:
+        return None
+
+    def lookup(source_hash: str, problem_key: str, gpu: str, versions: dict) -> Evaluation | None:
+        for lk in chain:
+            found = lk(source_hash, problem_key, gpu, versions)
+            if found is not None:
+                return found
+        return None
+
+    return lookup

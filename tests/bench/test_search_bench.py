@@ -1,0 +1,66 @@
+"""`evo bench-search` on CPU with the test stand-in backend (its fitness is NOT a GPU timing, and the files say
+so): every method runs, the marks are consistent, the re-run with the shared database is served, files are
+written with one chart per problem."""
+
+from __future__ import annotations
+
+import json
+
+from evo.bench.search_bench import METHODS, bench_search, method_experiment
+from evo.bench.search_results import reach, write_search_report
+from evo.evaluate.executor import LocalExecutor
+from tests.fixtures import search_fixtures as fx
+
+
+def test_reach():
+    points = [[0.1, 1, 5.0], [0.5, 4, 9.0], [2.0, 9, 10.0]]
+    assert reach(points, 9.0) == (0.5, 4) and reach(points, 10.0) == (2.0, 9) and reach(points, 11.0) == (None, None)
+
+
+def test_method_experiments(tmp_path):
+    exp = fx.experiment(sizes=(512,))
+    problem = exp.problems[0]
+    names = {m: {e.name for e in method_experiment(exp, m, problem, tmp_path / "m.sqlite").emitters} for m in METHODS}
+    assert "guided" in names["evo"] and "guided" not in names["evo-no-surrogate"] and names["random"] == {"restart"}
+    assert names["evo-classic"] == {"variation"}
+    rnd = method_experiment(exp, "random", problem, tmp_path / "m.sqlite")
+    assert not rnd.seeds and not rnd.memory.enabled and not rnd.transfer
+    assert method_experiment(exp, "evo-rerun", problem, tmp_path / "m.sqlite").memory.db == str(tmp_path / "m.sqlite")
+
+
+def test_bench_search_on_the_stand_in(tmp_path, monkeypatch):
+    fx.register(monkeypatch)
+    exp = fx.experiment(name="bs", sizes=(512,), evaluations=24)
+    with LocalExecutor(fx.StandInBackend()) as ex:
+        doc = bench_search(exp, list(exp.problems), list(METHODS), work_dir=tmp_path / "work", executor=ex)
+    assert doc["smoke"] and "NOT a GPU timing" in doc["note"] and doc["gpu"] == fx.STAND_IN_GPU
+    for p in doc["problems"]:
+        m = p["methods"]
+        assert set(m) == set(METHODS) and p["alternatives"] == {} and "GPU" in p["alternatives_note"]
+        assert p["best"] == max(v["best"] for v in m.values())
+        assert all(v["evaluations"] == 24 for v in m.values())
+        winner = [v for v in m.values() if v["best"] == p["best"]][0]
+        assert winner["evaluations_to_mark"] is not None and winner["seconds_to_mark"] is not None
+        assert m["evo"]["served"] == 0 and m["random"]["served"] == 0
+        assert m["evo-rerun"]["served"] >= 8  # seeded from evo's run and served, not measured again
+        _, evaluations = reach(m["evo-rerun"]["trace"], m["evo"]["best"])
+        assert evaluations is not None and evaluations <= 8  # evo's best again within its remembered elites
+    paths = write_search_report(doc, tmp_path / "out")
+    assert [p.name for p in paths] == [f"search-{n}" for n in ("test-stand-in-not-a-gpu-not-a-timing.json",
+                                                               "test-stand-in-not-a-gpu-not-a-timing.md",
+                                                               "test-stand-in-not-a-gpu-not-a-timing.html")]
+    md = paths[1].read_text()
+    assert "NOT GPU TIMINGS" in md and md.count("## ") == 1
+    page = paths[2].read_text()
+    assert page.count("best kernel against wall seconds") == 1 and "NOT GPU TIMINGS" in page
+    assert json.loads(paths[0].read_text())["problems"][0]["key"] == doc["problems"][0]["key"]
+
+
+def test_bad_input_is_one_line_exit_2(tmp_path, capsys):
+    from evo.surface.cli import main
+
+    assert main(["bench-search", str(tmp_path / "nope.yaml")]) == 2
+    assert main(["bench-search", "experiments/smoke.yaml", "--methods", "evo,teleport"]) == 2
+    assert main(["bench-search", "experiments/smoke.yaml", "--problems", "9"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 3 and "teleport" in err and "Traceback" not in err

@@ -1,0 +1,109 @@
+"""Emitters and the bandit scheduler: credit shifts the proposals, settings are validated, the store records
+which emitter proposed each evaluation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from evo.evaluate.executor import LocalExecutor
+from evo.experiment.spec import EmitterSpec
+from evo.search import emitters
+from evo.search.emitters import BanditScheduler
+from evo.search.loop import Search
+from evo.store.sqlite import Store
+from tests.fixtures import search_fixtures as fx
+
+
+def _arms(n: int) -> list:
+    return [emitters.get(name) for name in ("variation", "guided", "exploit", "restart")[:n]]
+
+
+def test_bandit_shifts_proposals_to_the_emitter_that_improves():
+    rng = np.random.default_rng(0)
+    sched = BanditScheduler(_arms(3), floor=0.0)
+    for _ in range(300):
+        i = sched.choose(rng)
+        sched.credit(i, improved=(i == 2 and rng.random() < 0.6) or (i != 2 and rng.random() < 0.05))
+    shares = sched.shares()
+    assert shares["exploit"] > 0.6 and min(shares.values()) > 0.0
+    assert sched.arms[2].improvements > sched.arms[0].improvements
+    assert all(a.pending == 0 for a in sched.arms)
+
+
+def test_bandit_follows_a_change_and_keeps_a_floor():
+    rng = np.random.default_rng(1)
+    sched = BanditScheduler(_arms(2), floor=0.05, discount=0.95)
+    chosen = []
+    for step in range(400):
+        i = sched.choose(rng)
+        chosen.append(i)
+        good = 0 if step < 200 else 1  # what works changes half-way
+        sched.credit(i, improved=(i == good and rng.random() < 0.5))
+    assert chosen[100:200].count(0) > 70  # first the arm that works
+    assert chosen[300:].count(1) > 70  # then, discounted credit forgets, the other one
+    assert chosen[300:].count(0) >= 1  # and the floor keeps the old arm alive
+
+
+def test_in_flight_proposals_count_as_pulls():
+    rng = np.random.default_rng(0)
+    sched = BanditScheduler(_arms(4), floor=0.0)
+    first = [sched.choose(rng) for _ in range(4)]
+    assert sorted(first) == [0, 1, 2, 3]  # async: every arm is tried before any result is back
+
+
+@pytest.mark.parametrize("bad", [{"pool": 1}, {"explore": 1.5}, {"nope": 3}])
+def test_bad_emitter_settings_fail(bad):
+    with pytest.raises(ValueError, match="guided"):
+        emitters.get("guided", bad)
+    with pytest.raises(ValueError, match="unknown emitter"):
+        emitters.get("nope")
+
+
+def test_store_records_the_emitter_and_every_emitter_proposes(tmp_path, monkeypatch):
+    import operators
+
+    fx.register(monkeypatch)
+    op = operators.get(fx.OPERATOR)
+    exp = fx.experiment(sizes=(512,), evaluations=40)
+    with Store(tmp_path / "s.sqlite") as store, LocalExecutor(fx.StandInBackend(), lookup=store.lookup) as ex:
+        summary = Search(exp, op, store, ex, run_id="t#1").run()
+        rows = store.evaluations()
+    by = {}
+    for r in rows:
+        by[r.emitter] = by.get(r.emitter, 0) + 1
+    assert set(by) == {"initial", "variation", "guided", "exploit", "restart"}
+    assert all(r.origin in ("seed", "random", "transfer") for r in rows if r.emitter == "initial")
+    assert all(r.origin == "random" for r in rows if r.emitter == "restart")
+    counts = summary.problems[0].emitters
+    assert sum(c["proposed"] for c in counts.values()) == 40 - by["initial"]
+
+
+def test_experiment_with_one_emitter_uses_only_it(tmp_path, monkeypatch):
+    import operators
+
+    fx.register(monkeypatch)
+    op = operators.get(fx.OPERATOR)
+    exp = fx.experiment(sizes=(512,), evaluations=20, emitters=(EmitterSpec("restart"),))
+    with Store(tmp_path / "s.sqlite") as store, LocalExecutor(fx.StandInBackend()) as ex:
+        Search(exp, op, store, ex, run_id="t#1").run()
+        assert {r.emitter for r in store.iter()} == {"initial", "restart"}
+
+
+def test_old_store_gains_the_emitter_column(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "old.sqlite"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE evaluations (id INTEGER PRIMARY KEY AUTOINCREMENT, operator TEXT, problem_key TEXT, "
+               "problem TEXT, genome TEXT, genome_hash TEXT, source_hash TEXT, status TEXT, reason TEXT, gpu TEXT, "
+               "versions TEXT, versions_key TEXT, median_ms REAL, spread_ms REAL, times_ms TEXT, baseline TEXT, "
+               "baseline_ms REAL, baseline_spread_ms REAL, max_rel_error REAL, resources TEXT, compile_s REAL, "
+               "origin TEXT, parents TEXT, run_id TEXT, worker TEXT, started_at REAL, finished_at REAL)")
+    db.execute("INSERT INTO evaluations (operator, problem_key, problem, genome, genome_hash, source_hash, status) "
+               "VALUES ('gemm', 'k', '{}', '{}', 'g', 's', 'ok')")
+    db.commit()
+    db.close()
+    with Store(path) as store:
+        (row,) = store.evaluations()
+        assert row.emitter == ""
