@@ -193,6 +193,12 @@ def run_load(gpus: int, seconds: float = 10.0, backend: LoadTestBackend | None =
     return result
 
 
+def _warm_task(seconds: float) -> None:
+    import evo.bench.loadtest  # noqa: F401 - what the compile tasks import
+
+    time.sleep(seconds)
+
+
 def run_matrix(gpus: Sequence[int], seconds: float, backend: LoadTestBackend, compile_workers: int | None,
                profile: bool, num_cpus: int, warmup_s: float = 0.0) -> list[dict[str, Any]]:
     """`run_load` for each GPU count on one embedded Ray instance (`num_cpus` logical CPUs: the compile
@@ -205,6 +211,9 @@ def run_matrix(gpus: Sequence[int], seconds: float, backend: LoadTestBackend, co
     if started_here:  # the executor's own embedded start (localhost, quiet), kept up for every count
         RayExecutor(backend, num_cpus=num_cpus)._init_ray()
     try:
+        # start Ray's task processes first, as a long search has them: the rates are the steady state's
+        warm = ray.remote(num_cpus=1)(_warm_task)
+        ray.get([warm.remote(0.5) for _ in range(int(ray.cluster_resources().get("CPU", 1)))])
         out = []
         for n in gpus:
             row = run_load(n, seconds, backend, compile_workers, warmup_s=warmup_s)
