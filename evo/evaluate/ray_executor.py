@@ -19,6 +19,7 @@ from evo.evaluate import pipeline
 from evo.evaluate.backend import Backend
 from evo.evaluate.candidate import Candidate, CompileResult
 from evo.evaluate.executor import Executor, WorkersLost
+from evo.evaluate.latency import Latency
 from evo.evaluate.pipeline import Lookup
 from evo.evaluate.ray_address import check_reachable
 from evo.evaluate.ray_guard import RayGuard
@@ -81,6 +82,7 @@ class RayExecutor(Executor):
         self._running: dict[Any, tuple[int, Candidate, float]] = {}
         self._done: list[tuple[Candidate, Evaluation]] = []
         self._compile_slots = 1
+        self._latency = Latency()
         self._actor_failures: list[int] = []
         self._fatal: WorkersLost | None = None  # set when no worker is left; raised once results are out
 
@@ -191,8 +193,11 @@ class RayExecutor(Executor):
 
     @property
     def slots(self) -> int:
-        # every worker busy, one compiled job waiting per worker, and a little compile-ahead on top
-        return 2 * max(1, len(self._actors)) + 2
+        # every worker busy, one compiled job waiting per worker, a little compile-ahead on top, and as many
+        # compiles again as it takes to feed the workers while they compile (a compile slower than a
+        # measurement would otherwise leave GPUs idle: evo.bench.driver_load measured it)
+        n = max(1, len(self._actors))
+        return 2 * n + 2 + self._latency.compile_ahead(n, self._compile_slots)
 
     @property
     def in_flight(self) -> int:
@@ -262,9 +267,14 @@ class RayExecutor(Executor):
     def _collect(self, ref: Any) -> None:
         ray = self._ray
         if ref in self._compiling:
-            cand, _ = self._compiling.pop(ref)
+            cand, started = self._compiling.pop(ref)
+            waited = time.monotonic() - started
             try:
-                out = pipeline.compiled(cand, ray.get(ref))
+                result = ray.get(ref)
+                # the compile's own time where the backend reports it: waiting for Ray to start a task's
+                # process must not inflate the window (that starts yet more processes)
+                self._latency.compiled(min(waited, getattr(result, "compile_s", 0.0) or waited))
+                out = pipeline.compiled(cand, result)
             except ray.exceptions.RayTaskError as e:  # compile raised: a backend bug, not the kernel's fault
                 out = cand.row("error", f"compile failed: {_short(e)}")
             except Exception as e:  # the task's process died under it: compilers abort on some kernels
@@ -274,7 +284,8 @@ class RayExecutor(Executor):
             else:
                 self._ready.append(cand)
         elif ref in self._running:
-            i, cand, _ = self._running.pop(ref)
+            i, cand, started = self._running.pop(ref)
+            self._latency.measured(time.monotonic() - started)
             info = self.infos[i]
             try:
                 ev = ray.get(ref)

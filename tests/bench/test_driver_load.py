@@ -1,0 +1,61 @@
+"""The driver LOAD TEST (evo.bench.driver_load) run briefly on an embedded Ray: fake GPUs that hold each
+candidate for a recorded time, with compiles slower than measurements (as GEMM's are on an H200). Two fake
+GPUs must evaluate nearly twice what one does: with the executor's old fixed window of 2 x GPUs + 2
+candidates in flight they could not (compiles starved the second GPU), with the window sized from the
+measured latencies they do."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from evo.bench.driver_load import run_matrix
+from evo.bench.loadtest import LOADTEST_GPU, LOADTEST_NOTE, LoadTestBackend
+from evo.evaluate import Candidate
+from evo.evaluate.latency import Latency
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_latency_sizes_the_compile_ahead():
+    lat = Latency()
+    assert lat.compile_ahead(8, 32) == 0  # nothing timed yet: the fixed window only
+    lat.compiled(0.2)
+    assert lat.compile_ahead(8, 32) == 0
+    lat.measured(0.1)
+    assert lat.compile_ahead(8, 32) == 16  # 8 workers, compiles twice as slow as measurements
+    assert lat.compile_ahead(8, 10) == 10  # never more than the compile pool
+    for _ in range(100):
+        lat.compiled(0.045)
+    assert lat.compile_ahead(8, 32) == 4
+
+
+def test_loadtest_rows_are_marked_and_never_a_timing():
+    import operators
+    from evo.evaluate.pipeline import render
+    from evo.problem import HOPPER
+
+    op = operators.get("gemm", {})
+    problem = op.problem((4096, 4096, 4096), "bf16")
+    cand = Candidate(problem, op.family.seeds(problem, HOPPER)[0], op, "seed", (), 1)
+    render(cand, HOPPER)
+    backend = LoadTestBackend(eval_s=0.0, compile_s=(0.0, 0.0))
+    assert backend.compile(cand, HOPPER).ok
+    ev = backend.open_worker(0).evaluate(cand, 60.0)
+    assert ev.gpu == LOADTEST_GPU and ev.baseline == "loadtest" and ev.reason == LOADTEST_NOTE
+    assert "LOAD TEST" in ev.reason and "not a timing" in ev.reason
+
+
+@pytest.mark.slow
+def test_two_fake_gpus_evaluate_nearly_twice_one(monkeypatch):
+    pytest.importorskip("ray")
+    monkeypatch.chdir(REPO)
+    # 5 candidates a second per fake GPU; compiles of 0.6 s (3 x a measurement), in sleeping tasks
+    backend = LoadTestBackend(eval_s=0.2, compile_s=(0.6, 0.6))
+    one, two = run_matrix([1, 2], seconds=3.0, backend=backend, compile_workers=None, profile=False, num_cpus=6,
+                          warmup_s=1.5)
+    assert one["statuses"] == {"ok": one["evaluations"]} and one["gpu_evaluated"] == one["evaluations"]
+    assert one["per_minute"] > 0.5 * one["ideal_per_minute"]
+    assert two["per_minute"] > 1.6 * one["per_minute"], (one, two)
+    assert two["slots"] > 2 * 2 + 2  # the window grew past the old fixed one
