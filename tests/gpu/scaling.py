@@ -73,6 +73,7 @@ def scaled_experiment(text: str, problem_key: str, gpus: int, wall_s: float, nam
     doc.update(name=name, problems={"shapes": [shape], "dtypes": [dtype]},
                budget={"evaluations": None, "wall_s": wall_s, "stagnation": None})
     doc["executor"] = {**(doc.get("executor") or {}), "kind": "ray", "gpus": gpus}
+    doc["memory"] = False  # a throughput measurement: nothing served from the results of earlier runs
     doc.pop("output", None)
     return yaml.safe_dump(doc, sort_keys=False)
 
