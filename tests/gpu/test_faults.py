@@ -64,6 +64,10 @@ class Ahead(GpuBackend):
     def open_worker(self, device_index):
         return Borrowed(self.worker)
 
+    def __getstate__(self):
+        # the compile child gets this backend without the module's worker (a live process handle it never uses)
+        return {k: v for k, v in self.__dict__.items() if k != "worker"}
+
 
 class Direct(Backend):
     """Nothing compiled ahead: the worker meets every fault itself."""
