@@ -17,15 +17,20 @@ CHROMIUM = find_chromium()
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium)")
 
 
+def _opened(b: Browser, run, page) -> None:
+    """Write `run`'s report to `page` with `evo report`, open it in `b` and wait until its plots are drawn."""
+    assert main(["report", str(run), "-o", str(page)]) == 0
+    b.open(page.as_uri())
+    b.wait_for("window.evoReport && (window.evoReport.ready || window.evoReport.error)", timeout=90)
+    assert b.eval("window.evoReport.error || ''") == ""
+
+
 @pytest.mark.slow
 def test_heatmap_renders_and_a_click_shows_the_kernel(tmp_path):
     run = make_run(tmp_path / "runs", shapes=("64x64x64", "48x80x64"), clean_shapes=("48x80x64",))
     page = tmp_path / "report.html"
-    assert main(["report", str(run), "-o", str(page)]) == 0
     with Browser(CHROMIUM) as b:
-        b.open(page.as_uri())
-        b.wait_for("window.evoReport && (window.evoReport.ready || window.evoReport.error)", timeout=90)
-        assert b.eval("window.evoReport.error || ''") == ""
+        _opened(b, run, page)
         # plotly drew one heatmap per problem, with a cell per elite
         n_cells = b.eval("document.querySelectorAll('#heat-0 .hm image, #heat-0 .hm').length")
         assert n_cells >= 1
@@ -89,11 +94,8 @@ def test_the_report_reads_well(tmp_path):
     with sqlite3.connect(run / "store.sqlite") as db:  # a second baseline, named by someone hostile
         db.execute("UPDATE evaluations SET baseline=? WHERE id % 2 = 0", (HOSTILE,))
     page = tmp_path / "report.html"
-    assert main(["report", str(run), "-o", str(page)]) == 0
     with Browser(CHROMIUM) as b:
-        b.open(page.as_uri())
-        b.wait_for("window.evoReport && (window.evoReport.ready || window.evoReport.error)", timeout=90)
-        assert b.eval("window.evoReport.error || ''") == ""
+        _opened(b, run, page)
         # the overview comes first: a ratio to each measured baseline, and the roofline with its ceilings
         assert b.eval("document.querySelector('section').id") == "overview"
         head = b.eval("[...document.querySelectorAll('#overview th')].map((t) => t.textContent)")
@@ -124,10 +126,8 @@ def test_the_report_reads_well(tmp_path):
     with Store(smoke / "store.sqlite") as store:  # as evo.search records it: the target rendered for
         store.set_meta("target", {"name": "hopper", "arch": 90, "smem_bytes": 232448, "num_sms": 132})
     page = tmp_path / "smoke.html"
-    assert main(["report", str(smoke), "-o", str(page)]) == 0
     with Browser(CHROMIUM) as b:
-        b.open(page.as_uri())
-        b.wait_for("window.evoReport && (window.evoReport.ready || window.evoReport.error)", timeout=90)
+        _opened(b, smoke, page)
         text = _visible_text(b)
         assert "TFLOP/s" not in text and "GB/s" not in text  # a stand-in score is no throughput
         assert text.count("stand-in score, NOT a timing") >= 3  # overview, summary, heatmap's colour bar

@@ -163,33 +163,31 @@ def test_a_full_disk_is_one_line_and_keeps_every_row(tmp_path, monkeypatch):
         subprocess.run(["umount", "-l", str(disk)], capture_output=True)
 
 
-def test_ctrl_c_before_the_search_starts_says_so(tmp_path, monkeypatch, capsys):
+def _run_raising(exc: BaseException, tmp_path, monkeypatch) -> int:
+    """`evo run` of a small GEMM experiment whose search raises `exc` at once; returns the exit status."""
     import evo.search.loop
 
-    def interrupted(*args, **kw):
-        raise KeyboardInterrupt
+    def raising(*args, **kw):
+        raise exc
 
-    monkeypatch.setattr(evo.search.loop, "run_experiment", interrupted)
+    monkeypatch.setattr(evo.search.loop, "run_experiment", raising)
     exp = tmp_path / "e.yaml"
     exp.write_text(AXPY.format(n=5, seed=0).replace(fx.OPERATOR, "gemm").replace("[512], dtypes: [fp32]",
                                                                              "[64x64x64], dtypes: [fp16]"))
-    assert main(["run", str(exp), "--out", str(tmp_path / "r")]) == 130
+    return main(["run", str(exp), "--out", str(tmp_path / "r")])
+
+
+def test_ctrl_c_before_the_search_starts_says_so(tmp_path, monkeypatch, capsys):
+    assert _run_raising(KeyboardInterrupt(), tmp_path, monkeypatch) == 130
     err = capsys.readouterr().err
     assert "interrupted before the search started: nothing was evaluated" in err and err.count("\n") == 1
 
 
 def test_losing_every_worker_is_one_line_with_the_resume_hint(tmp_path, monkeypatch, capsys):
-    import evo.search.loop
     from evo.evaluate.executor import WorkersLost
 
-    def lost(*args, **kw):
-        raise WorkersLost("every GPU worker died repeatedly; completed evaluations are stored")
-
-    monkeypatch.setattr(evo.search.loop, "run_experiment", lost)
-    exp = tmp_path / "e.yaml"
-    exp.write_text(AXPY.format(n=5, seed=0).replace(fx.OPERATOR, "gemm").replace("[512], dtypes: [fp32]",
-                                                                             "[64x64x64], dtypes: [fp16]"))
-    assert main(["run", str(exp), "--out", str(tmp_path / "r")]) == 1
+    lost = WorkersLost("every GPU worker died repeatedly; completed evaluations are stored")
+    assert _run_raising(lost, tmp_path, monkeypatch) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "died repeatedly" in err and "--resume" in err
 
