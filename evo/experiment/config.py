@@ -17,7 +17,6 @@ import numpy as np
 import yaml
 
 from evo.experiment import limits
-from evo.experiment.oneline import one_line
 from evo.experiment.spec import (
     Budget,
     DescriptorSpec,
@@ -27,6 +26,7 @@ from evo.experiment.spec import (
     Experiment,
     MemorySpec,
 )
+from evo.experiment.yaml_reader import Checker, ConfigError, UniqueKeyLoader, describe
 from evo.problem import DTYPES, HOPPER, Problem
 
 __all__ = ["ConfigError", "load_experiment", "parse_experiment", "parse_shape", "EXECUTOR_KINDS"]
@@ -37,32 +37,6 @@ _TOP_KEYS = ("name", "operator", "problems", "genome", "descriptors", "mutators"
              "seeds")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _MISSING = object()
-
-
-class ConfigError(ValueError):
-    """A bad experiment file. The message is one line: `FILE: KEY.PATH: what was expected, got what`."""
-
-    def __init__(self, file: str, path: str, message: str) -> None:
-        self.file, self.path = file, path
-        text = f"{file}: {path}: {message}" if path else f"{file}: {message}"
-        super().__init__(one_line(text))  # one line, whatever the message held
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """A safe loader that refuses repeated keys (plain PyYAML silently keeps the last one)."""
-
-
-def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
-    seen: set[Any] = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if key in seen:
-            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
-        seen.add(key)
-    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
-
-
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
 
 
 def parse_shape(value: Any) -> tuple[int, ...]:
@@ -78,82 +52,6 @@ def parse_shape(value: Any) -> tuple[int, ...]:
     if isinstance(value, str):
         return Problem.parse_shape(value.strip())
     raise ValueError(f"shape {value!r} is neither text like '4096x4096x4096' nor a list of integers")
-
-
-def _describe(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-class _Checker:
-    """Typed accessors that raise ConfigError naming the file and the key path."""
-
-    def __init__(self, file: str) -> None:
-        self.file = file
-
-    def fail(self, path: str, message: str) -> ConfigError:
-        return ConfigError(self.file, path, message)
-
-    def mapping(self, value: Any, path: str, allowed: tuple[str, ...], required: tuple[str, ...] = ()) -> dict:
-        if not isinstance(value, dict):
-            raise self.fail(path, f"expected a mapping with keys {', '.join(allowed)}; got {_describe(value)}")
-        for key in value:
-            if key not in allowed:
-                where = f"{path}.{key}" if path else str(key)
-                raise self.fail(where, f"unknown key; expected one of {', '.join(allowed)}")
-        for key in required:
-            if key not in value:
-                raise self.fail(f"{path}.{key}" if path else key, "is required")
-        return value
-
-    def integer(self, value: Any, path: str, low: int | None = None, none_ok: bool = False) -> int | None:
-        if value is None and none_ok:
-            return None
-        ok = isinstance(value, int) and not isinstance(value, bool) and (low is None or value >= low)
-        if not ok:
-            bound = f" >= {low}" if low is not None else ""
-            raise self.fail(path, f"expected an integer{bound}{' or null' if none_ok else ''}; got {_describe(value)}")
-        self.ceiling(path, value)
-        return int(value)
-
-    def number(self, value: Any, path: str, low: float, high: float | None = None, low_open: bool = True,
-               none_ok: bool = False) -> float | None:
-        if value is None and none_ok:
-            return None
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and np.isfinite(value)
-        ok = ok and (value > low if low_open else value >= low) and (high is None or value < high)
-        if not ok:
-            rng = f"{'>' if low_open else '>='} {low}" + (f" and < {high}" if high is not None else "")
-            raise self.fail(path, f"expected a number {rng}{' or null' if none_ok else ''}; got {_describe(value)}")
-        self.ceiling(path, value)
-        return float(value)
-
-    def ceiling(self, path: str, value: float, smoke: bool = False) -> None:
-        problem = limits.check_ceiling(path, value, smoke)
-        if problem:
-            raise self.fail(path, problem)
-
-    def boolean(self, value: Any, path: str) -> bool:
-        if not isinstance(value, bool):
-            raise self.fail(path, f"expected true or false; got {_describe(value)}")
-        return value
-
-    def string(self, value: Any, path: str, none_ok: bool = False) -> str | None:
-        if value is None and none_ok:
-            return None
-        if not isinstance(value, str) or not value.strip():
-            raise self.fail(path, f"expected a non-empty string{' or null' if none_ok else ''}; got {_describe(value)}")
-        return value
-
-    def choice(self, value: Any, path: str, choices: list[str] | tuple[str, ...], what: str = "") -> str:
-        if not isinstance(value, str) or value not in choices:
-            raise self.fail(path, f"unknown {what or 'value'} {_describe(value)}; expected one of {', '.join(choices)}")
-        return value
-
-    def listing(self, value: Any, path: str) -> list:
-        if not isinstance(value, list) or not value:
-            raise self.fail(path, f"expected a non-empty list; got {_describe(value)}")
-        return value
 
 
 def _registry_names(module: str, fallback: tuple[str, ...]) -> tuple[str, ...]:
@@ -189,7 +87,7 @@ def load_experiment(path: str | Path) -> Experiment:
 def parse_experiment(text: str, file: str = "<experiment>", default_name: str = "experiment") -> Experiment:
     """Validate experiment YAML `text`; `file` names it in error messages."""
     try:
-        data = limits.load_yaml_bounded(text, _UniqueKeyLoader)
+        data = limits.load_yaml_bounded(text, UniqueKeyLoader)
     except limits.LimitError as e:
         raise ConfigError(file, "", str(e)) from None
     except yaml.YAMLError as e:
@@ -197,13 +95,13 @@ def parse_experiment(text: str, file: str = "<experiment>", default_name: str = 
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         what = getattr(e, "problem", None) or str(e)
         raise ConfigError(file, "", f"is not valid YAML: {where}{what}") from None
-    c = _Checker(file)
+    c = Checker(file)
     d = c.mapping(data, "", _TOP_KEYS, required=("operator", "problems"))
 
     name = d.get("name", default_name)
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise c.fail("name", f"expected letters, digits, '_', '-' or '.' (it names the run directory); "
-                             f"got {_describe(name)}")
+                             f"got {describe(name)}")
 
     import operators
 
@@ -257,14 +155,14 @@ def parse_experiment(text: str, file: str = "<experiment>", default_name: str = 
     )
 
 
-def _output(c: _Checker, node: Any) -> str:
+def _output(c: Checker, node: Any) -> str:
     text = c.string(node, "output")
     if limits.check_path_text(text):
-        raise c.fail("output", f"{limits.check_path_text(text)}; got {_describe(text)}")
+        raise c.fail("output", f"{limits.check_path_text(text)}; got {describe(text)}")
     return text
 
 
-def _problems(c: _Checker, node: Any, op: Any) -> tuple[Problem, ...]:
+def _problems(c: Checker, node: Any, op: Any) -> tuple[Problem, ...]:
     """`problems` is a mapping {shapes: [...], dtypes: [...]} (every shape in every dtype) or a list of them."""
     groups = [(node, "problems")] if isinstance(node, dict) else \
         [(g, f"problems[{i}]") for i, g in enumerate(c.listing(node, "problems"))]
@@ -298,7 +196,7 @@ def _problems(c: _Checker, node: Any, op: Any) -> tuple[Problem, ...]:
 
 
 
-def _genome(c: _Checker, node: Any, op: Any) -> dict[str, list[Any]]:
+def _genome(c: Checker, node: Any, op: Any) -> dict[str, list[Any]]:
     """`genome` restricts genes: {gene: [allowed values]}; a single value pins the gene."""
     if node is None:
         return {}
@@ -313,12 +211,12 @@ def _genome(c: _Checker, node: Any, op: Any) -> dict[str, list[Any]]:
             # 1 == True in Python: keep booleans and integers apart so `true` never passes for 1
             if not any(v == d and type(v) is type(d) for d in genes[name].values):
                 where = f"genome.{name}[{i}]" if isinstance(allowed, list) else f"genome.{name}"
-                raise c.fail(where, f"{_describe(v)} is not in the domain of gene {name}: {list(genes[name].values)}")
+                raise c.fail(where, f"{describe(v)} is not in the domain of gene {name}: {list(genes[name].values)}")
         out[name] = list(values)
     return out
 
 
-def _check_feasible(c: _Checker, op: Any, problems: tuple[Problem, ...], restricted: bool) -> None:
+def _check_feasible(c: Checker, op: Any, problems: tuple[Problem, ...], restricted: bool) -> None:
     """With restricted genes, each problem must still have a valid genome (checked for a Hopper target)."""
     if not restricted:
         return
@@ -338,7 +236,7 @@ def _check_feasible(c: _Checker, op: Any, problems: tuple[Problem, ...], restric
             raise c.fail("genome", f"no valid genome remains for problem {p.key} under these restrictions")
 
 
-def _descriptors(c: _Checker, node: Any, op: Any) -> tuple[DescriptorSpec, ...]:
+def _descriptors(c: Checker, node: Any, op: Any) -> tuple[DescriptorSpec, ...]:
     """`descriptors`: names, or {name, edges} mappings; empty means the search's default choice."""
     if node is None or node == []:
         return ()
@@ -366,7 +264,7 @@ def _descriptors(c: _Checker, node: Any, op: Any) -> tuple[DescriptorSpec, ...]:
     return tuple(out)
 
 
-def _edges(c: _Checker, node: Any, path: str) -> tuple[float, ...]:
+def _edges(c: Checker, node: Any, path: str) -> tuple[float, ...]:
     values = c.listing(node, path)
     if len(values) < 2:
         raise c.fail(path, "expected at least two bin edges")
@@ -376,12 +274,12 @@ def _edges(c: _Checker, node: Any, path: str) -> tuple[float, ...]:
     return edges
 
 
-def _sub(c: _Checker, node: Any, path: str, allowed: tuple[str, ...]) -> Callable[[str, Any], Any]:
+def _sub(c: Checker, node: Any, path: str, allowed: tuple[str, ...]) -> Callable[[str, Any], Any]:
     m = c.mapping({} if node is None else node, path, allowed)
     return lambda key, default: m.get(key, default)
 
 
-def _budget(c: _Checker, node: Any) -> Budget:
+def _budget(c: Checker, node: Any) -> Budget:
     get = _sub(c, node, "budget", ("evaluations", "wall_s", "stagnation", "sol"))
     b = Budget(
         evaluations=c.integer(get("evaluations", Budget.evaluations), "budget.evaluations", 1, none_ok=True),
@@ -395,7 +293,7 @@ def _budget(c: _Checker, node: Any) -> Budget:
     return b
 
 
-def _executor(c: _Checker, node: Any) -> ExecutorSpec:
+def _executor(c: Checker, node: Any) -> ExecutorSpec:
     get = _sub(c, node, "executor", ("kind", "address", "gpus", "compile_workers", "dashboard"))
     kind = c.choice(get("kind", ExecutorSpec.kind), "executor.kind", EXECUTOR_KINDS, "executor kind")
     address = c.string(get("address", None), "executor.address", none_ok=True)
@@ -414,7 +312,7 @@ def _executor(c: _Checker, node: Any) -> ExecutorSpec:
     )
 
 
-def _evaluation(c: _Checker, node: Any) -> EvaluationSpec:
+def _evaluation(c: Checker, node: Any) -> EvaluationSpec:
     get = _sub(c, node, "evaluation", ("reps", "warmup", "timeout_s", "compile_timeout_s", "noise_margin"))
     e = EvaluationSpec
     return EvaluationSpec(
@@ -428,7 +326,7 @@ def _evaluation(c: _Checker, node: Any) -> EvaluationSpec:
     )
 
 
-def _emitters(c: _Checker, node: Any) -> tuple[EmitterSpec, ...]:
+def _emitters(c: Checker, node: Any) -> tuple[EmitterSpec, ...]:
     """`emitters`: names, or {name, ...settings} mappings; each is built once here so that a bad setting fails
     now (evo.search.emitters validates its own settings)."""
     if node is None:
@@ -456,7 +354,7 @@ def _emitters(c: _Checker, node: Any) -> tuple[EmitterSpec, ...]:
     return tuple(out)
 
 
-def _memory(c: _Checker, node: Any) -> MemorySpec:
+def _memory(c: Checker, node: Any) -> MemorySpec:
     """`memory`: false turns the shared results database off; else {db, seed, reuse}."""
     if node is False:
         return MemorySpec(enabled=False)
