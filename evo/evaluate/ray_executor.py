@@ -147,8 +147,11 @@ class RayExecutor(Executor):
             if env:
                 self._compile = self._compile.options(runtime_env={"env_vars": dict(env)})
             self._backend_ref = ray.put(self.backend)
+            # SPREAD: workers on as many nodes as there are, so that losing one node leaves the others' workers
+            # (workers that need no GPU would otherwise all land on one node, and die together with it)
             actor_cls = ray.remote(_WorkerActor).options(num_gpus=1 if self.backend.needs_gpu else 0, num_cpus=0,
-                                                         max_restarts=3, max_task_retries=0)
+                                                         max_restarts=3, max_task_retries=0,
+                                                         scheduling_strategy="SPREAD")
             # the backend itself, not its object-store reference: a restarted actor must not depend on an object
             self._actors = [actor_cls.remote(self.backend, 0) for _ in range(n)]
             self.infos = ray.get([a.info.remote() for a in self._actors])
