@@ -80,6 +80,7 @@ class RayExecutor(Executor):
         self._compiling: dict[Any, tuple[Candidate, float]] = {}
         self._ready: deque[Candidate] = deque()
         self._running: dict[Any, tuple[int, Candidate, float]] = {}
+        self._probing: dict[Any, tuple[int, float]] = {}  # info() calls on restarting actors -> (worker, sent)
         self._done: list[tuple[Candidate, Evaluation]] = []
         self._compile_slots = 1
         self._latency = Latency()
@@ -178,7 +179,7 @@ class RayExecutor(Executor):
         except Exception as e:  # shutting down must not hide the error that led here
             log.warning("while stopping Ray workers: %s", e)
         finally:
-            self._actors, self._compiling, self._running = [], {}, {}
+            self._actors, self._compiling, self._running, self._probing = [], {}, {}, {}
             self._waiting.clear()
             self._ready.clear()
             self._idle.clear()
@@ -235,7 +236,7 @@ class RayExecutor(Executor):
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
             self._pump()
-            refs = list(self._compiling) + list(self._running)
+            refs = list(self._compiling) + list(self._running) + list(self._probing)
             if not refs or self._done:
                 break
             left = None if deadline is None else deadline - time.monotonic()
@@ -293,13 +294,32 @@ class RayExecutor(Executor):
             try:
                 ev = ray.get(ref)
             except ray.exceptions.RayActorError as e:
-                ev = cand.row("crashed", f"worker died: {_short(e)}", gpu=info.gpu, worker=info.name)
+                self._done.append((cand, cand.row("crashed", f"worker died: {_short(e)}", gpu=info.gpu,
+                                                  worker=info.name)))
                 self._actor_failures[i] += 1
+                self._probe(i)  # Ray restarts the actor: no job for it until it answers again
+                return
             except Exception as e:
                 ev = cand.row("error", f"worker failed: {_short(e)}", gpu=info.gpu, worker=info.name)
             else:
                 self._actor_failures[i] = 0
             self._done.append((cand, ev))
+            self._release(i)
+        elif ref in self._probing:
+            i, _ = self._probing.pop(ref)
+            try:
+                self.infos[i] = ray.get(ref)  # restarted (on any node that is left): jobs again
+                self._idle.append(i)
+            except ray.exceptions.RayActorError:
+                self._actor_failures[i] += 1
+                self._probe(i)
+
+    def _probe(self, i: int) -> None:
+        """Ask worker `i`'s actor, which just died, for its info: the answer comes once Ray has restarted it
+        (a node that is lost takes a while to be noticed; jobs sent meanwhile would only die too)."""
+        if self._actor_failures[i] < _MAX_ACTOR_FAILURES:
+            self._probing[self._actors[i].info.remote()] = (i, time.monotonic())
+        else:
             self._release(i)
 
     def _release(self, i: int) -> None:
@@ -310,12 +330,17 @@ class RayExecutor(Executor):
             return
         log.warning("GPU worker %s died %d times in a row: no more jobs for it", self.infos[i].name,
                     self._actor_failures[i])
-        if not self._idle and not self._running:
+        if not self._idle and not self._running and not self._probing:
             # raised by the next poll, after this poll has handed every collected evaluation to the search
             self._fatal = WorkersLost("every GPU worker died repeatedly; completed evaluations are stored")
 
     def _reap_overdue(self) -> None:
         now = time.monotonic()
+        for ref, (i, sent) in list(self._probing.items()):
+            if now - sent > self.evaluation.timeout_s + _GRACE_S:  # never restarted (no node can take it)
+                del self._probing[ref]
+                self._actor_failures[i] = _MAX_ACTOR_FAILURES
+                self._release(i)
         for ref, (cand, started) in list(self._compiling.items()):
             if now - started > self.evaluation.compile_timeout_s + _GRACE_S:
                 self._ray.cancel(ref, force=True)
