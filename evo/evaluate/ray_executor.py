@@ -81,6 +81,8 @@ class RayExecutor(Executor):
         self._ready: deque[Candidate] = deque()
         self._running: dict[Any, tuple[int, Candidate, float]] = {}
         self._probing: dict[Any, tuple[int, float]] = {}  # info() calls on restarting actors -> (worker, sent)
+        self._cooling: dict[int, float] = {}  # unreachable workers -> when to ask again
+        self._unreachable_since: dict[int, float] = {}
         self._done: list[tuple[Candidate, Evaluation]] = []
         self._compile_slots = 1
         self._latency = Latency()
@@ -180,6 +182,7 @@ class RayExecutor(Executor):
             log.warning("while stopping Ray workers: %s", e)
         finally:
             self._actors, self._compiling, self._running, self._probing = [], {}, {}, {}
+            self._cooling.clear()
             self._waiting.clear()
             self._ready.clear()
             self._idle.clear()
@@ -237,13 +240,17 @@ class RayExecutor(Executor):
         while True:
             self._pump()
             refs = list(self._compiling) + list(self._running) + list(self._probing)
-            if not refs or self._done:
+            if self._done or not (refs or self._cooling):
                 break
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 break
             # wake at least once a second to notice tasks that overran their time limits
             wait_s = 1.0 if left is None else min(1.0, left)
+            if not refs:  # only unreachable workers, waiting to be asked again
+                time.sleep(wait_s)
+                self._reap_overdue()
+                continue
             ready, _ = ray.wait(refs, num_returns=1, timeout=wait_s)
             if ready:
                 rest = [r for r in refs if r not in set(ready)]
@@ -296,7 +303,8 @@ class RayExecutor(Executor):
             except ray.exceptions.RayActorError as e:
                 self._done.append((cand, cand.row("crashed", f"worker died: {_short(e)}", gpu=info.gpu,
                                                   worker=info.name)))
-                self._actor_failures[i] += 1
+                if not _unreachable(ray, e):  # unreachable is not dead (a lost node is noticed late)
+                    self._actor_failures[i] += 1
                 self._probe(i)  # Ray restarts the actor: no job for it until it answers again
                 return
             except Exception as e:
@@ -309,9 +317,17 @@ class RayExecutor(Executor):
             i, _ = self._probing.pop(ref)
             try:
                 self.infos[i] = ray.get(ref)  # restarted (on any node that is left): jobs again
+                self._unreachable_since.pop(i, None)
                 self._idle.append(i)
-            except ray.exceptions.RayActorError:
-                self._actor_failures[i] += 1
+            except ray.exceptions.RayActorError as e:
+                if _unreachable(ray, e):  # ask again in a second, for at most a job's time limit
+                    since = self._unreachable_since.setdefault(i, time.monotonic())
+                    if time.monotonic() - since <= self.evaluation.timeout_s + _GRACE_S:
+                        self._cooling[i] = time.monotonic() + 1.0
+                        return
+                    self._actor_failures[i] = _MAX_ACTOR_FAILURES
+                else:
+                    self._actor_failures[i] += 1
                 self._probe(i)
 
     def _probe(self, i: int) -> None:
@@ -330,12 +346,16 @@ class RayExecutor(Executor):
             return
         log.warning("GPU worker %s died %d times in a row: no more jobs for it", self.infos[i].name,
                     self._actor_failures[i])
-        if not self._idle and not self._running and not self._probing:
+        if not self._idle and not self._running and not self._probing and not self._cooling:
             # raised by the next poll, after this poll has handed every collected evaluation to the search
             self._fatal = WorkersLost("every GPU worker died repeatedly; completed evaluations are stored")
 
     def _reap_overdue(self) -> None:
         now = time.monotonic()
+        for i, when in list(self._cooling.items()):
+            if now >= when:
+                del self._cooling[i]
+                self._probe(i)
         for ref, (i, sent) in list(self._probing.items()):
             if now - sent > self.evaluation.timeout_s + _GRACE_S:  # never restarted (no node can take it)
                 del self._probing[ref]
@@ -355,6 +375,12 @@ class RayExecutor(Executor):
                 self._done.append((cand, cand.row("timeout", "worker overran its time limit", gpu=info.gpu,
                                                   worker=info.name)))
                 self._release(i)
+
+
+def _unreachable(ray: Any, e: BaseException) -> bool:
+    """Whether `e` says an actor could not be reached (it may be alive), rather than that it died."""
+    kind = getattr(ray.exceptions, "ActorUnavailableError", None)
+    return kind is not None and isinstance(e, kind)
 
 
 def _short(e: BaseException) -> str:
