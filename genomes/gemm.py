@@ -234,12 +234,10 @@ class GemmFamily(GenomeFamily):
         if len(column_blocks(g["BLOCK_N"])) > 1 and (g["split_k"] > 1 or g["stream_k"] or g["warp_specialize"]
                                                      or g["epilogue_subtile"]):
             # a wide tile and a feature it is not combined with: the coin keeps one of the two
-            if rng.random() < 0.5 and all(self._set(g, k, v) for k, v in (
-                    ("split_k", 1), ("stream_k", False), ("warp_specialize", False), ("epilogue_subtile", False))):
+            keep_wide = rng.random() < 0.5 and all(self._set(g, k, v) for k, v in (
+                ("split_k", 1), ("stream_k", False), ("warp_specialize", False), ("epilogue_subtile", False)))
+            while not keep_wide and len(column_blocks(g["BLOCK_N"])) > 1 and self._step_down(g, "BLOCK_N"):
                 pass
-            else:
-                while len(column_blocks(g["BLOCK_N"])) > 1 and self._step_down(g, "BLOCK_N"):
-                    pass
         if g["warp_specialize"]:
             ws_ok = (target.arch == 90 and g["memory"] == "descriptor" and g["num_warps"] == 4
                      and not g["persistent"] and (g["BLOCK_M"], g["BLOCK_N"]) != (64, 256) and g["split_k"] == 1

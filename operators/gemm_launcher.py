@@ -194,7 +194,7 @@ def launcher_source(g: Mapping[str, Any]) -> str:
 def _descriptor_checks(g: Mapping[str, Any]) -> str:
     """Launcher lines that refuse operands a tensor descriptor cannot address, or pad them (pad_rows)."""
     if g["pad_rows"]:
-        return _block("""
+        rows = _block("""
             # Tensor descriptors need rows of 16-byte multiples: an operand whose rows are not is copied into
             # padded rows first, and C is then computed into padded rows (every call pays for the copies, and
             # its timing includes them). Without `out`, C is returned as a view of its padded rows.
@@ -203,12 +203,13 @@ def _descriptor_checks(g: Mapping[str, Any]) -> str:
             if (N * b.element_size()) % 16:
                 b = _copy_rows(b, _padded(K, N, b))
                 out = _padded(M, N, a)
-            if any(t.data_ptr() % 16 for t in (a, b, out)):
-                raise ValueError("tensor descriptors need A, B and out to start at 16-byte aligned addresses")
         """, 1)
-    return _block("""
-        if (K * a.element_size()) % 16 or (N * a.element_size()) % 16:
-            raise ValueError(f"tensor descriptors need rows of 16-byte multiples; K={K}, N={N} in {a.dtype}")
+    else:
+        rows = _block("""
+            if (K * a.element_size()) % 16 or (N * a.element_size()) % 16:
+                raise ValueError(f"tensor descriptors need rows of 16-byte multiples; K={K}, N={N} in {a.dtype}")
+        """, 1)
+    return rows + _block("""
         if any(t.data_ptr() % 16 for t in (a, b, out)):
             raise ValueError("tensor descriptors need A, B and out to start at 16-byte aligned addresses")
     """, 1)
