@@ -207,9 +207,12 @@ def run_matrix(gpus: Sequence[int], seconds: float, backend: LoadTestBackend, co
 
     from evo.evaluate.ray_executor import RayExecutor
 
-    started_here = not ray.is_initialized()
-    if started_here:  # the executor's own embedded start (localhost, quiet), kept up for every count
-        RayExecutor(backend, num_cpus=num_cpus)._init_ray()
+    # the executor's own embedded start (localhost, quiet, guarded), kept up for every count. The executor that
+    # started it must stop it: its guard ends every Ray process when it is dropped, and a dropped guard would
+    # do so whenever it is collected, under whatever runs Ray then (a later test of the same process)
+    holder = RayExecutor(backend, num_cpus=num_cpus)
+    if not ray.is_initialized():
+        holder._ray = holder._init_ray()
     try:
         # start Ray's task processes first, as a long search has them: the rates are the steady state's
         warm = ray.remote(num_cpus=1)(_warm_task)
@@ -223,8 +226,7 @@ def run_matrix(gpus: Sequence[int], seconds: float, backend: LoadTestBackend, co
             out.append(row)
         return out
     finally:
-        if started_here:
-            ray.shutdown()
+        holder.shutdown()  # the Ray it started, and its guard; nothing when Ray was up before
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -234,6 +236,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--eval-s", type=float, default=H200_EVAL_S, help="seconds a fake GPU holds a candidate")
     ap.add_argument("--compile", choices=("sleep", "cpu", "none"), default="sleep",
                     help="compile stand-in: sleep (a many-core host's pool), cpu (burn this machine's), none")
+    ap.add_argument("--compile-s", type=float, nargs=2, default=list(COMPILE_S), metavar=("LOW", "HIGH"),
+                    help=f"seconds of a compile, drawn uniformly (default {COMPILE_S[0]} {COMPILE_S[1]})")
     ap.add_argument("--compile-workers", type=int, default=None, help="compile tasks in flight (default: CPUs)")
     ap.add_argument("--warmup", type=float, default=10.0, help="seconds searched before the rates count")
     ap.add_argument("--num-cpus", type=int, default=32, help="logical CPUs of the embedded Ray instance")
@@ -241,7 +245,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--label", default="", help="a name for this set of runs in the output (e.g. before/after)")
     ap.add_argument("-o", "--out", type=Path, default=None, help="append the runs to this JSON file")
     args = ap.parse_args(argv)
-    backend = LoadTestBackend(args.eval_s, None if args.compile == "none" else COMPILE_S, args.compile == "cpu")
+    compile_s = None if args.compile == "none" else (min(args.compile_s), max(args.compile_s))
+    backend = LoadTestBackend(args.eval_s, compile_s, args.compile == "cpu")
     runs = run_matrix(args.gpus, args.seconds, backend, args.compile_workers, args.profile, args.num_cpus,
                       args.warmup)
     if args.out is not None:
@@ -250,7 +255,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                             "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                                         "python": platform.python_version()},
                             "eval_s": args.eval_s, "compile": args.compile,
-                            "compile_s": list(COMPILE_S) if args.compile != "none" else None,
+                            "compile_s": list(compile_s) if compile_s else None,
                             "compile_workers": args.compile_workers, "num_cpus": args.num_cpus, "warmup_s": args.warmup,
                             "results": runs})
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -36,6 +36,10 @@ log = logging.getLogger(__name__)
 _LOCAL_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 _GRACE_S = 30.0  # beyond the evaluator's own time limits, before the executor gives up on a task
 _MAX_ACTOR_FAILURES = 3  # consecutive deaths of a worker's actor before it is given no more jobs
+# calls on one worker's actor at a time: one evaluating, one queued behind it, so that a GPU that finishes starts
+# its next candidate at once instead of waiting for the driver to collect the result and send another (the
+# driver serves every GPU; on 2 H200s the wait cost each GPU a third of its time, reports/gpu/scaling-*.json)
+_CALLS_PER_WORKER = 2
 
 
 def _compile_task(backend: Backend, cand: Candidate, target: Target) -> CompileResult | None:
@@ -75,11 +79,12 @@ class RayExecutor(Executor):
         self._started_ray = False
         self._guard: RayGuard | None = None  # ends what Ray leaves behind (evo.evaluate.ray_guard)
         self._actors: list[Any] = []
-        self._idle: deque[int] = deque()
+        self._up: set[int] = set()  # workers that take jobs (not restarting, not retired)
+        self._calls: list[deque[Any]] = []  # per worker: refs of its calls, the one evaluating first
         self._waiting: deque[Candidate] = deque()  # rendered, waiting for a compile slot
         self._compiling: dict[Any, tuple[Candidate, float]] = {}
         self._ready: deque[Candidate] = deque()
-        self._running: dict[Any, tuple[int, Candidate, float]] = {}
+        self._running: dict[Any, tuple[int, Candidate, float | None]] = {}  # -> (worker, cand, started or None)
         self._probing: dict[Any, tuple[int, float]] = {}  # info() calls on restarting actors -> (worker, sent)
         self._cooling: dict[int, float] = {}  # unreachable workers -> when to ask again
         self._unreachable_since: dict[int, float] = {}
@@ -158,7 +163,8 @@ class RayExecutor(Executor):
             # the backend itself, not its object-store reference: a restarted actor must not depend on an object
             self._actors = [actor_cls.remote(self.backend, 0) for _ in range(n)]
             self.infos = ray.get([a.info.remote() for a in self._actors])
-            self._idle = deque(range(n))
+            self._up = set(range(n))
+            self._calls = [deque() for _ in range(n)]
             self._actor_failures = [0] * n
         except BaseException:
             self.shutdown()
@@ -185,7 +191,8 @@ class RayExecutor(Executor):
             self._cooling.clear()
             self._waiting.clear()
             self._ready.clear()
-            self._idle.clear()
+            self._up.clear()
+            self._calls = []
             if self._started_ray:
                 ray.shutdown()
                 self._started_ray = False
@@ -196,15 +203,15 @@ class RayExecutor(Executor):
     # -- work -----------------------------------------------------------------------------------------
     @property
     def busy(self) -> int:
-        return len(self._running)
+        return sum(1 for calls in self._calls if calls)
 
     @property
     def slots(self) -> int:
-        # every worker busy, one compiled job waiting per worker, a little compile-ahead on top, and as many
-        # compiles again as it takes to feed the workers while they compile (a compile slower than a
-        # measurement would otherwise leave GPUs idle: evo.bench.driver_load measured it)
+        # every worker's calls (evaluating and queued), one more compiled job per worker, a little compile-ahead
+        # on top, and as many compiles again as it takes to feed the workers while they compile (a compile
+        # slower than a measurement would otherwise leave GPUs idle: evo.bench.driver_load measured it)
         n = max(1, len(self._actors))
-        return 2 * n + 2 + self._latency.compile_ahead(n, self._compile_slots)
+        return (_CALLS_PER_WORKER + 1) * n + 2 + self._latency.compile_ahead(n, self._compile_slots)
 
     @property
     def in_flight(self) -> int:
@@ -269,11 +276,16 @@ class RayExecutor(Executor):
             cand = self._waiting.popleft()
             ref = self._compile.remote(self._backend_ref, cand, self.target)
             self._compiling[ref] = (cand, time.monotonic())
-        while self._ready and self._idle:
-            i = self._idle.popleft()
+        while self._ready:
+            open_ = [i for i in self._up if len(self._calls[i]) < _CALLS_PER_WORKER]
+            if not open_:
+                break
+            i = min(open_, key=lambda j: (len(self._calls[j]), j))  # an idle worker first
             cand = self._ready.popleft()
             ref = self._actors[i].evaluate.remote(cand, self.evaluation.timeout_s)
-            self._running[ref] = (i, cand, time.monotonic())
+            # a queued call's clock starts when the call before it ends (actor calls run one at a time, in order)
+            self._running[ref] = (i, cand, None if self._calls[i] else time.monotonic())
+            self._calls[i].append(ref)
 
     def _collect(self, ref: Any) -> None:
         ray = self._ray
@@ -295,30 +307,32 @@ class RayExecutor(Executor):
             else:
                 self._ready.append(cand)
         elif ref in self._running:
-            i, cand, started = self._running.pop(ref)
-            self._latency.measured(time.monotonic() - started)
+            i = self._running[ref][0]
             info = self.infos[i]
             try:
                 ev = ray.get(ref)
             except ray.exceptions.RayActorError as e:
-                self._done.append((cand, cand.row("crashed", f"worker died: {_short(e)}", gpu=info.gpu,
-                                                  worker=info.name)))
+                # the call evaluating when the actor died is the one that crashed, whichever reply came first
+                self._end_calls(i, "crashed", f"worker died: {_short(e)}")
                 if not _unreachable(ray, e):  # unreachable is not dead (a lost node is noticed late)
                     self._actor_failures[i] += 1
+                self._up.discard(i)
                 self._probe(i)  # Ray restarts the actor: no job for it until it answers again
                 return
             except Exception as e:
-                ev = cand.row("error", f"worker failed: {_short(e)}", gpu=info.gpu, worker=info.name)
+                ev = self._running[ref][1].row("error", f"worker failed: {_short(e)}", gpu=info.gpu,
+                                               worker=info.name)
             else:
                 self._actor_failures[i] = 0
+            _, cand, started = self._running.pop(ref)
+            self._next_call(i, ref, started)
             self._done.append((cand, ev))
-            self._release(i)
         elif ref in self._probing:
             i, _ = self._probing.pop(ref)
             try:
                 self.infos[i] = ray.get(ref)  # restarted (on any node that is left): jobs again
                 self._unreachable_since.pop(i, None)
-                self._idle.append(i)
+                self._up.add(i)
             except ray.exceptions.RayActorError as e:
                 if _unreachable(ray, e):  # ask again in a second, for at most a job's time limit
                     since = self._unreachable_since.setdefault(i, time.monotonic())
@@ -330,6 +344,30 @@ class RayExecutor(Executor):
                     self._actor_failures[i] += 1
                 self._probe(i)
 
+    def _next_call(self, i: int, ref: Any, started: float | None) -> None:
+        """Worker `i`'s call `ref` returned: the call queued behind it is evaluating from now on."""
+        now = time.monotonic()
+        calls = self._calls[i]
+        if ref in calls:
+            calls.remove(ref)
+        if started is not None:
+            self._latency.measured(now - started)
+        if calls and calls[0] in self._running:
+            j, cand, _ = self._running[calls[0]]
+            self._running[calls[0]] = (j, cand, now)
+
+    def _end_calls(self, i: int, status: str, reason: str) -> None:
+        """Worker `i`'s actor is gone (died, or killed for overrunning): its evaluating call ends with `status`;
+        the calls queued behind it never ran and go back to the front of the compiled queue."""
+        calls, self._calls[i] = list(self._calls[i]), deque()
+        if not calls:
+            return
+        info = self.infos[i]
+        _, cand, _ = self._running.pop(calls[0])
+        self._done.append((cand, cand.row(status, reason, gpu=info.gpu, worker=info.name)))
+        for ref in reversed(calls[1:]):
+            self._ready.appendleft(self._running.pop(ref)[1])
+
     def _probe(self, i: int) -> None:
         """Ask worker `i`'s actor, which just died, for its info: the answer comes once Ray has restarted it
         (a node that is lost takes a while to be noticed; jobs sent meanwhile would only die too)."""
@@ -339,14 +377,15 @@ class RayExecutor(Executor):
             self._release(i)
 
     def _release(self, i: int) -> None:
-        """Worker `i` is free again, unless its actor keeps dying (Ray restarts it a few times, then gives up):
-        a worker that cannot stay up must not turn the rest of the budget into crashed rows."""
+        """Worker `i` takes jobs again, unless its actor keeps dying (Ray restarts it a few times, then gives
+        up): a worker that cannot stay up must not turn the rest of the budget into crashed rows."""
         if self._actor_failures[i] < _MAX_ACTOR_FAILURES:
-            self._idle.append(i)
+            self._up.add(i)
             return
+        self._up.discard(i)
         log.warning("GPU worker %s died %d times in a row: no more jobs for it", self.infos[i].name,
                     self._actor_failures[i])
-        if not self._idle and not self._running and not self._probing and not self._cooling:
+        if not self._up and not self._running and not self._probing and not self._cooling:
             # raised by the next poll, after this poll has handed every collected evaluation to the search
             self._fatal = WorkersLost("every GPU worker died repeatedly; completed evaluations are stored")
 
@@ -366,14 +405,11 @@ class RayExecutor(Executor):
                 self._ray.cancel(ref, force=True)
                 del self._compiling[ref]
                 self._done.append((cand, self._named(cand.row("timeout", "compile overran its time limit"))))
-        for ref, (i, cand, started) in list(self._running.items()):
-            if now - started > self.evaluation.timeout_s + _GRACE_S:
+        for i, _, started in list(self._running.values()):
+            if started is not None and now - started > self.evaluation.timeout_s + _GRACE_S:
                 # the worker did not honour its own limit: replace its actor (Ray restarts it)
                 self._ray.kill(self._actors[i], no_restart=False)
-                del self._running[ref]
-                info = self.infos[i]
-                self._done.append((cand, cand.row("timeout", "worker overran its time limit", gpu=info.gpu,
-                                                  worker=info.name)))
+                self._end_calls(i, "timeout", "worker overran its time limit")
                 self._release(i)
 
 

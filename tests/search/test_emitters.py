@@ -107,3 +107,36 @@ def test_old_store_gains_the_emitter_column(tmp_path):
     with Store(path) as store:
         (row,) = store.evaluations()
         assert row.emitter == ""
+
+
+class _CountingSurrogate:
+    """Stands in for the surrogate: counts fits and reports the rows it was fitted on."""
+
+    def __init__(self, family):
+        self.family, self.fits, self.rows_seen = family, 0, 0
+
+    def fit(self, rows):
+        self.fits += 1
+        self.rows_seen = len(rows)
+        return True
+
+
+def test_guided_refits_every_few_proposals_then_as_the_rows_grow_by_a_tenth():
+    from types import SimpleNamespace
+
+    family = object()
+    rows: list[int] = []
+    ctx = SimpleNamespace(variation=SimpleNamespace(family=family), rows=lambda: rows, seed=0)
+    guided = emitters.get("guided", {"refit_every": 8})
+    guided.surrogate = _CountingSurrogate(family)
+    guided._since_fit = guided.refit_every
+    for _ in range(80):  # few rows: a refit every 8 proposals
+        guided._refit(ctx)
+        rows.append(0)
+    assert guided.surrogate.fits == 10
+    rows.extend([0] * 1920)  # 2,000 rows: a refit once about 200 more proposals were made
+    fits = guided.surrogate.fits
+    for _ in range(400):
+        guided._refit(ctx)
+        rows.append(0)
+    assert guided.surrogate.fits - fits == 2

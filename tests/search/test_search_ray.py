@@ -39,7 +39,7 @@ def test_search_on_ray(tmp_path, monkeypatch):
             ex.lookup = store.lookup
             ex.start()
             assert ray.util.get_node_ip_address() == "127.0.0.1"
-            assert ex.workers == 2 and ex.slots == 6
+            assert ex.workers == 2 and ex.slots == 8  # two calls per worker, one more compiled each, two ahead
             search = Search(exp, op, store, ex, events.append)
             summary = search.run()
             for p in exp.problems:
