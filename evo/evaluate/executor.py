@@ -16,6 +16,7 @@ from typing import Any
 from evo.evaluate import pipeline
 from evo.evaluate.backend import Backend, Worker, WorkerInfo
 from evo.evaluate.candidate import Candidate, CompileResult
+from evo.evaluate.faults import classify
 from evo.evaluate.pipeline import Lookup
 from evo.evaluate.supervisor import ChildDied, ChildRaised, ChildTimeout, Supervised
 from evo.experiment.spec import EvaluationSpec
@@ -111,45 +112,29 @@ class Executor(ABC):
         return self._named(ev) if ev is not None else None
 
 
-class CompileChild:
+class CompileChild(Supervised):
     """The compile stage in a supervised child process started with the backend's `compile_env`: a compile
     that hangs is killed at its time limit (status timeout), a compiler that aborts the process (LLVM and
     MLIR assertions do) becomes a compile_error of that candidate, and the child is replaced."""
 
     def __init__(self, backend: Backend, target: Target = HOPPER, timeout_s: float = 120.0,
-                 cache_dir: str | None = None, start_timeout_s: float = 300.0) -> None:
+                 start_timeout_s: float = 300.0) -> None:
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be positive, got {timeout_s}")
-        env = dict(backend.compile_env(), **({"TRITON_CACHE_DIR": str(cache_dir)} if cache_dir else {}))
+        super().__init__(_compile_setup, _compile_handle, setup_args=(backend, target), env=backend.compile_env(),
+                         name="evo-compile", start_timeout_s=start_timeout_s)
         self.target, self.timeout_s = target, timeout_s
-        self._child = Supervised(_compile_setup, _compile_handle, setup_args=(backend, target), env=env,
-                                 name="evo-compile", start_timeout_s=start_timeout_s)
-
-    @property
-    def restarts(self) -> int:
-        return max(0, self._child.starts - 1)
 
     def compile(self, cand: Candidate) -> CompileResult | None:
         try:
-            return self._child.call(cand, self.timeout_s)
+            return self.call(cand, self.timeout_s)
         except ChildTimeout as exc:
             return CompileResult("timeout", f"compile: {exc}", compile_s=self.timeout_s, target=self.target)
         except ChildDied as exc:
             return CompileResult("compile_error", f"the compiler process died: {exc}", target=self.target)
         except ChildRaised as exc:
-            from evo.evaluate.faults import classify
-
             fault = classify(f"{exc.kind}: {exc.message}", phase="compile")
             return CompileResult(fault.status, fault.reason, target=self.target)
-
-    def close(self) -> None:
-        self._child.close()
-
-    def __enter__(self) -> CompileChild:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
 
 def _compile_setup(backend: Backend, target: Target) -> tuple[tuple[Backend, Target], dict[str, Any]]:
@@ -167,16 +152,15 @@ class LocalExecutor(Executor):
     compile environment compiles in a supervised child (evo.evaluate.executor.CompileChild)."""
 
     def __init__(self, backend: Backend, evaluation: EvaluationSpec | None = None,
-                 lookup: Lookup | None = None, target: Target | None = None, device_index: int = 0) -> None:
+                 lookup: Lookup | None = None, target: Target | None = None) -> None:
         super().__init__(backend, evaluation, lookup, target)
-        self.device_index = device_index
         self._worker: Worker | None = None
         self._compiler: CompileChild | None = None
         self._queue: deque[Candidate] = deque()
 
     def start(self) -> None:
         if self._worker is None:
-            self._worker = self.backend.open_worker(self.device_index)
+            self._worker = self.backend.open_worker(0)
             self.infos = [self._worker.info]
             if self.backend.compile_env():
                 self._compiler = CompileChild(self.backend, self.target, self.evaluation.compile_timeout_s)
