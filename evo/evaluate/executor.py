@@ -2,15 +2,13 @@
 
 The search talks to one interface: `submit` candidates (at most `slots` in flight), `poll` for finished
 (candidate, evaluation) pairs, in whatever order they finish. `LocalExecutor` runs every stage from this
-process, one candidate at a time (debugging, reproducibility); `RayExecutor` (evo.evaluate.ray_executor; Ray
-is imported only there) compiles on CPU tasks ahead of time and measures on one actor per GPU. Both render
-and look up in the store in this process, before anything is compiled: a kernel's source is measured once.
+process, one candidate at a time (debugging, reproducibility); `RayExecutor` (evo.evaluate.ray_executor)
+compiles on CPU tasks and measures on one actor per GPU. Both render and look up in the store here, first.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections import deque
 from typing import Any
 
 from evo.evaluate import pipeline
@@ -39,7 +37,6 @@ class Executor(ABC):
         self._target = target
         self.infos: list[WorkerInfo] = []
 
-    # -- lifecycle ------------------------------------------------------------------------------------
     @abstractmethod
     def start(self) -> None:
         """Start the workers (and Ray, for the Ray executor); sets `infos`."""
@@ -55,7 +52,6 @@ class Executor(ABC):
     def __exit__(self, *exc: Any) -> None:
         self.shutdown()
 
-    # -- work -----------------------------------------------------------------------------------------
     @property
     def target(self) -> Target:
         """What candidates are compiled for: given, else the first worker's device, else Hopper."""
@@ -93,7 +89,6 @@ class Executor(ABC):
     def cancel_waiting(self) -> list[Candidate]:
         """Drop the candidates that no worker has started yet (budget reached); returns them."""
 
-    # -- the stages every executor runs here ----------------------------------------------------------
     def _named(self, ev: Evaluation) -> Evaluation:
         """A row made on the CPU side (a compile failure) names the GPU it was compiled for."""
         if not ev.gpu and self.infos:
@@ -156,7 +151,7 @@ class LocalExecutor(Executor):
         super().__init__(backend, evaluation, lookup, target)
         self._worker: Worker | None = None
         self._compiler: CompileChild | None = None
-        self._queue: deque[Candidate] = deque()
+        self._queue: list[Candidate] = []
 
     def start(self) -> None:
         if self._worker is None:
@@ -192,7 +187,7 @@ class LocalExecutor(Executor):
     def poll(self, timeout_s: float | None = None) -> list[tuple[Candidate, Evaluation]]:
         if not self._queue or self._worker is None:
             return []
-        cand = self._queue.popleft()
+        cand = self._queue.pop(0)
         ev = self._render(cand)
         if ev is None:
             if self._compiler is not None:
@@ -203,6 +198,5 @@ class LocalExecutor(Executor):
         return [(cand, ev)]
 
     def cancel_waiting(self) -> list[Candidate]:
-        dropped = list(self._queue)
-        self._queue.clear()
+        dropped, self._queue = self._queue, []
         return dropped

@@ -64,13 +64,8 @@ class RayExecutor(Executor):
                  target: Target | None = None, num_cpus: int | None = None) -> None:
         """`num_cpus` sizes an embedded Ray instance (None: every CPU of this machine)."""
         super().__init__(backend, evaluation, lookup, target)
-        spec = spec or ExecutorSpec()
+        self.spec = spec or ExecutorSpec()  # validated where it was read (evo.experiment.config)
         self.num_cpus = num_cpus
-        if spec.gpus is not None and spec.gpus < 1:
-            raise ValueError(f"executor.gpus must be at least 1, got {spec.gpus}")
-        if spec.compile_workers is not None and spec.compile_workers < 1:
-            raise ValueError(f"executor.compile_workers must be at least 1, got {spec.compile_workers}")
-        self.spec = spec
         self._ray: Any = None
         self._started_ray = False
         self._guard: RayGuard | None = None  # ends what Ray leaves behind (evo.evaluate.ray_guard)
@@ -182,10 +177,8 @@ class RayExecutor(Executor):
             log.warning("while stopping Ray workers: %s", e)
         finally:
             self._actors, self._compiling, self._running, self._probing = [], {}, {}, {}
-            self._cooling.clear()
-            self._waiting.clear()
-            self._ready.clear()
-            self._idle.clear()
+            for waiting in (self._cooling, self._waiting, self._ready, self._idle):
+                waiting.clear()
             if self._started_ray:
                 ray.shutdown()
                 self._started_ray = False
@@ -249,13 +242,8 @@ class RayExecutor(Executor):
             wait_s = 1.0 if left is None else min(1.0, left)
             if not refs:  # only unreachable workers, waiting to be asked again
                 time.sleep(wait_s)
-                self._reap_overdue()
-                continue
-            ready, _ = ray.wait(refs, num_returns=1, timeout=wait_s)
-            if ready:
-                rest = [r for r in refs if r not in set(ready)]
-                more, _ = ray.wait(rest, num_returns=len(rest), timeout=0) if rest else ([], [])
-                for ref in list(ready) + list(more):
+            elif ray.wait(refs, num_returns=1, timeout=wait_s)[0]:  # one is in: collect every one that is
+                for ref in ray.wait(refs, num_returns=len(refs), timeout=0)[0]:
                     self._collect(ref)
             self._reap_overdue()
         self._pump()
@@ -297,21 +285,17 @@ class RayExecutor(Executor):
         elif ref in self._running:
             i, cand, started = self._running.pop(ref)
             self._latency.measured(time.monotonic() - started)
-            info = self.infos[i]
             try:
-                ev = ray.get(ref)
+                self._done.append((cand, ray.get(ref)))
+                self._actor_failures[i] = 0
             except ray.exceptions.RayActorError as e:
-                self._done.append((cand, cand.row("crashed", f"worker died: {_short(e)}", gpu=info.gpu,
-                                                  worker=info.name)))
+                self._done.append(self._worker_row(i, cand, "crashed", f"worker died: {_short(e)}"))
                 if not _unreachable(ray, e):  # unreachable is not dead (a lost node is noticed late)
                     self._actor_failures[i] += 1
                 self._probe(i)  # Ray restarts the actor: no job for it until it answers again
                 return
             except Exception as e:
-                ev = cand.row("error", f"worker failed: {_short(e)}", gpu=info.gpu, worker=info.name)
-            else:
-                self._actor_failures[i] = 0
-            self._done.append((cand, ev))
+                self._done.append(self._worker_row(i, cand, "error", f"worker failed: {_short(e)}"))
             self._release(i)
         elif ref in self._probing:
             i, _ = self._probing.pop(ref)
@@ -329,6 +313,10 @@ class RayExecutor(Executor):
                 else:
                     self._actor_failures[i] += 1
                 self._probe(i)
+
+    def _worker_row(self, i: int, cand: Candidate, status: str, reason: str) -> tuple[Candidate, Evaluation]:
+        """The row of a candidate that worker `i` returned none for."""
+        return cand, cand.row(status, reason, gpu=self.infos[i].gpu, worker=self.infos[i].name)
 
     def _probe(self, i: int) -> None:
         """Ask worker `i`'s actor, which just died, for its info: the answer comes once Ray has restarted it
@@ -371,9 +359,7 @@ class RayExecutor(Executor):
                 # the worker did not honour its own limit: replace its actor (Ray restarts it)
                 self._ray.kill(self._actors[i], no_restart=False)
                 del self._running[ref]
-                info = self.infos[i]
-                self._done.append((cand, cand.row("timeout", "worker overran its time limit", gpu=info.gpu,
-                                                  worker=info.name)))
+                self._done.append(self._worker_row(i, cand, "timeout", "worker overran its time limit"))
                 self._release(i)
 
 
