@@ -77,10 +77,7 @@ class _Recorder:
         self._fn, self._calls = fn, calls
 
     def __getitem__(self, grid: Any) -> Callable[..., None]:
-        def launch(*args: Any, **kwargs: Any) -> None:
-            self._calls.append(Launch(self._fn, grid, args, dict(kwargs)))
-
-        return launch
+        return lambda *args, **kwargs: self._calls.append(Launch(self._fn, grid, args, dict(kwargs)))
 
     def __getattr__(self, name: str) -> Any:  # fn.arg_names, fn.fn ... still answer
         return getattr(self._fn, name)
@@ -145,11 +142,9 @@ def compile_launches(launches: list[Launch], target: Target) -> tuple[list[Any],
 
     gpu_target = GPUTarget("cuda", target.arch, target.warp_size)
     log = io.StringIO()
-    kernels = []
     # the ptxas log is not part of the cache key and is printed only when ptxas really runs
     with _environment(TRITON_DUMP_PTXAS_LOG="1"), _driver_for(gpu_target), contextlib.redirect_stdout(log):
-        for launch in launches:
-            kernels.append(launch.fn.run(*launch.args, grid=launch.grid, warmup=True, **launch.kwargs))
+        kernels = [launch.fn.run(*launch.args, grid=launch.grid, warmup=True, **launch.kwargs) for launch in launches]
     return kernels, log.getvalue()
 
 

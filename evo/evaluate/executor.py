@@ -30,11 +30,10 @@ class WorkersLost(RuntimeError):
 
 class Executor(ABC):
     def __init__(self, backend: Backend, evaluation: EvaluationSpec | None = None,
-                 lookup: Lookup | None = None, target: Target | None = None) -> None:
+                 lookup: Lookup | None = None) -> None:
         self.backend = backend
         self.evaluation = evaluation or EvaluationSpec()
         self.lookup = lookup
-        self._target = target
         self.infos: list[WorkerInfo] = []
 
     @abstractmethod
@@ -54,9 +53,7 @@ class Executor(ABC):
 
     @property
     def target(self) -> Target:
-        """What candidates are compiled for: given, else the first worker's device, else Hopper."""
-        if self._target is not None:
-            return self._target
+        """What candidates are compiled for: the first worker's device, else Hopper."""
         return next((i.target for i in self.infos if i.target is not None), HOPPER)
 
     @property
@@ -128,7 +125,7 @@ class CompileChild(Supervised):
         except ChildDied as exc:
             return CompileResult("compile_error", f"the compiler process died: {exc}", target=self.target)
         except ChildRaised as exc:
-            fault = classify(f"{exc.kind}: {exc.message}", phase="compile")
+            fault = classify(str(exc), phase="compile")
             return CompileResult(fault.status, fault.reason, target=self.target)
 
 
@@ -147,8 +144,8 @@ class LocalExecutor(Executor):
     compile environment compiles in a supervised child (evo.evaluate.executor.CompileChild)."""
 
     def __init__(self, backend: Backend, evaluation: EvaluationSpec | None = None,
-                 lookup: Lookup | None = None, target: Target | None = None) -> None:
-        super().__init__(backend, evaluation, lookup, target)
+                 lookup: Lookup | None = None) -> None:
+        super().__init__(backend, evaluation, lookup)
         self._worker: Worker | None = None
         self._compiler: CompileChild | None = None
         self._queue: list[Candidate] = []

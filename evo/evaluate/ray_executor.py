@@ -59,11 +59,10 @@ class _WorkerActor:
 
 
 class RayExecutor(Executor):
-    def __init__(self, backend: Backend, spec: ExecutorSpec | None = None,
-                 evaluation: EvaluationSpec | None = None, lookup: Lookup | None = None,
-                 target: Target | None = None, num_cpus: int | None = None) -> None:
+    def __init__(self, backend: Backend, spec: ExecutorSpec | None = None, evaluation: EvaluationSpec | None = None,
+                 lookup: Lookup | None = None, num_cpus: int | None = None) -> None:
         """`num_cpus` sizes an embedded Ray instance (None: every CPU of this machine)."""
-        super().__init__(backend, evaluation, lookup, target)
+        super().__init__(backend, evaluation, lookup)
         self.spec = spec or ExecutorSpec()  # validated where it was read (evo.experiment.config)
         self.num_cpus = num_cpus
         self._ray: Any = None

@@ -37,11 +37,12 @@ class ChildDied(Exception):
 
 
 class ChildRaised(Exception):
-    """The handler raised; `kind` is the exception's type name and the message its text and traceback."""
+    """The handler raised: the message is the exception's type name, text and traceback; `fatal` when it lost
+    the process (a CUDA context), which was then replaced."""
 
-    def __init__(self, kind: str, message: str, fatal: bool) -> None:
-        super().__init__(f"{kind}: {message}")
-        self.kind, self.message, self.fatal = kind, message, fatal
+    def __init__(self, message: str, fatal: bool) -> None:
+        super().__init__(message)
+        self.fatal = fatal
 
 
 def _exit_text(code: int | None) -> str:
@@ -77,7 +78,7 @@ def _child_main(conn: Any, env: dict[str, str], setup: Callable[..., tuple[Any, 
             reply = handler(state, request)
         except BaseException as exc:
             fatal = classify(exc).fatal
-            conn.send(("raised", request_id, (type(exc).__name__, describe(exc), fatal)))
+            conn.send(("raised", request_id, (f"{type(exc).__name__}: {describe(exc)}", fatal)))
             if fatal:
                 os._exit(4)
             continue
@@ -103,8 +104,7 @@ class Supervised:
         self._proc: Any = None
         self._conn: Any = None
         self._info: Any = None
-        self._ready = False
-        self._next_id = 0
+        self._ready, self._next_id = False, 0
 
     # -- life cycle -----------------------------------------------------------------------------------
     @property
@@ -217,7 +217,7 @@ class Supervised:
                 raise ChildDied(f"{self.name} died ({self._replace()})") from None
             if reply_id == self._next_id:  # a stale reply (of a call interrupted in its wait) is skipped
                 break
-        if kind == "final" or (kind == "raised" and payload[2]):  # the child exits after it: replace it now
+        if kind == "final" or (kind == "raised" and payload[1]):  # the child exits after it: replace it now
             self._replace()
         if kind == "raised":
             raise ChildRaised(*payload)

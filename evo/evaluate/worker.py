@@ -199,9 +199,9 @@ class ChildWorker(Supervised, Worker):
 
     def __init__(self, setup: Callable[..., Any], handler: Callable[[Any, Any], Any], *, setup_args: tuple[Any, ...],
                  env: dict[str, str], name: str, seed: Any, start_timeout_s: float = 300.0,
-                 recycle_after: int | None = 2000) -> None:
-        if recycle_after is not None and recycle_after < 1:
-            raise ValueError(f"recycle_after must be >= 1 or None, got {recycle_after}")
+                 recycle_after: int = 2000) -> None:
+        if recycle_after < 1:
+            raise ValueError(f"recycle_after must be >= 1, got {recycle_after}")
         super().__init__(setup, handler, setup_args=setup_args, env=env, name=name, start_timeout_s=start_timeout_s)
         self._rng = np.random.default_rng(seed)
         self.recycle_after = recycle_after
@@ -212,7 +212,7 @@ class ChildWorker(Supervised, Worker):
         return self.wait_ready()
 
     def evaluate(self, cand: Candidate, timeout_s: float = 60.0) -> Evaluation:
-        if self.recycle_after is not None and self.served >= self.recycle_after:
+        if self.served >= self.recycle_after:
             self.close()
         info = self.info
         cand = dataclasses.replace(cand, seed=int(self._rng.integers(0, 2**31 - 1)))
@@ -223,7 +223,7 @@ class ChildWorker(Supervised, Worker):
             status = "timeout" if isinstance(exc, ChildTimeout) else "crashed"
             return cand.row(status, f"{self.note}{exc}; worker replaced", **common)
         except ChildRaised as exc:
-            fault = classify(f"{exc.kind}: {exc.message}")
+            fault = classify(str(exc))
             return cand.row("crashed" if exc.fatal else fault.status, f"{self.note}{fault.reason}", **common)
         if not isinstance(ev, Evaluation):
             return cand.row("error", f"worker replied with {type(ev).__name__}, not an Evaluation", **common)
@@ -237,7 +237,7 @@ class GpuWorker(ChildWorker):
     def __init__(self, device_index: int = 0, *, settings: EvalSettings | None = None, seed: int = 0,
                  cache_dir: str | None = None, setup: Callable[..., Any] | None = None,
                  handler: Callable[[Any, Any], Any] | None = None, setup_args: tuple[Any, ...] | None = None,
-                 start_timeout_s: float = 300.0, recycle_after: int | None = 2000) -> None:
+                 start_timeout_s: float = 300.0, recycle_after: int = 2000) -> None:
         env = {"CUDA_VISIBLE_DEVICES": visible_device(device_index), "TRITON_INTERPRET": "0"}
         if cache_dir:
             env["TRITON_CACHE_DIR"] = str(cache_dir)
