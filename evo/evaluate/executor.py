@@ -109,12 +109,11 @@ class CompileChild(Supervised):
     that hangs is killed at its time limit (status timeout), a compiler that aborts the process (LLVM and
     MLIR assertions do) becomes a compile_error of that candidate, and the child is replaced."""
 
-    def __init__(self, backend: Backend, target: Target = HOPPER, timeout_s: float = 120.0,
-                 start_timeout_s: float = 300.0) -> None:
+    def __init__(self, backend: Backend, target: Target = HOPPER, timeout_s: float = 120.0) -> None:
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be positive, got {timeout_s}")
         super().__init__(_compile_setup, _compile_handle, setup_args=(backend, target), env=backend.compile_env(),
-                         name="evo-compile", start_timeout_s=start_timeout_s)
+                         name="evo-compile")
         self.target, self.timeout_s = target, timeout_s
 
     def compile(self, cand: Candidate) -> CompileResult | None:

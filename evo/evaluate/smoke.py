@@ -23,7 +23,6 @@ from evo.evaluate.check import run_check
 from evo.evaluate.faults import classify
 from evo.evaluate.modules import load_source
 from evo.evaluate.worker import ChildWorker, GpuBackend
-from evo.experiment.spec import EvaluationSpec
 from evo.problem import HOPPER, Problem, Target
 from evo.store.record import Evaluation
 
@@ -98,16 +97,12 @@ class SmokeWorker(ChildWorker):
 
 
 class SmokeBackend(GpuBackend):
-    """CPU smoke runs: compiles for `target` (Hopper by default) on CPUs like a real run, then checks in the
-    CPU interpreter with a fitness that is a model estimate, NOT a timing (evo.evaluate.smoke)."""
+    """CPU smoke runs: compiles for Hopper on CPUs like a real run, then checks in the CPU interpreter with a
+    fitness that is a model estimate, NOT a timing (evo.evaluate.smoke)."""
 
     needs_gpu = False
 
-    def __init__(self, evaluation: EvaluationSpec | None = None, seed: int = 0, target: Target = HOPPER) -> None:
-        super().__init__(evaluation, seed)
-        self.target = target
-
     def open_worker(self, device_index: int) -> Worker:
-        worker = SmokeWorker(target=self.target, seed=self.seed)
+        worker = SmokeWorker(seed=self.seed)
         worker.info  # noqa: B018 - starts the child now, not on the first candidate
         return worker

@@ -181,7 +181,8 @@ def gpu_evaluate(state: GpuState, cand: Candidate) -> Evaluation | ExitAfter:
 
 
 def _finish(common: dict[str, Any], phases: dict[str, Any]) -> dict[str, Any]:
-    return dict(common, resources=dict(common["resources"], eval=phases))  # the row's finished_at is now
+    """The row's fields: the common ones, with the phases' times in resources["eval"]."""
+    return dict(common, resources=dict(common["resources"], eval=phases))
 
 
 # ------------------------------------------------------------------------------------------------------
