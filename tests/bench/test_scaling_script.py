@@ -52,3 +52,20 @@ def test_rate_is_evaluations_over_the_search_clock(tmp_path):
     rate = scaling.count_rate(run / "store.sqlite", key)
     assert rate["evaluations"] == n and rate["per_minute"] == round(n * 2, 1) and rate["ok_per_minute"] == ok * 2
     assert scaling.gpu_slug("NVIDIA H200") == "nvidia-h200"
+
+
+def test_worker_busy_share_is_its_rows_time_over_the_search_clock(tmp_path):
+    run = make_run(tmp_path, shapes=("64x64x64",))
+    key = "gemm:64x64x64:fp16"
+    with Store(run / "store.sqlite") as store:
+        store.set_meta(f"wall_s:{key}", 30.0)
+        rows = store.evaluations(key)
+    busy: dict[str, float] = {}
+    for r in rows:
+        busy[r.worker] = busy.get(r.worker, 0.0) + max(0.0, r.finished_at - r.started_at)
+    rate = scaling.count_rate(run / "store.sqlite", key)
+    assert rate["workers"] == sorted(w for w in busy if w)
+    assert rate["worker_busy_share"] == {w: round(b / 30.0, 3) for w, b in sorted(busy.items()) if w}
+    assert set(rate["mean_s"]) == {"compile", "load_s", "check_s", "time_s"}
+    busy_now, total_now = scaling._cpu_ticks()
+    assert 0 <= busy_now <= total_now

@@ -79,7 +79,8 @@ def scaled_experiment(text: str, problem_key: str, gpus: int, wall_s: float, nam
 
 
 def count_rate(store_path: Path, problem_key: str) -> dict[str, Any]:
-    """Evaluations and correct ones per minute of the search's clock for `problem_key`."""
+    """Evaluations and correct ones per minute of the search's clock for `problem_key`, and where the time of
+    each went: how busy each GPU worker was, and the mean seconds of compiling and of each measuring phase."""
     from evo.store import Store
 
     with Store(store_path, readonly=True) as store:
@@ -87,10 +88,30 @@ def count_rate(store_path: Path, problem_key: str) -> dict[str, Any]:
         clock = float(store.meta(f"wall_s:{problem_key}", 0.0))
     ok = sum(r.status == "ok" for r in rows)
     minutes = clock / 60 if clock else float("nan")
+    busy: dict[str, float] = {}
+    for r in rows:
+        if r.worker:
+            busy[r.worker] = busy.get(r.worker, 0.0) + max(0.0, r.finished_at - r.started_at)
+
+    def mean(values: list[float]) -> float | None:
+        return round(sum(values) / len(values), 4) if values else None
+
+    phases = [r.resources.get("eval", {}) for r in rows if isinstance(r.resources.get("eval"), dict)]
     return {"evaluations": len(rows), "ok": ok, "search_s": round(clock, 2),
             "per_minute": round(len(rows) / minutes, 1) if clock else None,
             "ok_per_minute": round(ok / minutes, 1) if clock else None,
-            "workers": sorted({r.worker for r in rows if r.worker})}
+            "workers": sorted(busy),
+            "worker_busy_share": {w: round(b / clock, 3) for w, b in sorted(busy.items())} if clock else {},
+            "mean_s": {"compile": mean([r.compile_s for r in rows if r.compile_s is not None]),
+                       **{k: mean([p[k] for p in phases if isinstance(p.get(k), (int, float))])
+                          for k in ("load_s", "check_s", "time_s")}}}
+
+
+def _cpu_ticks() -> tuple[int, int]:
+    """(busy, total) jiffies of every CPU of this machine since boot (Linux /proc/stat)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return sum(fields) - idle, sum(fields)
 
 
 def gpu_slug(name: str) -> str:
@@ -98,19 +119,21 @@ def gpu_slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 
 
-def _run(yaml_text: str, work: Path, n: int) -> Path:
+def _run(yaml_text: str, work: Path, n: int) -> tuple[Path, float | None]:
     exp = work / f"scaling-{n}gpu.yaml"
     exp.write_text(yaml_text)
     run = work / f"run-{n}gpu"
     env = dict(os.environ, TRITON_CACHE_DIR=str(work / f"triton-cache-{n}gpu"))
-    t0 = time.monotonic()
+    t0, ticks0 = time.monotonic(), _cpu_ticks()
     done = subprocess.run([sys.executable, "-m", "evo.surface.cli", "run", str(exp), "--out", str(run)], env=env,
                           cwd=ROOT, text=True, capture_output=True)
     print(done.stdout[-3000:], flush=True)
     if done.returncode != 0:
         raise SystemExit(f"evo run on {n} GPU(s) failed with status {done.returncode}: {done.stderr[-2000:]}")
-    print(f"[scaling] {n} GPU(s): evo run took {time.monotonic() - t0:.0f} s", flush=True)
-    return run / "store.sqlite"
+    busy, total = (b - a for a, b in zip(ticks0, _cpu_ticks(), strict=True))
+    cpu = round(busy / total, 3) if total else None
+    print(f"[scaling] {n} GPU(s): evo run took {time.monotonic() - t0:.0f} s, machine CPU busy {cpu}", flush=True)
+    return run / "store.sqlite", cpu
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -136,7 +159,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="evo-scaling-") as tmp:
         for n in args.gpus:
             yaml_text = scaled_experiment(text, problem.key, n, args.minutes * 60, f"scaling-{n}gpu")
-            results[str(n)] = count_rate(_run(yaml_text, Path(tmp), n), problem.key)
+            store_path, cpu = _run(yaml_text, Path(tmp), n)
+            results[str(n)] = dict(count_rate(store_path, problem.key), machine_cpu_busy=cpu,
+                                   cpus=os.cpu_count())
             print(f"[scaling] {n} GPU(s): {results[str(n)]}", flush=True)
     base = results[str(min(args.gpus))]["per_minute"] or float("nan")
     speedup = {n: round((r["per_minute"] or float("nan")) / base, 3) for n, r in results.items()}
