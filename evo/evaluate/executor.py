@@ -142,6 +142,9 @@ class LocalExecutor(Executor):
     the order of candidates, so a seeded search with this executor is reproducible. A backend that names a
     compile environment compiles in a supervised child (evo.evaluate.executor.CompileChild)."""
 
+    busy = 0  # work happens inside poll(); between calls nothing runs
+    slots = 1
+
     def __init__(self, backend: Backend, evaluation: EvaluationSpec | None = None,
                  lookup: Lookup | None = None) -> None:
         super().__init__(backend, evaluation, lookup)
@@ -162,14 +165,6 @@ class LocalExecutor(Executor):
             if part is not None:
                 part.close()
         self._worker = self._compiler = None
-
-    @property
-    def busy(self) -> int:
-        return 0  # work happens inside poll(); between calls nothing runs
-
-    @property
-    def slots(self) -> int:
-        return 1
 
     @property
     def in_flight(self) -> int:

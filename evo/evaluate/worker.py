@@ -190,11 +190,8 @@ def _finish(common: dict[str, Any], phases: dict[str, Any]) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------------------
 class ChildWorker(Supervised, Worker):
     """A Worker that is a supervised child process (`Supervised`) whose setup returns its `WorkerInfo`.
-
-    `evaluate` always returns a row: a candidate that hangs the child is recorded as timeout, one that kills
-    the process as crashed, and the child is replaced before the next candidate. Each candidate gets a fresh
-    seed for its check. After `recycle_after` evaluations a fresh child bounds what loaded kernels leak.
-    """
+    `evaluate` always returns a row (timeout, crashed: the child was replaced); each candidate gets a fresh
+    seed for its check; after `recycle_after` evaluations a fresh child bounds what loaded kernels leak."""
 
     note = ""  # prefixes the reasons this supervisor writes (the smoke worker's say "smoke: ")
 
