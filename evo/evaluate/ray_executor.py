@@ -213,13 +213,10 @@ class RayExecutor(Executor):
             self._pump()
 
     def cancel_waiting(self) -> list[Candidate]:
-        dropped = list(self._waiting) + list(self._ready)
-        for ref, (cand, _) in list(self._compiling.items()):
+        dropped = [*self._waiting, *self._ready, *(cand for cand, _ in self._compiling.values())]
+        for ref in self._compiling:
             self._ray.cancel(ref, force=True)
-            dropped.append(cand)
-        self._compiling.clear()
-        self._waiting.clear()
-        self._ready.clear()
+        self._compiling, self._waiting, self._ready = {}, deque(), deque()
         return dropped
 
     def poll(self, timeout_s: float | None = None) -> list[tuple[Candidate, Evaluation]]:
