@@ -16,7 +16,6 @@ from evo.evaluate.worker import GpuBackend
 
 if TYPE_CHECKING:
     from evo.experiment.spec import EvaluationSpec, ExecutorSpec
-    from evo.problem import Target
 
 __all__ = ["Candidate", "CompileResult", "make_candidate", "Lookup", "Backend", "GpuBackend", "SmokeBackend",
            "Worker", "WorkerInfo", "Executor", "LocalExecutor", "CompileChild", "make_backend", "make_executor"]
@@ -32,12 +31,12 @@ def make_backend(spec: ExecutorSpec, evaluation: EvaluationSpec, seed: int = 0) 
 
 
 def make_executor(spec: ExecutorSpec, backend: Backend, evaluation: EvaluationSpec | None = None,
-                  lookup: Lookup | None = None, target: Target | None = None) -> Executor:
+                  lookup: Lookup | None = None) -> Executor:
     """kind "local": LocalExecutor; "ray" and "smoke": RayExecutor (smoke runs the same path on CPU workers)."""
     if spec.kind not in KINDS:
         raise ValueError(f"unknown executor kind {spec.kind!r}; expected ray, local or smoke")
     if spec.kind == "local":
-        return LocalExecutor(backend, evaluation, lookup, target)
+        return LocalExecutor(backend, evaluation, lookup)
     from evo.evaluate.ray_executor import RayExecutor
 
-    return RayExecutor(backend, spec, evaluation, lookup, target)
+    return RayExecutor(backend, spec, evaluation, lookup)

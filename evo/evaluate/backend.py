@@ -22,7 +22,7 @@ class WorkerInfo:
     name: str  # e.g. "host:gpu0:pid123"
     gpu: str  # device name as it is written into Evaluation.gpu
     versions: dict[str, str] = field(default_factory=dict)
-    target: Target | None = None  # what CPU workers compile for; None: the executor's default
+    target: Target | None = None  # what CPU workers compile for; None: the executor's default (Hopper)
     copy_GBps: float | None = None  # copy bandwidth measured at start-up (GPU workers; None: no real floor)
 
 

@@ -16,11 +16,7 @@ from typing import Any
 from evo.problem import Problem, Target
 from evo.store.record import Evaluation
 
-__all__ = ["Candidate", "CompileResult", "served_from"]
-
-
-def served_from(cached: Evaluation) -> str:
-    return cached.worker if cached.worker.startswith("shared#") else f"store#{cached.id}"
+__all__ = ["Candidate", "CompileResult"]
 
 
 @dataclass
@@ -80,7 +76,8 @@ class Candidate:
         genome, origin and parents are this candidate's; `worker` says where it came from: "store#<id>" (the
         run's store), or "shared#<id>" as the shared results database (evo.store.shared) marks its rows."""
         now = time.time()
+        where = cached.worker if cached.worker.startswith("shared#") else f"store#{cached.id}"
         return dataclasses.replace(cached, genome=self.genome.canonical(), genome_hash=self.genome.hash,
                                    origin=self.origin, parents=list(self.parents), emitter=self.emitter, run_id="",
-                                   id=None, worker=served_from(cached), started_at=now, finished_at=now)
+                                   id=None, worker=where, started_at=now, finished_at=now)
 

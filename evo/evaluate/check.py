@@ -107,14 +107,13 @@ def _same(x: Any, kept: Any) -> bool:
     return bool(torch.equal(x, kept) or torch.equal(torch.nan_to_num(x), torch.nan_to_num(kept)))
 
 
-def run_check(launcher: Callable[..., Any], operator: Any, problem: Any, seed: int, device: str = "cuda",
-              tolerance: float | None = None) -> CheckResult:
+def run_check(launcher: Callable[..., Any], operator: Any, problem: Any, seed: int,
+              device: str = "cuda") -> CheckResult:
     """Run the launcher on fresh inputs made from `seed` and judge its output (`check_launcher`)."""
     inputs = tuple(operator.make_inputs(problem, seed, device=device))
-    tol = operator.tolerance(problem) if tolerance is None else tolerance
     # the reference comes first, from untouched inputs: a kernel that writes into its own inputs would
     # otherwise agree with a reference computed from the damage
-    return check_launcher(launcher, inputs, operator.reference(*inputs), tol, device)
+    return check_launcher(launcher, inputs, operator.reference(*inputs), operator.tolerance(problem), device)
 
 
 def check_launcher(launcher: Callable[..., Any], inputs: tuple[Any, ...], ref: Any, tol: float,

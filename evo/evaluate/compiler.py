@@ -28,14 +28,15 @@ from typing import Any
 
 from evo.evaluate.candidate import Candidate, CompileResult
 from evo.evaluate.faults import classify
+from evo.evaluate.modules import load_source
+from evo.evaluate.resources import kernel_resources
 from evo.problem import Target
 
-__all__ = ["CompileResult", "Launch", "compile_candidate", "record_launches", "jit_functions", "forget_module",
-           "DEFAULT_MAX_SPILL_BYTES"]
+__all__ = ["Launch", "compile_candidate", "record_launches", "jit_functions", "forget_module", "MAX_SPILL_BYTES"]
 
 # Spilling a few registers costs little; beyond this many bytes of stack frame (spill space) per thread the
 # kernel is bound by its own local-memory traffic and not worth a GPU's time.
-DEFAULT_MAX_SPILL_BYTES = 2048
+MAX_SPILL_BYTES = 2048
 
 
 @dataclass(frozen=True)
@@ -76,10 +77,7 @@ class _Recorder:
         self._fn, self._calls = fn, calls
 
     def __getitem__(self, grid: Any) -> Callable[..., None]:
-        def launch(*args: Any, **kwargs: Any) -> None:
-            self._calls.append(Launch(self._fn, grid, args, dict(kwargs)))
-
-        return launch
+        return lambda *args, **kwargs: self._calls.append(Launch(self._fn, grid, args, dict(kwargs)))
 
     def __getattr__(self, name: str) -> Any:  # fn.arg_names, fn.fn ... still answer
         return getattr(self._fn, name)
@@ -144,29 +142,26 @@ def compile_launches(launches: list[Launch], target: Target) -> tuple[list[Any],
 
     gpu_target = GPUTarget("cuda", target.arch, target.warp_size)
     log = io.StringIO()
-    kernels = []
     # the ptxas log is not part of the cache key and is printed only when ptxas really runs
     with _environment(TRITON_DUMP_PTXAS_LOG="1"), _driver_for(gpu_target), contextlib.redirect_stdout(log):
-        for launch in launches:
-            kernels.append(launch.fn.run(*launch.args, grid=launch.grid, warmup=True, **launch.kwargs))
+        kernels = [launch.fn.run(*launch.args, grid=launch.grid, warmup=True, **launch.kwargs) for launch in launches]
     return kernels, log.getvalue()
 
 
-def _inputs(operator: Any, candidate: Candidate) -> tuple[Any, ...]:
+def _inputs(candidate: Candidate) -> tuple[Any, ...]:
     """The operator's inputs on the meta device (shapes and dtypes, no data); tensors on the CPU when the
     operator cannot make meta ones (pointer alignment is the same: both allocators align to >= 16 bytes)."""
     try:
-        return tuple(operator.make_inputs(candidate.problem, 0, device="meta"))
+        return tuple(candidate.operator.make_inputs(candidate.problem, 0, device="meta"))
     except Exception:
-        return tuple(operator.make_inputs(candidate.problem, 0, device="cpu"))
+        return tuple(candidate.operator.make_inputs(candidate.problem, 0, device="cpu"))
 
 
 @contextlib.contextmanager
-def _environment(**values: str | None):
-    """Set (or, for None, leave alone) environment variables for the duration of one compile."""
-    old = {k: os.environ.get(k) for k, v in values.items() if v is not None}
-    for k in old:
-        os.environ[k] = str(values[k])
+def _environment(**values: str):
+    """Set environment variables for the duration of one compile."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
     try:
         yield
     finally:
@@ -184,18 +179,14 @@ def interpreter_has_run() -> bool:
     return getattr(tl.core.tensor.__mul__, "__module__", "") == "triton.runtime.interpreter"
 
 
-def compile_candidate(candidate: Candidate, target: Target, *, cache_dir: str | None = None,
-                      max_spill_bytes: int | None = DEFAULT_MAX_SPILL_BYTES) -> CompileResult:
+def compile_candidate(candidate: Candidate, target: Target) -> CompileResult:
     """Compile every kernel `candidate`'s launcher launches for its problem, for `target`, and judge them.
 
     Meant for a compile worker process (a Ray task, or the local executor's compile child); it may run in any
-    process that has not run the Triton interpreter, since it sets TRITON_INTERPRET=0 while it works.
-    `cache_dir` is the TRITON_CACHE_DIR to compile
-    into; the GPU worker must use the same directory, which is the case by default (~/.triton/cache).
+    process that has not run the Triton interpreter, since it sets TRITON_INTERPRET=0 while it works. It
+    compiles into TRITON_CACHE_DIR, which the GPU worker must share (by default both use ~/.triton/cache).
     """
     import triton
-
-    from evo.evaluate.modules import load_source
 
     started = time.perf_counter()
     result = CompileResult("ok", target=target, triton_version=triton.__version__, worker=f"pid{os.getpid()}")
@@ -204,41 +195,32 @@ def compile_candidate(candidate: Candidate, target: Target, *, cache_dir: str | 
         result.reason = ("this process has run the Triton interpreter, which patches triton.language for the rest "
                          "of its life; compile in a fresh process (evo.evaluate.executor.CompileChild)")
         return result
-    module = None
-    # Real JITFunctions are needed, whatever this process otherwise runs (tests run the interpreter).
-    try:
-        with _environment(TRITON_INTERPRET="0", TRITON_CACHE_DIR=str(cache_dir) if cache_dir else None):
-            operator = candidate.operator
+    entry, module = candidate.operator.entry, None
+    try:  # real JITFunctions are needed, whatever this process otherwise runs (tests run the interpreter)
+        with _environment(TRITON_INTERPRET="0"):
             module = load_source(candidate.source)
             if not jit_functions(module):  # imported earlier by this process under the interpreter
                 sys.modules.pop(module.__name__, None)
                 module = load_source(candidate.source)
-            launcher = getattr(module, operator.entry, None)
+            launcher = getattr(module, entry, None)
             if launcher is None:
-                raise ValueError(f"rendered module has no launcher named {operator.entry!r}")
-            launches = record_launches(module, launcher, _inputs(operator, candidate))
-            kernels, log = compile_launches(launches, target)
+                raise ValueError(f"rendered module has no launcher named {entry!r}")
+            kernels, log = compile_launches(record_launches(module, launcher, _inputs(candidate)), target)
     except Exception as exc:  # every fault of a candidate becomes a result, never a dead worker
         fault = classify(exc, phase="compile")
         result.status, result.reason = fault.status, fault.reason
-        result.compile_s = time.perf_counter() - started
-        return result
     else:
-        from evo.evaluate.resources import kernel_resources
-
-        per_kernel, seen = [], set()
+        per_kernel: dict[str, dict[str, Any]] = {}  # by hash: a launcher may launch one kernel several times
         for k in kernels:
             info = kernel_resources(k, log)
-            if info["hash"] not in seen:
-                seen.add(info["hash"])
-                per_kernel.append(info)
+            per_kernel.setdefault(info["hash"], info)
+        result.cache_hashes = list(per_kernel)
+        result.resources = summarize(list(per_kernel.values()))
+        result.status, result.reason = judge(result.resources, target)
     finally:
         if module is not None:
             forget_module(module)
-    result.cache_hashes = [k["hash"] for k in per_kernel]
-    result.resources = summarize(per_kernel)
     result.compile_s = time.perf_counter() - started
-    result.status, result.reason = judge(result.resources, target, max_spill_bytes)
     return result
 
 
@@ -252,14 +234,14 @@ def summarize(per_kernel: list[dict[str, Any]]) -> dict[str, Any]:
             "kernels": per_kernel}
 
 
-def judge(resources: dict[str, Any], target: Target, max_spill_bytes: int | None) -> tuple[str, str]:
+def judge(resources: dict[str, Any], target: Target) -> tuple[str, str]:
     """Statically reject what cannot run (shared memory beyond the target) or will not run well (heavy spills)."""
     for k in resources.get("kernels", []):
         if k["shared"] > target.smem_bytes:
             return "out_of_resources", (f"{k['name']}: shared memory {k['shared']} B exceeds the "
                                         f"{target.smem_bytes} B a block may use on {target.name}")
-        if max_spill_bytes is not None and (k.get("spills") or 0) > max_spill_bytes:
+        if (k.get("spills") or 0) > MAX_SPILL_BYTES:
             return "out_of_resources", (f"{k['name']}: a stack frame of {k['spills']} B per thread (register "
-                                        f"spills) exceeds the limit of {max_spill_bytes} B "
+                                        f"spills) exceeds the limit of {MAX_SPILL_BYTES} B "
                                         f"({k.get('registers')} registers, {k.get('spill_stores')} B spill stores)")
     return "ok", ""

@@ -2,20 +2,19 @@
 
 The search talks to one interface: `submit` candidates (at most `slots` in flight), `poll` for finished
 (candidate, evaluation) pairs, in whatever order they finish. `LocalExecutor` runs every stage from this
-process, one candidate at a time (debugging, reproducibility); `RayExecutor` (evo.evaluate.ray_executor; Ray
-is imported only there) compiles on CPU tasks ahead of time and measures on one actor per GPU. Both render
-and look up in the store in this process, before anything is compiled: a kernel's source is measured once.
+process, one candidate at a time (debugging, reproducibility); `RayExecutor` (evo.evaluate.ray_executor)
+compiles on CPU tasks and measures on one actor per GPU. Both render and look up in the store here, first.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections import deque
 from typing import Any
 
 from evo.evaluate import pipeline
 from evo.evaluate.backend import Backend, Worker, WorkerInfo
 from evo.evaluate.candidate import Candidate, CompileResult
+from evo.evaluate.faults import classify
 from evo.evaluate.pipeline import Lookup
 from evo.evaluate.supervisor import ChildDied, ChildRaised, ChildTimeout, Supervised
 from evo.experiment.spec import EvaluationSpec
@@ -31,14 +30,12 @@ class WorkersLost(RuntimeError):
 
 class Executor(ABC):
     def __init__(self, backend: Backend, evaluation: EvaluationSpec | None = None,
-                 lookup: Lookup | None = None, target: Target | None = None) -> None:
+                 lookup: Lookup | None = None) -> None:
         self.backend = backend
         self.evaluation = evaluation or EvaluationSpec()
         self.lookup = lookup
-        self._target = target
         self.infos: list[WorkerInfo] = []
 
-    # -- lifecycle ------------------------------------------------------------------------------------
     @abstractmethod
     def start(self) -> None:
         """Start the workers (and Ray, for the Ray executor); sets `infos`."""
@@ -54,12 +51,9 @@ class Executor(ABC):
     def __exit__(self, *exc: Any) -> None:
         self.shutdown()
 
-    # -- work -----------------------------------------------------------------------------------------
     @property
     def target(self) -> Target:
-        """What candidates are compiled for: given, else the first worker's device, else Hopper."""
-        if self._target is not None:
-            return self._target
+        """What candidates are compiled for: the first worker's device, else Hopper."""
         return next((i.target for i in self.infos if i.target is not None), HOPPER)
 
     @property
@@ -92,7 +86,6 @@ class Executor(ABC):
     def cancel_waiting(self) -> list[Candidate]:
         """Drop the candidates that no worker has started yet (budget reached); returns them."""
 
-    # -- the stages every executor runs here ----------------------------------------------------------
     def _named(self, ev: Evaluation) -> Evaluation:
         """A row made on the CPU side (a compile failure) names the GPU it was compiled for."""
         if not ev.gpu and self.infos:
@@ -111,45 +104,28 @@ class Executor(ABC):
         return self._named(ev) if ev is not None else None
 
 
-class CompileChild:
+class CompileChild(Supervised):
     """The compile stage in a supervised child process started with the backend's `compile_env`: a compile
     that hangs is killed at its time limit (status timeout), a compiler that aborts the process (LLVM and
     MLIR assertions do) becomes a compile_error of that candidate, and the child is replaced."""
 
-    def __init__(self, backend: Backend, target: Target = HOPPER, timeout_s: float = 120.0,
-                 cache_dir: str | None = None, start_timeout_s: float = 300.0) -> None:
+    def __init__(self, backend: Backend, target: Target = HOPPER, timeout_s: float = 120.0) -> None:
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be positive, got {timeout_s}")
-        env = dict(backend.compile_env(), **({"TRITON_CACHE_DIR": str(cache_dir)} if cache_dir else {}))
+        super().__init__(_compile_setup, _compile_handle, setup_args=(backend, target), env=backend.compile_env(),
+                         name="evo-compile")
         self.target, self.timeout_s = target, timeout_s
-        self._child = Supervised(_compile_setup, _compile_handle, setup_args=(backend, target), env=env,
-                                 name="evo-compile", start_timeout_s=start_timeout_s)
-
-    @property
-    def restarts(self) -> int:
-        return max(0, self._child.starts - 1)
 
     def compile(self, cand: Candidate) -> CompileResult | None:
         try:
-            return self._child.call(cand, self.timeout_s)
+            return self.call(cand, self.timeout_s)
         except ChildTimeout as exc:
             return CompileResult("timeout", f"compile: {exc}", compile_s=self.timeout_s, target=self.target)
         except ChildDied as exc:
             return CompileResult("compile_error", f"the compiler process died: {exc}", target=self.target)
         except ChildRaised as exc:
-            from evo.evaluate.faults import classify
-
-            fault = classify(f"{exc.kind}: {exc.message}", phase="compile")
+            fault = classify(str(exc), phase="compile")
             return CompileResult(fault.status, fault.reason, target=self.target)
-
-    def close(self) -> None:
-        self._child.close()
-
-    def __enter__(self) -> CompileChild:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
 
 def _compile_setup(backend: Backend, target: Target) -> tuple[tuple[Backend, Target], dict[str, Any]]:
@@ -166,17 +142,19 @@ class LocalExecutor(Executor):
     the order of candidates, so a seeded search with this executor is reproducible. A backend that names a
     compile environment compiles in a supervised child (evo.evaluate.executor.CompileChild)."""
 
+    busy = 0  # work happens inside poll(); between calls nothing runs
+    slots = 1
+
     def __init__(self, backend: Backend, evaluation: EvaluationSpec | None = None,
-                 lookup: Lookup | None = None, target: Target | None = None, device_index: int = 0) -> None:
-        super().__init__(backend, evaluation, lookup, target)
-        self.device_index = device_index
+                 lookup: Lookup | None = None) -> None:
+        super().__init__(backend, evaluation, lookup)
         self._worker: Worker | None = None
         self._compiler: CompileChild | None = None
-        self._queue: deque[Candidate] = deque()
+        self._queue: list[Candidate] = []
 
     def start(self) -> None:
         if self._worker is None:
-            self._worker = self.backend.open_worker(self.device_index)
+            self._worker = self.backend.open_worker(0)
             self.infos = [self._worker.info]
             if self.backend.compile_env():
                 self._compiler = CompileChild(self.backend, self.target, self.evaluation.compile_timeout_s)
@@ -187,14 +165,6 @@ class LocalExecutor(Executor):
             if part is not None:
                 part.close()
         self._worker = self._compiler = None
-
-    @property
-    def busy(self) -> int:
-        return 0  # work happens inside poll(); between calls nothing runs
-
-    @property
-    def slots(self) -> int:
-        return 1
 
     @property
     def in_flight(self) -> int:
@@ -208,7 +178,7 @@ class LocalExecutor(Executor):
     def poll(self, timeout_s: float | None = None) -> list[tuple[Candidate, Evaluation]]:
         if not self._queue or self._worker is None:
             return []
-        cand = self._queue.popleft()
+        cand = self._queue.pop(0)
         ev = self._render(cand)
         if ev is None:
             if self._compiler is not None:
@@ -219,6 +189,5 @@ class LocalExecutor(Executor):
         return [(cand, ev)]
 
     def cancel_waiting(self) -> list[Candidate]:
-        dropped = list(self._queue)
-        self._queue.clear()
+        dropped, self._queue = self._queue, []
         return dropped

@@ -1,12 +1,9 @@
 """One evaluation pipeline: render -> look up in the store -> compile (CPU) -> check and time (worker).
 
-Each stage takes the `Candidate` and either fills it in or ends it with its row (the store stage is the
-search's: it stores every row the moment it has it). The stages are written once, here; an executor
-(evo.evaluate.executor: in this process, evo.evaluate.ray_executor: on Ray tasks and actors) only decides
-where each runs, and `evo bench`, `python -m evo.bench.measure_eval` and the GPU tests drive the same ones.
-
-Arguments typed `Any` are duck-typed on purpose: the backend and worker interfaces (evo.evaluate.backend)
-are one floor up, and the pipeline must not depend on them.
+Each stage takes the `Candidate` and either fills it in or ends it with its row (which the search stores at
+once). The stages are written once, here; an executor only decides where each runs, and `evo bench`,
+`evo.bench.measure_eval` and the GPU tests drive the same ones. Arguments typed `Any` are duck-typed on
+purpose: the backend and worker interfaces (evo.evaluate.backend) are one floor up.
 """
 
 from __future__ import annotations

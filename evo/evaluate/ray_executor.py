@@ -63,18 +63,12 @@ class _WorkerActor:
 
 
 class RayExecutor(Executor):
-    def __init__(self, backend: Backend, spec: ExecutorSpec | None = None,
-                 evaluation: EvaluationSpec | None = None, lookup: Lookup | None = None,
-                 target: Target | None = None, num_cpus: int | None = None) -> None:
+    def __init__(self, backend: Backend, spec: ExecutorSpec | None = None, evaluation: EvaluationSpec | None = None,
+                 lookup: Lookup | None = None, num_cpus: int | None = None) -> None:
         """`num_cpus` sizes an embedded Ray instance (None: every CPU of this machine)."""
-        super().__init__(backend, evaluation, lookup, target)
-        spec = spec or ExecutorSpec()
+        super().__init__(backend, evaluation, lookup)
+        self.spec = spec or ExecutorSpec()  # validated where it was read (evo.experiment.config)
         self.num_cpus = num_cpus
-        if spec.gpus is not None and spec.gpus < 1:
-            raise ValueError(f"executor.gpus must be at least 1, got {spec.gpus}")
-        if spec.compile_workers is not None and spec.compile_workers < 1:
-            raise ValueError(f"executor.compile_workers must be at least 1, got {spec.compile_workers}")
-        self.spec = spec
         self._ray: Any = None
         self._started_ray = False
         self._guard: RayGuard | None = None  # ends what Ray leaves behind (evo.evaluate.ray_guard)
@@ -188,10 +182,8 @@ class RayExecutor(Executor):
             log.warning("while stopping Ray workers: %s", e)
         finally:
             self._actors, self._compiling, self._running, self._probing = [], {}, {}, {}
-            self._cooling.clear()
-            self._waiting.clear()
-            self._ready.clear()
-            self._up.clear()
+            for waiting in (self._cooling, self._waiting, self._ready, self._up):
+                waiting.clear()
             self._calls = []
             if self._started_ray:
                 ray.shutdown()
@@ -228,13 +220,10 @@ class RayExecutor(Executor):
             self._pump()
 
     def cancel_waiting(self) -> list[Candidate]:
-        dropped = list(self._waiting) + list(self._ready)
-        for ref, (cand, _) in list(self._compiling.items()):
+        dropped = [*self._waiting, *self._ready, *(cand for cand, _ in self._compiling.values())]
+        for ref in self._compiling:
             self._ray.cancel(ref, force=True)
-            dropped.append(cand)
-        self._compiling.clear()
-        self._waiting.clear()
-        self._ready.clear()
+        self._compiling, self._waiting, self._ready = {}, deque(), deque()
         return dropped
 
     def poll(self, timeout_s: float | None = None) -> list[tuple[Candidate, Evaluation]]:
@@ -256,13 +245,8 @@ class RayExecutor(Executor):
             wait_s = 1.0 if left is None else min(1.0, left)
             if not refs:  # only unreachable workers, waiting to be asked again
                 time.sleep(wait_s)
-                self._reap_overdue()
-                continue
-            ready, _ = ray.wait(refs, num_returns=1, timeout=wait_s)
-            if ready:
-                rest = [r for r in refs if r not in set(ready)]
-                more, _ = ray.wait(rest, num_returns=len(rest), timeout=0) if rest else ([], [])
-                for ref in list(ready) + list(more):
+            elif ray.wait(refs, num_returns=1, timeout=wait_s)[0]:  # one is in: collect every one that is
+                for ref in ray.wait(refs, num_returns=len(refs), timeout=0)[0]:
                     self._collect(ref)
             self._reap_overdue()
         self._pump()
@@ -307,10 +291,10 @@ class RayExecutor(Executor):
             else:
                 self._ready.append(cand)
         elif ref in self._running:
-            i = self._running[ref][0]
-            info = self.infos[i]
+            i, cand, _ = self._running[ref]
             try:
-                ev = ray.get(ref)
+                self._done.append((cand, ray.get(ref)))
+                self._actor_failures[i] = 0
             except ray.exceptions.RayActorError as e:
                 # the call evaluating when the actor died is the one that crashed, whichever reply came first
                 self._end_calls(i, "crashed", f"worker died: {_short(e)}")
@@ -320,13 +304,8 @@ class RayExecutor(Executor):
                 self._probe(i)  # Ray restarts the actor: no job for it until it answers again
                 return
             except Exception as e:
-                ev = self._running[ref][1].row("error", f"worker failed: {_short(e)}", gpu=info.gpu,
-                                               worker=info.name)
-            else:
-                self._actor_failures[i] = 0
-            _, cand, started = self._running.pop(ref)
-            self._next_call(i, ref, started)
-            self._done.append((cand, ev))
+                self._done.append(self._worker_row(i, cand, "error", f"worker failed: {_short(e)}"))
+            self._next_call(i, ref)
         elif ref in self._probing:
             i, _ = self._probing.pop(ref)
             try:
@@ -344,9 +323,14 @@ class RayExecutor(Executor):
                     self._actor_failures[i] += 1
                 self._probe(i)
 
-    def _next_call(self, i: int, ref: Any, started: float | None) -> None:
+    def _worker_row(self, i: int, cand: Candidate, status: str, reason: str) -> tuple[Candidate, Evaluation]:
+        """The row of a candidate that worker `i` returned none for."""
+        return cand, cand.row(status, reason, gpu=self.infos[i].gpu, worker=self.infos[i].name)
+
+    def _next_call(self, i: int, ref: Any) -> None:
         """Worker `i`'s call `ref` returned: the call queued behind it is evaluating from now on."""
         now = time.monotonic()
+        _, _, started = self._running.pop(ref)
         calls = self._calls[i]
         if ref in calls:
             calls.remove(ref)
@@ -360,11 +344,8 @@ class RayExecutor(Executor):
         """Worker `i`'s actor is gone (died, or killed for overrunning): its evaluating call ends with `status`;
         the calls queued behind it never ran and go back to the front of the compiled queue."""
         calls, self._calls[i] = list(self._calls[i]), deque()
-        if not calls:
-            return
-        info = self.infos[i]
-        _, cand, _ = self._running.pop(calls[0])
-        self._done.append((cand, cand.row(status, reason, gpu=info.gpu, worker=info.name)))
+        if calls:
+            self._done.append(self._worker_row(i, self._running.pop(calls[0])[1], status, reason))
         for ref in reversed(calls[1:]):
             self._ready.appendleft(self._running.pop(ref)[1])
 

@@ -15,13 +15,14 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
-from evo.evaluate.backend import Worker
+from evo.evaluate.backend import Worker, WorkerInfo
 from evo.evaluate.candidate import Candidate
+from evo.evaluate.check import run_check
+from evo.evaluate.faults import classify
+from evo.evaluate.modules import load_source
 from evo.evaluate.worker import ChildWorker, GpuBackend
-from evo.experiment.spec import EvaluationSpec
 from evo.problem import HOPPER, Problem, Target
 from evo.store.record import Evaluation
 
@@ -47,46 +48,42 @@ def smoke_problem(operator: Any, genome: Any, problem: Problem, target: Target) 
     raise ValueError(f"smoke: {genome} runs no problem clipped to <= {SMOKE_SIZES[-1]}: {'; '.join(reasons)}")
 
 
-def smoke_setup(target: Target) -> tuple[dict[str, Any], dict[str, Any]]:
+def smoke_setup(target: Target) -> tuple[WorkerInfo, WorkerInfo]:
+    """The child's state is its WorkerInfo: what it reports is all it keeps."""
     import torch
     import triton
 
     versions = {"triton": triton.__version__, "torch": torch.__version__.split("+")[0], "cuda": "none",
                 "mode": "smoke"}
-    state = {"target": target, "versions": versions, "worker": f"smoke:pid{os.getpid()}"}
-    return state, {"gpu": SMOKE_GPU, "versions": versions, "worker": state["worker"]}
+    info = WorkerInfo(f"smoke:pid{os.getpid()}", SMOKE_GPU, versions, target)
+    return info, info
 
 
-def smoke_evaluate(state: dict[str, Any], cand: Candidate) -> Evaluation:
-    from evo.evaluate.check import run_check
-    from evo.evaluate.faults import classify
-    from evo.evaluate.modules import load_source
-
+def smoke_evaluate(info: WorkerInfo, cand: Candidate) -> Evaluation:
     op = cand.operator
     resources = dict(cand.compiled.resources) if cand.compiled else {}
-    common = {"gpu": SMOKE_GPU, "versions": state["versions"], "worker": state["worker"], "started_at": time.time(),
+    common = {"gpu": SMOKE_GPU, "versions": info.versions, "worker": info.name, "started_at": time.time(),
               "baseline": "smoke-roofline", "resources": resources}
     phase, module = "compile", None
     try:
-        small = smoke_problem(op, cand.genome, cand.problem, state["target"])
+        small = smoke_problem(op, cand.genome, cand.problem, info.target)
         resources["smoke_problem"] = small.key
-        module = load_source(op.render(cand.genome, small, state["target"]))
+        module = load_source(op.render(cand.genome, small, info.target))
         launcher = getattr(module, op.entry)
         phase = "run"
         checked = run_check(launcher, op, small, cand.seed or 0, device="cpu")
     except Exception as exc:
         fault = classify(exc, phase=phase)
-        return cand.row(fault.status, f"smoke: {fault.reason}", finished_at=time.time(), **common)
+        return cand.row(fault.status, f"smoke: {fault.reason}", **common)
     finally:
         if module is not None:
             sys.modules.pop(module.__name__, None)
     if checked.status != "ok":
-        return cand.row(checked.status, f"smoke: {checked.reason}", max_rel_error=checked.max_rel_error,
-                        finished_at=time.time(), **common)
+        return cand.row(checked.status, f"smoke: {checked.reason}", max_rel_error=checked.max_rel_error, **common)
     estimate = float(op.smoke_cost(cand.genome, cand.problem))
     roofline = op.smoke_roofline_ms(cand.problem)
     return cand.row("ok", SMOKE_NOTE, median_ms=estimate, spread_ms=0.0, times_ms=[], baseline_ms=roofline,
-                    baseline_spread_ms=0.0, max_rel_error=checked.max_rel_error, finished_at=time.time(), **common)
+                    baseline_spread_ms=0.0, max_rel_error=checked.max_rel_error, **common)
 
 
 class SmokeWorker(ChildWorker):
@@ -94,23 +91,18 @@ class SmokeWorker(ChildWorker):
 
     note = "smoke: "
 
-    def __init__(self, *, target: Target = HOPPER, seed: int = 0, setup: Callable[..., Any] | None = None,
-                 start_timeout_s: float = 300.0) -> None:
-        super().__init__(setup or smoke_setup, smoke_evaluate, setup_args=(target,), env={"TRITON_INTERPRET": "1"},
-                         name="evo-smoke", seed=[seed, 0x5A0CE], start_timeout_s=start_timeout_s, target=target)
+    def __init__(self, *, target: Target = HOPPER, seed: int = 0, start_timeout_s: float = 300.0) -> None:
+        super().__init__(smoke_setup, smoke_evaluate, setup_args=(target,), env={"TRITON_INTERPRET": "1"},
+                         name="evo-smoke", seed=[seed, 0x5A0CE], start_timeout_s=start_timeout_s)
 
 
 class SmokeBackend(GpuBackend):
-    """CPU smoke runs: compiles for `target` (Hopper by default) on CPUs like a real run, then checks in the
-    CPU interpreter with a fitness that is a model estimate, NOT a timing (evo.evaluate.smoke)."""
+    """CPU smoke runs: compiles for Hopper on CPUs like a real run, then checks in the CPU interpreter with a
+    fitness that is a model estimate, NOT a timing (evo.evaluate.smoke)."""
 
     needs_gpu = False
 
-    def __init__(self, evaluation: EvaluationSpec | None = None, seed: int = 0, target: Target = HOPPER) -> None:
-        super().__init__(evaluation, seed)
-        self.target = target
-
     def open_worker(self, device_index: int) -> Worker:
-        worker = SmokeWorker(target=self.target, seed=self.seed)
+        worker = SmokeWorker(seed=self.seed)
         worker.info  # noqa: B018 - starts the child now, not on the first candidate
         return worker

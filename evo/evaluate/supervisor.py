@@ -5,17 +5,20 @@ The child is started with the "spawn" method (never fork: a forked CUDA context 
 over a Pipe. It runs `setup(*setup_args)` once, replies "ready" with the info it returns, then answers
 each request with `handler(state, request)`. A handler that knows its process is no longer fit to serve
 (a CUDA context lost to an illegal address) returns `ExitAfter(reply)`: the reply is delivered, then the
-child exits and a fresh one takes its place.
+child exits and a fresh one takes its place. The GPU and smoke workers and the compile child are each one.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from evo.evaluate.faults import classify, describe
 
 __all__ = ["Supervised", "ExitAfter", "ChildTimeout", "ChildDied", "ChildRaised"]
 
@@ -30,44 +33,37 @@ class ChildTimeout(Exception):
 
 
 class ChildDied(Exception):
-    """The child process ended without replying (crash, os._exit, signal)."""
-
-    def __init__(self, message: str, exitcode: int | None) -> None:
-        super().__init__(message)
-        self.exitcode = exitcode
+    """The child process ended without replying (crash, os._exit, signal), or could not start."""
 
 
 class ChildRaised(Exception):
-    """The handler raised; `kind` is the exception's type name and the message its text and traceback."""
+    """The handler raised: the message is the exception's type name, text and traceback; `fatal` when it lost
+    the process (a CUDA context), which was then replaced."""
 
-    def __init__(self, kind: str, message: str, fatal: bool) -> None:
-        super().__init__(f"{kind}: {message}")
-        self.kind, self.message, self.fatal = kind, message, fatal
+    def __init__(self, message: str, fatal: bool) -> None:
+        super().__init__(message)
+        self.fatal = fatal
 
 
 def _exit_text(code: int | None) -> str:
     if code is None:
         return "still running"
-    if code < 0:
-        import signal
-
-        try:
-            return f"killed by signal {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit code {code}"
+    if code >= 0:
+        return f"exit code {code}"
+    try:
+        return f"killed by signal {signal.Signals(-code).name}"
+    except ValueError:
+        return f"killed by signal {-code}"
 
 
 def _child_main(conn: Any, env: dict[str, str], setup: Callable[..., tuple[Any, Any]], setup_args: tuple[Any, ...],
                 handler: Callable[[Any, Any], Any]) -> None:
+    # a reply sent before os._exit stays readable: the parent reads it from the pipe after the process is gone
     os.environ.update(env)  # before anything initialises CUDA or Triton in this process
     try:
         state, info = setup(*setup_args)
     except BaseException as exc:  # report why, then die: the parent raises ChildDied with this text
-        import traceback
-
-        conn.send(("setup_failed", None, "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))))
-        conn.close()
+        conn.send(("setup_failed", None, describe(exc)))
         os._exit(3)
     conn.send(("ready", None, info))
     while True:
@@ -76,26 +72,18 @@ def _child_main(conn: Any, env: dict[str, str], setup: Callable[..., tuple[Any, 
         except (EOFError, OSError):
             os._exit(0)  # the parent is gone
         if msg is None:
-            conn.close()
             os._exit(0)
         request_id, request = msg
         try:
             reply = handler(state, request)
         except BaseException as exc:
-            import traceback
-
-            from evo.evaluate.faults import classify
-
             fatal = classify(exc).fatal
-            text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-            conn.send(("raised", request_id, (type(exc).__name__, text, fatal)))
+            conn.send(("raised", request_id, (f"{type(exc).__name__}: {describe(exc)}", fatal)))
             if fatal:
-                conn.close()
                 os._exit(4)
             continue
         if isinstance(reply, ExitAfter):
             conn.send(("final", request_id, reply.reply))
-            conn.close()
             os._exit(5)
         conn.send(("reply", request_id, reply))
 
@@ -109,20 +97,22 @@ class Supervised:
         if start_timeout_s <= 0:
             raise ValueError(f"start_timeout_s must be positive, got {start_timeout_s}")
         self.setup, self.handler, self.setup_args = setup, handler, setup_args
-        self.env = dict(env or {})
-        self.name = name
-        self.start_timeout_s = start_timeout_s
+        self.env, self.name, self.start_timeout_s = dict(env or {}), name, start_timeout_s
         self.starts = 0  # processes started so far (1 + replacements)
+        self.served = 0  # requests sent to the current process
         self._ctx = mp.get_context("spawn")
         self._proc: Any = None
         self._conn: Any = None
         self._info: Any = None
-        self._ready = False
-        self._next_id = 0
+        self._ready, self._next_id = False, 0
 
     # -- life cycle -----------------------------------------------------------------------------------
+    @property
+    def restarts(self) -> int:
+        return max(0, self.starts - 1)
+
     def start(self) -> None:
-        """Start a child if none is running (returns at once; `info()` waits for it to be ready)."""
+        """Start a child if none is running (returns at once; `wait_ready()` waits for it)."""
         if self._proc is not None and self._proc.is_alive():
             return
         self._discard()
@@ -133,9 +123,9 @@ class Supervised:
             proc.start()
         finally:
             child.close()
-        self._proc, self._conn, self._ready, self.starts = proc, parent, False, self.starts + 1
+        self._proc, self._conn, self._ready, self.starts, self.served = proc, parent, False, self.starts + 1, 0
 
-    def info(self) -> Any:
+    def wait_ready(self) -> Any:
         """What the child's setup returned; starts the child and waits for it when needed."""
         self.start()
         if not self._ready:
@@ -145,20 +135,11 @@ class Supervised:
             try:
                 kind, _, payload = self._conn.recv()
             except (EOFError, OSError):
-                code = self._reap()
-                raise ChildDied(f"{self.name} died while starting ({_exit_text(code)})", code) from None
+                raise ChildDied(f"{self.name} died while starting ({_exit_text(self._reap())})") from None
             if kind != "ready":
-                code = self._reap()
-                raise ChildDied(f"{self.name} failed to start ({_exit_text(code)}):\n{payload}", code)
+                raise ChildDied(f"{self.name} failed to start ({_exit_text(self._reap())}):\n{payload}")
             self._info, self._ready = payload, True
         return self._info
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
-
-    def alive(self) -> bool:
-        return self._proc is not None and self._proc.is_alive()
 
     def kill(self) -> None:
         """Kill the child now (SIGKILL: a hung kernel ignores anything gentler) and wait for it."""
@@ -176,6 +157,12 @@ class Supervised:
                 pass
         self.kill()
 
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
     def _reap(self) -> int | None:
         code = None
         if self._proc is not None:
@@ -183,6 +170,12 @@ class Supervised:
             code = self._proc.exitcode
         self._discard()
         return code
+
+    def _replace(self) -> str:
+        """Reap the child that ended and start its replacement; returns how the old one ended."""
+        ended = _exit_text(self._reap())
+        self.start()
+        return ended
 
     def _discard(self) -> None:
         if self._conn is not None:
@@ -204,15 +197,13 @@ class Supervised:
         once after any of these, so its start-up overlaps the caller's own work."""
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be positive, got {timeout_s}")
-        self.info()
+        self.wait_ready()
         self._next_id += 1
-        request_id = self._next_id
+        self.served += 1
         try:
-            self._conn.send((request_id, request))
+            self._conn.send((self._next_id, request))
         except (OSError, ValueError):
-            code = self._reap()
-            self.start()
-            raise ChildDied(f"{self.name} was gone before the request ({_exit_text(code)})", code) from None
+            raise ChildDied(f"{self.name} was gone before the request ({self._replace()})") from None
         deadline = time.monotonic() + timeout_s
         while True:
             left = deadline - time.monotonic()
@@ -223,19 +214,11 @@ class Supervised:
             try:
                 kind, reply_id, payload = self._conn.recv()
             except (EOFError, OSError):
-                code = self._reap()
-                self.start()
-                raise ChildDied(f"{self.name} died ({_exit_text(code)})", code) from None
-            if reply_id != request_id:
-                continue  # a stale reply: cannot happen with one pipe per child, but never mismatch replies
-            break
+                raise ChildDied(f"{self.name} died ({self._replace()})") from None
+            if reply_id == self._next_id:  # a stale reply (of a call interrupted in its wait) is skipped
+                break
+        if kind == "final" or (kind == "raised" and payload[1]):  # the child exits after it: replace it now
+            self._replace()
         if kind == "raised":
-            exc_kind, text, fatal = payload
-            if fatal:
-                self._reap()
-                self.start()
-            raise ChildRaised(exc_kind, text, fatal)
-        if kind == "final":  # the child exits after this reply (ExitAfter): replace it straight away
-            self._reap()
-            self.start()
+            raise ChildRaised(*payload)
         return payload

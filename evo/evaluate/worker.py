@@ -1,12 +1,12 @@
-"""The GPU worker: one child process per GPU holds the CUDA context, checks and times candidates; a
-supervisor object in the parent survives whatever the candidates do to it.
+"""The GPU worker: one child process per GPU holds the CUDA context, checks and times candidates; the
+supervising object in the parent survives whatever the candidates do to it.
 
 In the child, each candidate is first checked on fresh random inputs (evo.evaluate.check), then timed
 interleaved with the operator's primary baseline on the same inputs in the same process (evo.evaluate.timing).
 Faults become statuses (evo.evaluate.faults). An illegal address poisons the CUDA context: the child replies
-and exits, and the supervisor starts a new one. A kernel that never ends is killed with its process when the
-time limit passes (status timeout). Whatever kills the child otherwise, the candidate it was on is recorded
-as crashed. `ChildWorker` is that supervision, shared with the CPU smoke worker (evo.evaluate.smoke).
+and exits, and a new one is started. A kernel that never ends is killed with its process when the time limit
+passes (status timeout). Whatever kills the child otherwise, the candidate it was on is recorded as crashed.
+`ChildWorker` is that supervision, shared with the CPU smoke worker (evo.evaluate.smoke).
 """
 
 from __future__ import annotations
@@ -21,10 +21,15 @@ from typing import Any
 
 import numpy as np
 
+from evo.evaluate import timing
 from evo.evaluate.backend import Backend, Worker, WorkerInfo
 from evo.evaluate.candidate import Candidate, CompileResult
+from evo.evaluate.check import run_check
+from evo.evaluate.compiler import compile_candidate, forget_module, jit_functions, summarize
+from evo.evaluate.faults import classify
+from evo.evaluate.modules import load_source
+from evo.evaluate.roofline import copy_bandwidth
 from evo.evaluate.supervisor import ChildDied, ChildRaised, ChildTimeout, ExitAfter, Supervised
-from evo.evaluate.timing import PROTOCOL as TIMING_PROTOCOL
 from evo.experiment.spec import EvaluationSpec
 from evo.problem import Target
 from evo.store.record import Evaluation
@@ -75,7 +80,7 @@ class GpuState:
         self.settings = settings
         self.gpu = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
         self.versions = {"triton": triton.__version__, "torch": torch.__version__.split("+")[0],
-                         "cuda": str(torch.version.cuda or ""), "timing": TIMING_PROTOCOL}
+                         "cuda": str(torch.version.cuda or ""), "timing": timing.PROTOCOL}
         self.worker = f"{socket.gethostname()}:gpu{device_index}:pid{os.getpid()}"
         self._baselines: dict[tuple[str, str], tuple[str, Callable[..., Any]]] = {}
 
@@ -87,20 +92,16 @@ class GpuState:
         return self._baselines[key]
 
 
-def gpu_setup(device_index: int, settings: EvalSettings) -> tuple[GpuState, dict[str, Any]]:
-    from evo.evaluate.roofline import copy_bandwidth
-    from evo.problem import Target
+def gpu_setup(device_index: int, settings: EvalSettings) -> tuple[GpuState, WorkerInfo]:
+    import torch
 
     state = GpuState(device_index, settings)
     try:  # the speed-of-light floor's memory side (evo.evaluate.roofline), measured once per worker
         copy_GBps: float | None = copy_bandwidth("cuda", nbytes=1 << 28)
     except Exception:  # a GPU short of memory still searches; it only shows no floor
         copy_GBps = None
-    import torch
-
     torch.cuda.empty_cache()  # the copy's buffers go back to the device, not to this process's cache
-    return state, {"gpu": state.gpu, "versions": state.versions, "worker": state.worker, "pid": os.getpid(),
-                   "target": Target.from_torch(0), "copy_GBps": copy_GBps}
+    return state, WorkerInfo(state.worker, state.gpu, state.versions, Target.from_torch(0), copy_GBps)
 
 
 def _context_ok(device: str) -> bool:
@@ -117,8 +118,6 @@ def _context_ok(device: str) -> bool:
 
 def _gpu_resources(module: Any, cand: Candidate) -> dict[str, Any]:
     """Resources as loaded on the GPU, and whether every kernel came from the compile-ahead cache."""
-    from evo.evaluate.compiler import jit_functions, summarize
-
     kernels = [k for fn in jit_functions(module).values() for entry in getattr(fn, "device_caches", {}).values()
                for k in entry[0].values() if hasattr(k, "metadata")]
     loaded = [{"name": k.metadata.name, "hash": k.hash, "shared": int(k.metadata.shared),
@@ -137,12 +136,6 @@ def _gpu_resources(module: Any, cand: Candidate) -> dict[str, Any]:
 def gpu_evaluate(state: GpuState, cand: Candidate) -> Evaluation | ExitAfter:
     """Check, then time, one candidate (its `seed` draws the check's inputs). Never raises for a fault of
     the candidate."""
-    from evo.evaluate.check import run_check
-    from evo.evaluate.compiler import forget_module
-    from evo.evaluate.faults import classify
-    from evo.evaluate.modules import load_source
-    from evo.evaluate.timing import time_interleaved
-
     operator = cand.operator
     baseline_name, baseline_fn = state.baseline(operator, cand.problem)
     common: dict[str, Any] = {"gpu": state.gpu, "versions": state.versions, "worker": state.worker,
@@ -169,10 +162,10 @@ def gpu_evaluate(state: GpuState, cand: Candidate) -> Evaluation | ExitAfter:
         base = lambda: baseline_fn(*inputs)
         s = state.settings
         # the baseline is timed with every candidate, interleaved, on the same inputs: the ratio is one process's
-        timing, base_timing = time_interleaved([run, base], reps=s.reps, warmup=s.warmup, budget_ms=s.budget_ms,
-                                              device=state.device)
+        measured, base_timing = timing.time_interleaved([run, base], reps=s.reps, warmup=s.warmup,
+                                                        budget_ms=s.budget_ms, device=state.device)
         phases.update(time_s=time.perf_counter() - t2)
-        return cand.row("ok", median_ms=timing.median_ms, spread_ms=timing.spread_ms, times_ms=timing.times_ms,
+        return cand.row("ok", median_ms=measured.median_ms, spread_ms=measured.spread_ms, times_ms=measured.times_ms,
                         baseline_ms=base_timing.median_ms, baseline_spread_ms=base_timing.spread_ms,
                         max_rel_error=checked.max_rel_error, **_finish(common, phases))
     except Exception as exc:
@@ -188,101 +181,51 @@ def gpu_evaluate(state: GpuState, cand: Candidate) -> Evaluation | ExitAfter:
 
 
 def _finish(common: dict[str, Any], phases: dict[str, Any]) -> dict[str, Any]:
-    out = dict(common)
-    out["resources"] = dict(out["resources"], eval=phases)
-    out["finished_at"] = time.time()
-    return out
+    """The row's fields: the common ones, with the phases' times in resources["eval"]."""
+    return dict(common, resources=dict(common["resources"], eval=phases))
 
 
 # ------------------------------------------------------------------------------------------------------
 # In the parent process
 # ------------------------------------------------------------------------------------------------------
-class ChildWorker(Worker):
-    """A Worker whose checking runs in a supervised child process (`Supervised`).
-
-    `evaluate` always returns a row: a candidate that hangs the child is recorded as timeout, one that kills
-    the process as crashed, and the child is replaced before the next candidate. Each candidate gets a fresh
-    seed for its check. `recycle_after` evaluations start a fresh child to bound what loaded kernels leak.
-    """
+class ChildWorker(Supervised, Worker):
+    """A Worker that is a supervised child process (`Supervised`) whose setup returns its `WorkerInfo`.
+    `evaluate` always returns a row (timeout, crashed: the child was replaced); each candidate gets a fresh
+    seed for its check; after `recycle_after` evaluations a fresh child bounds what loaded kernels leak."""
 
     note = ""  # prefixes the reasons this supervisor writes (the smoke worker's say "smoke: ")
 
     def __init__(self, setup: Callable[..., Any], handler: Callable[[Any, Any], Any], *, setup_args: tuple[Any, ...],
                  env: dict[str, str], name: str, seed: Any, start_timeout_s: float = 300.0,
-                 recycle_after: int | None = 2000, target: Any = None) -> None:
-        if recycle_after is not None and recycle_after < 1:
-            raise ValueError(f"recycle_after must be >= 1 or None, got {recycle_after}")
-        self._child = Supervised(setup, handler, setup_args=setup_args, env=env, name=name,
-                                 start_timeout_s=start_timeout_s)
+                 recycle_after: int = 2000) -> None:
+        if recycle_after < 1:
+            raise ValueError(f"recycle_after must be >= 1, got {recycle_after}")
+        super().__init__(setup, handler, setup_args=setup_args, env=env, name=name, start_timeout_s=start_timeout_s)
         self._rng = np.random.default_rng(seed)
-        self._target = target
         self.recycle_after = recycle_after
-        self._served_by_child = 0
-
-    def start(self) -> None:
-        self._child.start()
 
     @property
     def info(self) -> WorkerInfo:
         """Waits for a (re)started child: its start-up is never a candidate's time."""
-        d = self._child.info()
-        return WorkerInfo(str(d.get("worker", self._child.name)), str(d["gpu"]), dict(d["versions"]),
-                          d.get("target") or self._target, d.get("copy_GBps"))
-
-    @property
-    def gpu(self) -> str:
-        return self.info.gpu
-
-    @property
-    def versions(self) -> dict[str, str]:
-        return self.info.versions
-
-    @property
-    def restarts(self) -> int:
-        return max(0, self._child.starts - 1)
-
-    @property
-    def pid(self) -> int | None:
-        return self._child.pid
+        return self.wait_ready()
 
     def evaluate(self, cand: Candidate, timeout_s: float = 60.0) -> Evaluation:
+        if self.served >= self.recycle_after:
+            self.close()
         info = self.info
-        if self.recycle_after is not None and self._served_by_child >= self.recycle_after:
-            self._child.close()
-            self._served_by_child = 0
-            info = self.info
         cand = dataclasses.replace(cand, seed=int(self._rng.integers(0, 2**31 - 1)))
-        common = {"gpu": info.gpu, "versions": info.versions, "worker": info.name, "started_at": time.time()}
-        self._served_by_child += 1
+        common = {"gpu": info.gpu, "versions": dict(info.versions), "worker": info.name, "started_at": time.time()}
         try:
-            ev = self._child.call(cand, timeout_s)
+            ev = self.call(cand, timeout_s)
         except (ChildTimeout, ChildDied) as exc:
-            self._served_by_child = 0
             status = "timeout" if isinstance(exc, ChildTimeout) else "crashed"
-            return cand.row(status, f"{self.note}{exc}; worker replaced", finished_at=time.time(), **common)
+            return cand.row(status, f"{self.note}{exc}; worker replaced", **common)
         except ChildRaised as exc:
-            from evo.evaluate.faults import classify
-
-            fault = classify(f"{exc.kind}: {exc.message}")
-            if exc.fatal:
-                self._served_by_child = 0
-            return cand.row("crashed" if exc.fatal else fault.status, f"{self.note}{fault.reason}",
-                            finished_at=time.time(), **common)
+            fault = classify(str(exc))
+            return cand.row("crashed" if exc.fatal else fault.status, f"{self.note}{fault.reason}", **common)
         if not isinstance(ev, Evaluation):
-            return cand.row("error", f"worker replied with {type(ev).__name__}, not an Evaluation",
-                            finished_at=time.time(), **common)
-        if ev.status == "crashed":
-            self._served_by_child = 0
+            return cand.row("error", f"worker replied with {type(ev).__name__}, not an Evaluation", **common)
         return ev
-
-    def close(self) -> None:
-        self._child.close()
-
-    def __enter__(self) -> ChildWorker:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
 
 class GpuWorker(ChildWorker):
@@ -292,15 +235,14 @@ class GpuWorker(ChildWorker):
     def __init__(self, device_index: int = 0, *, settings: EvalSettings | None = None, seed: int = 0,
                  cache_dir: str | None = None, setup: Callable[..., Any] | None = None,
                  handler: Callable[[Any, Any], Any] | None = None, setup_args: tuple[Any, ...] | None = None,
-                 start_timeout_s: float = 300.0, recycle_after: int | None = 2000) -> None:
-        self.device_index = device_index
-        self.settings = settings or EvalSettings()
+                 start_timeout_s: float = 300.0, recycle_after: int = 2000) -> None:
         env = {"CUDA_VISIBLE_DEVICES": visible_device(device_index), "TRITON_INTERPRET": "0"}
         if cache_dir:
             env["TRITON_CACHE_DIR"] = str(cache_dir)
+        setup_args = setup_args if setup_args is not None else (device_index, settings or EvalSettings())
         super().__init__(setup or gpu_setup, handler or gpu_evaluate, env=env, name=f"evo-gpu{device_index}",
-                         setup_args=setup_args if setup_args is not None else (device_index, self.settings),
-                         seed=[seed, device_index], start_timeout_s=start_timeout_s, recycle_after=recycle_after)
+                         setup_args=setup_args, seed=[seed, device_index], start_timeout_s=start_timeout_s,
+                         recycle_after=recycle_after)
 
 
 class GpuBackend(Backend):
@@ -319,13 +261,10 @@ class GpuBackend(Backend):
         return {"TRITON_INTERPRET": "0", **({"TRITON_CACHE_DIR": str(self.cache_dir)} if self.cache_dir else {})}
 
     def compile(self, cand: Candidate, target: Target) -> CompileResult | None:
-        from evo.evaluate.compiler import compile_candidate  # in compile processes only: it imports triton
-
-        return compile_candidate(cand, target)
+        return compile_candidate(cand, target)  # it imports triton when it runs: in compile processes only
 
     def open_worker(self, device_index: int) -> Worker:
         worker = GpuWorker(device_index, seed=self.seed, cache_dir=self.cache_dir,
                            settings=EvalSettings(reps=self.evaluation.reps, warmup=self.evaluation.warmup))
-        worker.start()
         worker.info  # noqa: B018 - a GPU that cannot start fails here, not mid-run
         return worker

@@ -41,7 +41,7 @@ def pool(tmp_path_factory):
     """Compiles in a fresh process: this test process has run the interpreter, which patches triton.language
     for the rest of the process's life, so it could not compile for a GPU itself."""
     cache = tmp_path_factory.mktemp("triton-cache")
-    with CompileChild(GpuBackend(), target=HOPPER, timeout_s=60, cache_dir=str(cache)) as p:
+    with CompileChild(GpuBackend(cache_dir=str(cache)), target=HOPPER, timeout_s=60) as p:
         yield p, cache
 
 
@@ -103,7 +103,7 @@ def test_pool_survives_a_dying_compiler(pool):
     assert p.restarts == restarts + 1
     # same kernel, same specialisation, other process: the cache entry is found, not written again
     entries = set(os.listdir(cache))
-    with CompileChild(GpuBackend(), target=HOPPER, timeout_s=60, cache_dir=str(cache)) as other:
+    with CompileChild(GpuBackend(cache_dir=str(cache)), target=HOPPER, timeout_s=60) as other:
         again = other.compile(candidate("none", n=2048))
     assert again.cache_hashes == ok.cache_hashes and set(os.listdir(cache)) == entries
 

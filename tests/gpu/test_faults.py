@@ -96,13 +96,13 @@ def run_plan(plan, executor, store, worker, base_n):
         results.append(ev)
         assert ev.status == expected, f"{fault}: {ev.status} {ev.reason}"
         assert (worker.info.name != pid) == replaced, f"{fault}: replaced={not replaced}"
-        assert ev.source_hash == cand.source_hash and ev.gpu == worker.gpu
+        assert ev.source_hash == cand.source_hash and ev.gpu == worker.info.gpu
         assert ev.status == "ok" or ev.reason, f"{fault}: a failure without a reason"
     for ev in results:
         if ev.status == "ok":  # every good candidate kept its result, with a baseline from the same process
             assert ev.max_rel_error < OP.tolerance(OP.problem((64,), "fp16"))
             assert ev.median_ms > 0 and ev.baseline_ms > 0 and ev.baseline == "torch" and len(ev.times_ms) >= 5
-            assert ev.versions == worker.versions
+            assert ev.versions == worker.info.versions
     return results
 
 

@@ -7,8 +7,8 @@ proposals is a pool member drawn uniformly instead, so the archive keeps filling
 until the surrogate has enough rows (`min_rows`) every proposal is drawn that way. The surrogate is retrained
 from the store's rows every `refit_every` proposals, and once it has learnt from many rows, only when they
 have grown by about a tenth since: a refit costs time in proportion to the rows, and it runs in the search's
-own process, which every GPU waits on (2,000 GEMM rows took 0.5 s on a 2-core CPU box). Whatever it picks is measured on the GPU like any other child: the surrogate only chooses what to
-measure.
+own process, which every GPU waits on (2,000 GEMM rows took 0.5 s on a 2-core CPU box). Whatever it picks
+is measured on the GPU like any other child: the surrogate only chooses what to measure.
 """
 
 from __future__ import annotations
