@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from evo.bench.search_results import reach, write_search_report
+from evo.bench.search_results import merge_search_docs, reach, search_report_path, write_search_report
 from evo.experiment.spec import EmitterSpec, Experiment, MemorySpec
 from evo.problem import Problem
 
@@ -199,9 +200,16 @@ def bench_search_command(args: argparse.Namespace) -> int:
             wall_s=args.wall_s if args.wall_s is not None else b.wall_s))
     doc = bench_search(exp, problems, methods, helion=None if args.helion == "none" else args.helion,
                        work_dir=Path(args.work_dir) if args.work_dir else None, seed=args.seed, reps=args.reps)
-    for path in write_search_report(doc, args.out):
+    out = Path(args.out)
+    if args.merge and search_report_path(doc["gpu"], out).exists():
+        try:
+            doc = merge_search_docs(json.loads(search_report_path(doc["gpu"], out).read_text()), doc)
+        except (ValueError, KeyError, TypeError, json.JSONDecodeError) as e:
+            out = out / "unmerged"  # this run's results are kept, beside the report they did not fit
+            print(f"evo bench-search: --merge: {e}; this run's report goes to {out}", file=sys.stderr)
+    for path in write_search_report(doc, out):
         print(f"wrote {path}")
-    return 0 if doc["problems"] else 1
+    return 0 if doc["problems"] and out == Path(args.out) else 1
 
 
 def add_bench_search_command(subparsers: Any) -> argparse.ArgumentParser:
@@ -215,6 +223,9 @@ def add_bench_search_command(subparsers: Any) -> argparse.ArgumentParser:
     b.add_argument("--helion", default="full", choices=("none", "quick", "full"),
                    help="Helion's autotune effort among the alternatives (GPU, gemm, when installed) [full]")
     b.add_argument("--out", default="reports/bench", help="folder for search-<gpu>.json/.md/.html [reports/bench]")
+    b.add_argument("--merge", action="store_true",
+                   help="add these problems to the report already in --out (same GPU, experiment, methods, budget "
+                        "and versions; a problem run again replaces its entry): a benchmark a few problems at a time")
     b.add_argument("--work-dir", help="where the methods' run directories go [a new temporary folder]")
     b.add_argument("--seed", type=int, default=1234, help="seed of the side-by-side timing's inputs [1234]")
     b.add_argument("--reps", type=int, default=50, help="timed runs per alternative [50]")

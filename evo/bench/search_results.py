@@ -111,10 +111,31 @@ def search_html(doc: dict[str, Any]) -> str:
             f"{html.escape(doc['gpu'])}</h1>{banner}" + "\n".join(parts) + "</body></html>\n")
 
 
+_SAME_IN_A_MERGE = ("kind", "operator", "gpu", "smoke", "experiment", "methods", "mark", "budget", "versions")
+
+
+def merge_search_docs(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """`new`'s problems added to `old`'s (a problem in both: `new`'s), so that a benchmark can be run a few
+    problems at a time (a GPU lent for minutes at once). Raises ValueError naming what differs when the two
+    are not runs of one benchmark: GPU, experiment, methods, budget or software versions."""
+    differ = [k for k in _SAME_IN_A_MERGE if old.get(k) != new.get(k)]
+    if differ:
+        raise ValueError(f"cannot merge into the report there: its {', '.join(differ)} differ from this run's")
+    keys = {p["key"] for p in new["problems"]}
+    runs = old.get("runs") or [old.get("created")]
+    return dict(new, problems=[p for p in old["problems"] if p["key"] not in keys] + list(new["problems"]),
+                runs=[*runs, new.get("created")])
+
+
+def search_report_path(gpu: str, out_dir: str | Path) -> Path:
+    """Where `write_search_report` writes the JSON for `gpu`."""
+    return Path(out_dir) / f"search-{gpu_slug(gpu)}.json"
+
+
 def write_search_report(doc: dict[str, Any], out_dir: str | Path) -> list[Path]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"search-{gpu_slug(doc['gpu'])}"
+    stem = search_report_path(doc["gpu"], out).with_suffix("")
     doc["html"] = str(stem.with_suffix(".html"))
     paths = [stem.with_suffix(".json"), stem.with_suffix(".md"), stem.with_suffix(".html")]
     paths[0].write_text(json.dumps(doc, indent=1) + "\n")

@@ -64,3 +64,43 @@ def test_bad_input_is_one_line_exit_2(tmp_path, capsys):
     assert main(["bench-search", "experiments/smoke.yaml", "--problems", "9"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 3 and "teleport" in err and "Traceback" not in err
+
+
+def _doc(keys, created, **kw):
+    base = {"kind": "search-bench", "operator": "gemm", "gpu": "NVIDIA H100", "smoke": False, "experiment": "b",
+            "methods": ["evo", "random"], "mark": 0.99, "budget": {"evaluations": 10}, "versions": {"triton": "3"},
+            "note": "test data", "unit": "TFLOP/s", "created": created,
+            "problems": [{"key": k, "shape": k, "dtype": "fp16", "best": 1.0, "methods": {}, "alternatives": {},
+                          "alternatives_note": "", "from": created} for k in keys]}
+    return {**base, **kw}
+
+
+def test_merged_reports_keep_old_problems_and_take_new_ones():
+    from evo.bench.search_results import merge_search_docs
+
+    merged = merge_search_docs(_doc(["a", "b"], "t1"), _doc(["b", "c"], "t2"))
+    assert [(p["key"], p["from"]) for p in merged["problems"]] == [("a", "t1"), ("b", "t2"), ("c", "t2")]
+    assert merged["runs"] == ["t1", "t2"] and merged["created"] == "t2"
+    again = merge_search_docs(merged, _doc(["d"], "t3"))
+    assert again["runs"] == ["t1", "t2", "t3"] and [p["key"] for p in again["problems"]] == ["a", "b", "c", "d"]
+    import pytest
+
+    with pytest.raises(ValueError, match="gpu, versions"):
+        merge_search_docs(_doc(["a"], "t1"), _doc(["b"], "t2", gpu="NVIDIA H200", versions={"triton": "4"}))
+
+
+def test_merge_that_does_not_fit_keeps_the_run_beside_the_report(tmp_path, monkeypatch, capsys):
+    from evo.bench import search_bench
+    from evo.bench.search_results import write_search_report
+    from evo.surface.cli import main
+
+    write_search_report(_doc(["a"], "t1", versions={"triton": "old"}), tmp_path)
+    monkeypatch.setattr(search_bench, "bench_search", lambda *a, **kw: _doc(["b"], "t2"))
+    exp = tmp_path / "b.yaml"
+    exp.write_text("operator: gemm\nproblems: {shapes: [64x64x64], dtypes: [fp16]}\nexecutor: {kind: smoke}\n")
+    assert main(["bench-search", str(exp), "--merge", "--out", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "versions differ" in err and "unmerged" in err
+    kept = json.loads((tmp_path / "unmerged" / "search-nvidia-h100.json").read_text())
+    assert [p["key"] for p in kept["problems"]] == ["b"]
+    assert [p["key"] for p in json.loads((tmp_path / "search-nvidia-h100.json").read_text())["problems"]] == ["a"]
