@@ -222,7 +222,9 @@ class RayExecutor(Executor):
     def cancel_waiting(self) -> list[Candidate]:
         dropped = [*self._waiting, *self._ready, *(cand for cand, _ in self._compiling.values())]
         for ref in self._compiling:
-            self._ray.cancel(ref, force=True)
+            # not force: a forced cancel kills the task's process, and the next problem or run would wait for
+            # Ray to start (and import torch and triton into) a new compile process for every slot
+            self._ray.cancel(ref, force=False)
         self._compiling, self._waiting, self._ready = {}, deque(), deque()
         return dropped
 
