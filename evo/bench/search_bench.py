@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from evo.bench.search_results import merge_search_docs, reach, search_report_path, write_search_report
-from evo.experiment.spec import EmitterSpec, Experiment, MemorySpec
+from evo.experiment.spec import Budget, EmitterSpec, Experiment, MemorySpec
 from evo.problem import Problem
 
 __all__ = ["METHODS", "method_experiment", "trace", "reach", "bench_search", "add_bench_search_command"]
@@ -123,8 +123,11 @@ def bench_search(exp: Experiment, problems: list[Problem], methods: list[str], *
     entries = []
     executor.start()
     on_gpu = not smoke and torch.cuda.is_available()
+    warm_up: dict[str, Any] = {}
     try:
         gpu = executor.infos[0].gpu if executor.infos else "unknown"
+        if problems:  # see _warm_up
+            warm_up = _warm_up(exp, problems[0], executor, work)
         for i, problem in enumerate(problems):
             order = [m for m in methods if m != "evo-rerun"]
             order = order[i % len(order):] + order[:i % len(order)]  # who runs first (warm caches) rotates
@@ -157,8 +160,19 @@ def bench_search(exp: Experiment, problems: list[Problem], methods: list[str], *
     return {"kind": "search-bench", "operator": operator.name, "gpu": gpu, "smoke": smoke or not on_gpu,
             "note": note,
             "versions": versions(), "experiment": exp.name, "methods": methods, "mark": MARK,
-            "budget": dataclasses.asdict(exp.budget), "unit": operator.throughput_unit,
+            "budget": dataclasses.asdict(exp.budget), "warm_up": warm_up, "unit": operator.throughput_unit,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "problems": entries}
+
+
+def _warm_up(exp: Experiment, problem: Problem, executor: Any, work: Path) -> dict[str, Any]:
+    """An untimed search of random genomes before the methods, so that starting the executor's compile processes
+    (each imports torch and triton) and the GPU worker's first launches are not charged to the first method's wall
+    seconds; with short budgets they took all of them. Its rows count for nothing."""
+    warm = dataclasses.replace(method_experiment(exp, "random", problem, work / "warm-up.sqlite"),
+                               budget=Budget(evaluations=max(2, int(executor.slots)), wall_s=120.0))
+    print(f"[bench-search] {problem.key}: warm-up (not counted)", flush=True)
+    rows, _, wall = _search(warm, executor, work / "warm-up")
+    return {"evaluations": len(rows), "wall_s": round(wall, 2)}
 
 
 def _problem_entry(problem: Problem, found: dict[str, Any], elites: dict[str, Any], operator: Any, executor: Any,

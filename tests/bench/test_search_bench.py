@@ -34,6 +34,7 @@ def test_bench_search_on_the_stand_in(tmp_path, monkeypatch):
     with LocalExecutor(fx.StandInBackend()) as ex:
         doc = bench_search(exp, list(exp.problems), list(METHODS), work_dir=tmp_path / "work", executor=ex)
     assert doc["smoke"] and "NOT a GPU timing" in doc["note"] and doc["gpu"] == fx.STAND_IN_GPU
+    assert doc["warm_up"]["evaluations"] >= 2  # an untimed search before the methods (starts the executor's processes)
     for p in doc["problems"]:
         m = p["methods"]
         assert set(m) == set(METHODS) and p["alternatives"] == {} and "GPU" in p["alternatives_note"]

@@ -1,7 +1,8 @@
 """The Ray executor keeps a second call queued on each GPU worker's actor, so a GPU that finishes starts its next
 candidate without waiting for the driver; when an actor dies, only the call it was evaluating is lost (a
-`crashed` row), and the call queued behind it is evaluated again on the restarted actor. One embedded Ray
-instance (2 CPUs) for the file."""
+`crashed` row), and the call queued behind it is evaluated again on the restarted actor. Candidates dropped at
+a budget's end stop their compiles without killing the compile processes. One embedded Ray instance (2 CPUs)
+for the file."""
 
 from __future__ import annotations
 
@@ -32,9 +33,9 @@ def ray_up():
         mp.undo()
 
 
-def _executor(tmp_path, delay_s):
-    ex = RayExecutor(QueueBackend(delay_s, str(tmp_path)), ExecutorSpec(kind="smoke", gpus=1, compile_workers=2),
-                     EvaluationSpec(timeout_s=30))
+def _executor(tmp_path, delay_s, compile_s=0.0):
+    ex = RayExecutor(QueueBackend(delay_s, str(tmp_path), compile_s),
+                     ExecutorSpec(kind="smoke", gpus=1, compile_workers=2), EvaluationSpec(timeout_s=30))
     ex.start()
     return ex
 
@@ -80,3 +81,20 @@ def test_an_actor_death_loses_only_the_call_it_was_evaluating(ray_up, tmp_path):
     assert len(crashed) == 1 and "worker died" in crashed[0].reason
     assert crashed[0].genome_hash == dying.genome.hash  # the call it was evaluating, not one queued behind it
     assert sorted(ev.status for c, ev in done if c.genome.hash != dying.genome.hash) == ["ok", "ok"]
+
+
+def test_dropping_candidates_at_a_budget_keeps_the_compile_processes(ray_up, tmp_path):
+    import os
+
+    ex = _executor(tmp_path, delay_s=0.1, compile_s=30.0)
+    try:
+        ex.submit(candidate())
+        deadline = time.monotonic() + 30
+        while not list(tmp_path.glob("compile-*")) and time.monotonic() < deadline:  # the compile is running
+            ex.poll(timeout_s=0.1)
+        (mark,) = tmp_path.glob("compile-*")
+        assert len(ex.cancel_waiting()) == 1 and ex.in_flight == 0
+        time.sleep(1.0)
+        os.kill(int(mark.name.split("-")[1]), 0)  # the process is alive: the next problem's compiles need no new one
+    finally:
+        ex.shutdown()
