@@ -81,7 +81,9 @@ class GpuState:
         self.gpu = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
         self.versions = {"triton": triton.__version__, "torch": torch.__version__.split("+")[0],
                          "cuda": str(torch.version.cuda or ""), "timing": timing.PROTOCOL}
-        self.worker = f"{socket.gethostname()}:gpu{device_index}:pid{os.getpid()}"
+        # the machine's number of the GPU where this child sees only that one (a Ray actor's GPU is device 0 to it)
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+        self.worker = f"{socket.gethostname()}:gpu{visible if visible.isdigit() else device_index}:pid{os.getpid()}"
         self._baselines: dict[tuple[str, str], tuple[str, Callable[..., Any]]] = {}
 
     def baseline(self, operator: Any, problem: Any) -> tuple[str, Callable[..., Any]]:

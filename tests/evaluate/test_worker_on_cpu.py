@@ -64,3 +64,10 @@ def test_every_candidate_gets_its_own_baseline_timing(timed):
     second = evaluate(st, "none", n=128, seed=6)
     assert timed == [2, 2]  # the baseline is timed beside each candidate, never reused from an earlier one
     assert first.baseline_ms == second.baseline_ms == 2.0
+
+
+def test_the_worker_is_named_by_the_machine_s_gpu_number(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")  # what a child of GPU 3 sees (GpuWorker sets it)
+    assert ":gpu3:pid" in state().worker
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-5273c116")  # a UUID says nothing short: the index instead
+    assert ":gpu0:pid" in state().worker
