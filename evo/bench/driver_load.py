@@ -205,14 +205,13 @@ def run_matrix(gpus: Sequence[int], seconds: float, backend: LoadTestBackend, co
     pool a GPU host would have; tasks that sleep need no real core each)."""
     import ray
 
-    from evo.evaluate.ray_executor import RayExecutor
+    from evo.evaluate.ray_session import RaySession
 
-    # the executor's own embedded start (localhost, quiet, guarded), kept up for every count. The executor that
-    # started it must stop it: its guard ends every Ray process when it is dropped, and a dropped guard would
-    # do so whenever it is collected, under whatever runs Ray then (a later test of the same process)
-    holder = RayExecutor(backend, num_cpus=num_cpus)
-    if not ray.is_initialized():
-        holder._ray = holder._init_ray()
+    # the executors' own embedded start (localhost, quiet, guarded), kept up for every count, and stopped here: its
+    # guard ends every Ray process when it is dropped, and a dropped guard would do so whenever it is collected,
+    # under whatever runs Ray then (a later test of the same process)
+    session = RaySession(num_cpus=num_cpus)
+    session.start()
     try:
         # start Ray's task processes first, as a long search has them: the rates are the steady state's
         warm = ray.remote(num_cpus=1)(_warm_task)
@@ -226,7 +225,7 @@ def run_matrix(gpus: Sequence[int], seconds: float, backend: LoadTestBackend, co
             out.append(row)
         return out
     finally:
-        holder.shutdown()  # the Ray it started, and its guard; nothing when Ray was up before
+        session.close()  # the Ray it started, and its guard; nothing when Ray was up before
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,16 +1,14 @@
 """The Ray executor: candidates are rendered in the driver, compiled ahead of time as CPU tasks, and measured
 by one actor per GPU, so that a GPU that frees up is handed an already compiled candidate at once.
 
-Ray is imported here only, when the executor starts: GPU workers and exported kernels never need it.
-By default an embedded Ray instance is started on this machine, bound to 127.0.0.1 with the dashboard off
-and Ray's logging quiet; `ExecutorSpec.address` joins an existing cluster instead, and a Ray already
-initialised by the caller is used as it is (and left running).
+Ray is imported only when the executor starts (GPU workers and exported kernels never need it), and which Ray
+is evo.evaluate.ray_session's choice: the caller's if one is initialised, a cluster at `ExecutorSpec.address`,
+or else an embedded instance of the run's own on 127.0.0.1.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections import deque
 from typing import Any
@@ -21,8 +19,7 @@ from evo.evaluate.candidate import Candidate, CompileResult
 from evo.evaluate.executor import Executor, WorkersLost
 from evo.evaluate.latency import Latency
 from evo.evaluate.pipeline import Lookup
-from evo.evaluate.ray_address import check_reachable
-from evo.evaluate.ray_guard import RayGuard
+from evo.evaluate.ray_session import RaySession
 from evo.experiment.spec import EvaluationSpec, ExecutorSpec
 from evo.problem import Target
 from evo.store.record import Evaluation
@@ -31,9 +28,6 @@ __all__ = ["RayExecutor"]
 
 log = logging.getLogger(__name__)
 
-# Ray's own switch for "this machine only": with it off, Ray advertises and binds 127.0.0.1 rather than the
-# machine's network address (ray._private.services.get_node_ip_address).
-_LOCAL_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 _GRACE_S = 30.0  # beyond the evaluator's own time limits, before the executor gives up on a task
 _MAX_ACTOR_FAILURES = 3  # consecutive deaths of a worker's actor before it is given no more jobs
 # calls on one worker's actor at a time: one evaluating, one queued behind it, so that a GPU that finishes starts
@@ -70,8 +64,7 @@ class RayExecutor(Executor):
         self.spec = spec or ExecutorSpec()  # validated where it was read (evo.experiment.config)
         self.num_cpus = num_cpus
         self._ray: Any = None
-        self._started_ray = False
-        self._guard: RayGuard | None = None  # ends what Ray leaves behind (evo.evaluate.ray_guard)
+        self._session = RaySession(self.spec.address, bool(self.spec.dashboard), num_cpus)
         self._actors: list[Any] = []
         self._up: set[int] = set()  # workers that take jobs (not restarting, not retired)
         self._calls: list[deque[Any]] = []  # per worker: refs of its calls, the one evaluating first
@@ -89,49 +82,10 @@ class RayExecutor(Executor):
         self._fatal: WorkersLost | None = None  # set when no worker is left; raised once results are out
 
     # -- lifecycle ------------------------------------------------------------------------------------
-    def _init_ray(self) -> Any:
-        import ray
-
-        if ray.is_initialized():
-            return ray
-        kwargs: dict[str, Any] = dict(logging_level=logging.ERROR, log_to_driver=False, namespace="evo")
-        if self.spec.address is not None:
-            check_reachable(self.spec.address)
-            ray.init(address=self.spec.address, **kwargs)
-            self._started_ray = True
-            return ray
-        # address "local": a new instance of this run's own, never a cluster that `ray start` left recorded
-        kwargs.update(address="local", include_dashboard=bool(self.spec.dashboard), dashboard_host="127.0.0.1",
-                      _node_ip_address="127.0.0.1", num_cpus=self.num_cpus)
-        # Ray's switch for "this machine only": the driver reads it from ray_constants (set when Ray was
-        # imported), the raylet and GCS it starts read it from their environment. Both are set for this start
-        # only, so that a later ray.init(address=...) in this process still finds the machine's address.
-        from ray._private import ray_constants
-
-        saved_env, saved_flag = os.environ.get(_LOCAL_ONLY_ENV), ray_constants.ENABLE_RAY_CLUSTER
-        if saved_env is None:
-            os.environ[_LOCAL_ONLY_ENV] = "0"
-        ray_constants.ENABLE_RAY_CLUSTER = os.environ[_LOCAL_ONLY_ENV].lower() not in ("0", "false")
-        self._guard = RayGuard.start()
-        try:
-            ray.init(**kwargs)
-        except BaseException:
-            self._guard.close()
-            raise
-        finally:
-            ray_constants.ENABLE_RAY_CLUSTER = saved_flag
-            if saved_env is None:
-                os.environ.pop(_LOCAL_ONLY_ENV, None)
-        self._started_ray = True
-        ip = ray.util.get_node_ip_address()
-        if ip not in ("127.0.0.1", "::1", "localhost"):
-            log.warning("the embedded Ray instance uses address %s, not 127.0.0.1 only", ip)
-        return ray
-
     def start(self) -> None:
         if self._ray is not None:
             return
-        ray = self._ray = self._init_ray()
+        ray = self._ray = self._session.start()
         try:
             resources = ray.cluster_resources()
             if self.backend.needs_gpu:
@@ -185,12 +139,7 @@ class RayExecutor(Executor):
             for waiting in (self._cooling, self._waiting, self._ready, self._up):
                 waiting.clear()
             self._calls = []
-            if self._started_ray:
-                ray.shutdown()
-                self._started_ray = False
-            if self._guard is not None:
-                self._guard.close()
-                self._guard = None
+            self._session.close()
 
     # -- work -----------------------------------------------------------------------------------------
     @property
