@@ -18,6 +18,10 @@ HAS_CUDA = _cuda()
 if not HAS_CUDA:
     # must be set before any @triton.jit runs, i.e. before rendered modules are imported
     os.environ.setdefault("TRITON_INTERPRET", "1")
+    # and before triton is first imported: its own @jit helpers (tl.cdiv, tl.sum, ...) are decorated then, once, for
+    # the mode of that moment. A test that compiles ahead with TRITON_INTERPRET=0 must not be the first importer,
+    # or every kernel the interpreter runs afterwards fails on them (whichever test happened to run first).
+    import triton  # noqa: F401, E402
 
 
 def pytest_collection_modifyitems(config, items):
