@@ -12,6 +12,7 @@ primary baseline, failures by status, and the GPU workers busy and in total.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,6 +82,28 @@ class ProblemSummary:
     sol_share: float | None = None  # the best elite's share of the speed-of-light floor (None: no floor known)
     emitters: dict[str, dict[str, int]] = field(default_factory=dict)  # this session: proposed, improvements
 
+    @classmethod
+    def of(cls, problem_key: str, archive: Any, reason: str, unit: str, margin: float, rows: list[Evaluation],
+           sol_share: float | None, emitters: dict[str, dict[str, int]]) -> ProblemSummary:
+        """The summary of a problem's archive (evo.archive.GridArchive) and its stored `rows`, in store order."""
+        best = archive.best
+        best_index = without = saved = None
+        transferred, bound = 0, False
+        if best is not None:
+            best_index = archive.history.first_reaching(best.objective, margin)
+            without, transferred = _first_without_transfer(rows, archive.objective, best.objective * (1.0 - margin))
+            if transferred and best_index is not None:
+                bound = without is None
+                saved = (archive.evaluations + 1 if bound else without) - best_index
+        return cls(
+            problem_key=problem_key, evaluations=archive.evaluations, reason=reason, unit=unit,
+            best=best.objective if best else None, best_ratio=best.ratio if best else None,
+            best_genome=best.genome if best else None, best_index=best_index,
+            best_index_without_transfer=without, transferred=transferred, transfer_saved=saved,
+            transfer_saved_is_bound=bound, coverage=archive.coverage, qd_score=archive.qd_score, filled=len(archive),
+            cells=archive.cells, failures={k: n for k, n in sorted(archive.status_counts.items()) if k != "ok"},
+            sol_share=sol_share, emitters=emitters)
+
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
@@ -94,3 +117,22 @@ class RunSummary:
     session_evaluations: int  # evaluations completed in this session
     elapsed_s: float  # of this session
     smoke: bool = False  # fitness of a smoke run is not a GPU timing
+
+
+def _first_without_transfer(rows: list[Evaluation], objective: Callable[[Evaluation], float | None],
+                            threshold: float) -> tuple[int | None, int]:
+    """(1-based index of the first row reaching `threshold` with no transferred ancestor, rows of origin
+    transfer). Ancestry follows the stored parents, in store order."""
+    descended: set[str] = set()
+    first = None
+    transferred = 0
+    for n, ev in enumerate(rows, start=1):
+        if ev.origin == "transfer":
+            transferred += 1
+        if ev.origin == "transfer" or any(p in descended for p in ev.parents):
+            descended.add(ev.genome_hash)
+            continue
+        value = objective(ev)
+        if first is None and value is not None and value >= threshold:
+            first = n
+    return first, transferred

@@ -388,43 +388,7 @@ class Search:
             **extra))  # type: ignore[arg-type]
 
     def _summary(self, problem: Problem, archive: GridArchive, reason: str) -> ProblemSummary:
-        best = archive.best
-        best_index = without = saved = None
-        transferred, bound = 0, False
-        if best is not None:
-            best_index = archive.history.first_reaching(best.objective, self.margin)
-            without, transferred = _first_without_transfer(self._rows(problem), archive.objective,
-                                                           best.objective * (1.0 - self.margin))
-            if transferred and best_index is not None:
-                bound = without is None
-                saved = (archive.evaluations + 1 if bound else without) - best_index
-        return ProblemSummary(
-            problem_key=problem.key, evaluations=archive.evaluations, reason=reason, unit=self.unit,
-            best=best.objective if best else None, best_ratio=best.ratio if best else None,
-            best_genome=best.genome if best else None, best_index=best_index,
-            best_index_without_transfer=without, transferred=transferred, transfer_saved=saved,
-            transfer_saved_is_bound=bound, coverage=archive.coverage, qd_score=archive.qd_score, filled=len(archive),
-            cells=archive.cells,
-            failures={k: n for k, n in sorted(archive.status_counts.items()) if k != "ok"},
-            sol_share=self._sol_share(archive),
-            emitters={a.name: {"proposed": a.proposed, "improvements": a.improvements}
-                      for a in (self.scheduler.arms if self.scheduler else [])})
-
-
-def _first_without_transfer(rows: object, objective: Callable[[Evaluation], float | None],
-                            threshold: float) -> tuple[int | None, int]:
-    """(1-based index of the first row reaching `threshold` with no transferred ancestor, rows of origin
-    transfer). Ancestry follows the stored parents, in store order."""
-    descended: set[str] = set()
-    first = None
-    transferred = 0
-    for n, ev in enumerate(rows, start=1):  # type: ignore[arg-type]
-        if ev.origin == "transfer":
-            transferred += 1
-        if ev.origin == "transfer" or any(p in descended for p in ev.parents):
-            descended.add(ev.genome_hash)
-            continue
-        value = objective(ev)
-        if first is None and value is not None and value >= threshold:
-            first = n
-    return first, transferred
+        arms = self.scheduler.arms if self.scheduler else []
+        return ProblemSummary.of(problem.key, archive, reason, self.unit, self.margin, self._rows(problem),
+                                 self._sol_share(archive), {a.name: {"proposed": a.proposed,
+                                                                     "improvements": a.improvements} for a in arms})
