@@ -218,7 +218,7 @@ def bench_search_command(args: argparse.Namespace) -> int:
     if args.merge and search_report_path(doc["gpu"], out).exists():
         try:
             doc = merge_search_docs(json.loads(search_report_path(doc["gpu"], out).read_text()), doc)
-        except (ValueError, KeyError, TypeError, json.JSONDecodeError) as e:
+        except (OSError, ValueError, KeyError, TypeError) as e:  # ValueError: also JSON that does not parse
             out = out / "unmerged"  # this run's results are kept, beside the report they did not fit
             print(f"evo bench-search: --merge: {e}; this run's report goes to {out}", file=sys.stderr)
     for path in write_search_report(doc, out):

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from evo.bench.search_bench import METHODS, bench_search, method_experiment
 from evo.bench.search_results import reach, write_search_report
 from evo.evaluate.executor import LocalExecutor
@@ -84,8 +86,6 @@ def test_merged_reports_keep_old_problems_and_take_new_ones():
     assert merged["runs"] == ["t1", "t2"] and merged["created"] == "t2"
     again = merge_search_docs(merged, _doc(["d"], "t3"))
     assert again["runs"] == ["t1", "t2", "t3"] and [p["key"] for p in again["problems"]] == ["a", "b", "c", "d"]
-    import pytest
-
     with pytest.raises(ValueError, match="gpu, versions"):
         merge_search_docs(_doc(["a"], "t1"), _doc(["b"], "t2", gpu="NVIDIA H200", versions={"triton": "4"}))
 
@@ -105,3 +105,19 @@ def test_merge_that_does_not_fit_keeps_the_run_beside_the_report(tmp_path, monke
     kept = json.loads((tmp_path / "unmerged" / "search-nvidia-h100.json").read_text())
     assert [p["key"] for p in kept["problems"]] == ["b"]
     assert [p["key"] for p in json.loads((tmp_path / "search-nvidia-h100.json").read_text())["problems"]] == ["a"]
+
+
+@pytest.mark.parametrize("broken", ["not json", "a directory"])
+def test_merge_into_a_report_that_cannot_be_read_keeps_the_run(broken, tmp_path, monkeypatch, capsys):
+    from evo.bench import search_bench
+    from evo.surface.cli import main
+
+    there = tmp_path / "search-nvidia-h100.json"
+    there.mkdir() if broken == "a directory" else there.write_text("{not json")
+    monkeypatch.setattr(search_bench, "bench_search", lambda *a, **kw: _doc(["b"], "t2"))
+    exp = tmp_path / "b.yaml"
+    exp.write_text("operator: gemm\nproblems: {shapes: [64x64x64], dtypes: [fp16]}\nexecutor: {kind: smoke}\n")
+    assert main(["bench-search", str(exp), "--merge", "--out", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unmerged" in err
+    assert (tmp_path / "unmerged" / "search-nvidia-h100.json").exists()
