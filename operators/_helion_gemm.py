@@ -7,6 +7,7 @@ shape, on the first call with that shape.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -15,7 +16,7 @@ import helion
 import helion.language as hl
 import torch
 
-__all__ = ["make_helion_matmul", "matmul_body"]
+__all__ = ["make_helion_matmul", "matmul_body", "supports_budget"]
 
 
 def matmul_body(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -30,14 +31,25 @@ def matmul_body(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def make_helion_matmul(effort: str = "quick", seed: int = 0, config: dict[str, Any] | None = None
-                       ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+def supports_budget() -> bool:
+    """Whether this Helion can stop its autotuner at a wall-clock budget (autotune_budget_seconds, 1.1.0 on)."""
+    return "autotune_budget_seconds" in {f.name for f in dataclasses.fields(helion.Settings)}
+
+
+def make_helion_matmul(effort: str = "quick", seed: int = 0, config: dict[str, Any] | None = None,
+                       budget_s: int | None = None) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     """The Helion matmul as C = f(A, B). `effort` is Helion's autotune_effort ("none", "quick", "full");
+    `budget_s` stops the autotuner after that many seconds with the best configuration found so far;
     `config` pins one helion.Config instead of autotuning (tests)."""
     if effort not in ("none", "quick", "full"):
         raise ValueError(f"helion autotune effort must be 'none', 'quick' or 'full', got {effort!r}")
     settings: dict[str, Any] = dict(static_shapes=True, autotune_effort=effort, autotune_random_seed=seed,
                                     autotune_progress_bar=False, autotune_log_level=logging.WARNING)
+    if budget_s is not None:
+        if not supports_budget():
+            raise ValueError(f"helion {getattr(helion, '__version__', '?')} cannot stop its autotuner at a "
+                             "budget (autotune_budget_seconds came in helion 1.1.0)")
+        settings["autotune_budget_seconds"] = int(budget_s)
     if config is not None:
         return helion.kernel(matmul_body, config=helion.Config(**config), **settings)
     return helion.kernel(matmul_body, **settings)

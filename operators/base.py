@@ -79,9 +79,10 @@ class Operator(ABC):
         that would be too costly beside every candidate of a search. The first stays the primary one."""
         return self.baselines()
 
-    def tuner_baselines(self, effort: str = "full") -> list[Baseline]:
+    def tuner_baselines(self, effort: str = "full", budget_s: int | None = None) -> list[Baseline]:
         """Autotuners a search is compared with (`evo bench-search`): set up once, their setup time is their
-        tuning time; `effort` is passed to those that have levels (Helion). None by default."""
+        tuning time; `effort` (and a wall-clock `budget_s`) go to those that have levels (Helion). None by
+        default."""
         return []
 
     @abstractmethod

@@ -102,11 +102,11 @@ class GemmOperator(Operator):
 
         return self.baselines() + gemm_contenders()
 
-    def tuner_baselines(self, effort: str = "full") -> list[Baseline]:
-        """torch.compile max-autotune and Helion at `effort` (see gemm_baselines.py)."""
+    def tuner_baselines(self, effort: str = "full", budget_s: int | None = None) -> list[Baseline]:
+        """torch.compile max-autotune and Helion at `effort`, cut at `budget_s` (see gemm_baselines.py)."""
         from operators.gemm_baselines import gemm_tuners
 
-        return gemm_tuners(effort)
+        return gemm_tuners(effort, budget_s)
 
     def selfcheck_source(self, problem: Problem) -> str:
         """Plain-torch self-check code appended to exported kernels (see operators/gemm_selfcheck.py)."""

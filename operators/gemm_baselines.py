@@ -149,20 +149,26 @@ def _make_torch_compile(problem: Problem) -> Callable[[Any, Any], Any]:
     return torch.compile(matmul, mode="max-autotune-no-cudagraphs", dynamic=False, fullgraph=True)
 
 
-def _make_helion(problem: Problem, effort: str = HELION_EFFORT) -> Callable[[Any, Any], Any]:
+def _make_helion(problem: Problem, effort: str = HELION_EFFORT, budget_s: int | None = None
+                 ) -> Callable[[Any, Any], Any]:
     try:
         from operators._helion_gemm import make_helion_matmul
     except ImportError as e:  # helion itself, or one of its requirements
         raise ContenderUnavailable(f"helion is not importable: {e}") from None
-    return make_helion_matmul(effort=effort)
+    try:
+        return make_helion_matmul(effort=effort, budget_s=budget_s)
+    except ValueError as e:  # this helion lacks the asked-for budget
+        raise ContenderUnavailable(str(e)) from None
 
 
-def gemm_tuners(effort: str = "full") -> list[Baseline]:
-    """The autotuners `evo bench-search` compares searches with: torch.compile max-autotune, Helion at `effort`."""
+def gemm_tuners(effort: str = "full", budget_s: int | None = None) -> list[Baseline]:
+    """The autotuners `evo bench-search` compares searches with: torch.compile max-autotune, and Helion at
+    `effort`, its autotuner stopped after `budget_s` seconds (best kernel so far) when given."""
+    cut = f", stopped after {budget_s} s with its best so far" if budget_s is not None else ""
     return [Baseline("torch_compile", _make_torch_compile,
                      "torch.compile(mode='max-autotune-no-cudagraphs') of torch.matmul (cuBLAS or Inductor Triton)"),
-            Baseline(f"helion_{effort}", lambda problem: _make_helion(problem, effort),
-                     f"Helion matmul, autotuned with autotune_effort={effort!r}")]
+            Baseline(f"helion_{effort}", lambda problem: _make_helion(problem, effort, budget_s),
+                     f"Helion matmul, autotuned with autotune_effort={effort!r}{cut}")]
 
 
 def gemm_contenders() -> list[Baseline]:

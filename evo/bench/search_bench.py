@@ -79,13 +79,13 @@ def _search(exp: Experiment, executor: Any, run_dir: Path) -> tuple[list[Any], f
 
 
 def _alternatives(operator: Any, problem: Problem, elites: dict[str, Any], target: Any, helion: str | None,
-                  device: str, seed: int, reps: int) -> dict[str, Any]:
+                  helion_budget_s: int | None, device: str, seed: int, reps: int) -> dict[str, Any]:
     """Side by side on the GPU: the primary baseline, torch.compile, Helion, and each method's best kernel."""
     from evo.bench.entrants import evo_entrant
     from evo.bench.measure import Entrant, measure_contenders
     from evo.evaluate.timing import time_interleaved
 
-    tuners = operator.tuner_baselines(helion or "full")
+    tuners = operator.tuner_baselines(helion or "full", helion_budget_s)
     if not helion:
         tuners = [b for b in tuners if not b.name.startswith("helion")]
     entrants = [Entrant(b.name, b.make, b.doc) for b in operator.baselines()[:1] + tuners]
@@ -103,9 +103,10 @@ def _alternatives(operator: Any, problem: Problem, elites: dict[str, Any], targe
 
 
 def bench_search(exp: Experiment, problems: list[Problem], methods: list[str], *, helion: str | None = "full",
-                 work_dir: Path | None = None, seed: int = 1234, reps: int = 50, executor: Any = None
-                 ) -> dict[str, Any]:
+                 helion_budget_s: int | None = None, work_dir: Path | None = None, seed: int = 1234, reps: int = 50,
+                 executor: Any = None) -> dict[str, Any]:
     """Run every method on every problem; returns the JSON document (evo.bench.search_results writes it).
+    `helion_budget_s` stops Helion's autotuner at that many seconds (its best so far is then what is timed).
     `executor` replaces the experiment's (tests: a stand-in backend); the caller then owns it."""
     import torch
 
@@ -147,7 +148,8 @@ def bench_search(exp: Experiment, problems: list[Problem], methods: list[str], *
                                                                          for r in rows),
                                  "best": float(operator.throughput(problem, elites[method].median_ms))
                                  if method in elites else None}
-            entries.append(_problem_entry(problem, found, elites, operator, executor, helion, on_gpu, seed, reps))
+            entries.append(_problem_entry(problem, found, elites, operator, executor, (helion, helion_budget_s),
+                                          on_gpu, seed, reps))
     finally:
         if owned:
             executor.shutdown()
@@ -161,6 +163,7 @@ def bench_search(exp: Experiment, problems: list[Problem], methods: list[str], *
             "note": note,
             "versions": versions(), "experiment": exp.name, "methods": methods, "mark": MARK,
             "budget": dataclasses.asdict(exp.budget), "warm_up": warm_up, "unit": operator.throughput_unit,
+            "helion": {"effort": helion, "budget_s": helion_budget_s},
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "problems": entries}
 
 
@@ -176,11 +179,11 @@ def _warm_up(exp: Experiment, problem: Problem, executor: Any, work: Path) -> di
 
 
 def _problem_entry(problem: Problem, found: dict[str, Any], elites: dict[str, Any], operator: Any, executor: Any,
-                   helion: str | None, on_gpu: bool, seed: int, reps: int) -> dict[str, Any]:
+                   helion: tuple[str | None, int | None], on_gpu: bool, seed: int, reps: int) -> dict[str, Any]:
     alternatives: dict[str, Any] = {}
     if on_gpu:
         try:
-            alternatives = _alternatives(operator, problem, elites, executor.target, helion, "cuda", seed, reps)
+            alternatives = _alternatives(operator, problem, elites, executor.target, *helion, "cuda", seed, reps)
         except Exception as e:  # the searches stand on their own
             alternatives = {"error": {"status": "error", "reason": f"{type(e).__name__}: {e}"}}
     bests = [m["best"] for m in found.values() if m["best"]]
@@ -213,7 +216,8 @@ def bench_search_command(args: argparse.Namespace) -> int:
             b, evaluations=args.evaluations if args.evaluations is not None else b.evaluations,
             wall_s=args.wall_s if args.wall_s is not None else b.wall_s))
     doc = bench_search(exp, problems, methods, helion=None if args.helion == "none" else args.helion,
-                       work_dir=Path(args.work_dir) if args.work_dir else None, seed=args.seed, reps=args.reps)
+                       helion_budget_s=args.helion_budget_s, work_dir=Path(args.work_dir) if args.work_dir else None,
+                       seed=args.seed, reps=args.reps)
     out = Path(args.out)
     if args.merge and search_report_path(doc["gpu"], out).exists():
         try:
@@ -226,6 +230,16 @@ def bench_search_command(args: argparse.Namespace) -> int:
     return 0 if doc["problems"] and out == Path(args.out) else 1
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive whole number of seconds, got {text}")
+    return value
+
+
 def add_bench_search_command(subparsers: Any) -> argparse.ArgumentParser:
     b = subparsers.add_parser("bench-search", help="compare search methods: evaluations and seconds to a good kernel",
                               description=__doc__.split("\n\n")[0])
@@ -236,6 +250,9 @@ def add_bench_search_command(subparsers: Any) -> argparse.ArgumentParser:
     b.add_argument("--wall-s", type=float, help="override the budget: seconds per problem and method")
     b.add_argument("--helion", default="full", choices=("none", "quick", "full"),
                    help="Helion's autotune effort among the alternatives (GPU, gemm, when installed) [full]")
+    b.add_argument("--helion-budget-s", type=_positive_int, metavar="S",
+                   help="stop Helion's autotuner after S seconds and time its best kernel so far (helion>=1.1; "
+                        "the report says it was cut) [no limit]")
     b.add_argument("--out", default="reports/bench", help="folder for search-<gpu>.json/.md/.html [reports/bench]")
     b.add_argument("--merge", action="store_true",
                    help="add these problems to the report already in --out (same GPU, experiment, methods, budget "

@@ -56,6 +56,7 @@ def search_markdown(doc: dict[str, Any]) -> str:
     lines += [f"{doc['note']}. Budget per problem and method: {doc['budget']}. Mark: {doc['mark']:.0%} of the "
               f"best any method found. Created {doc['created']}; versions {doc['versions']}.", "",
               f"Convergence plots: `{Path(doc.get('html', 'search.html')).name}` (open it in a browser).", "",
+              *_helion_line(doc.get("helion") or {}),
               "The methods share one started executor and run one after the other; a kernel another method "
               "compiled before is found in Triton's compile cache, so wall seconds favour later methods a little. "
               "The order rotates from problem to problem (evo-rerun always runs last: it needs evo's database); "
@@ -81,6 +82,15 @@ def search_markdown(doc: dict[str, Any]) -> str:
             lines += ["", "Goals: " + "; ".join(f"{k} {_f(v)}" for k, v in g.items())]
         lines.append("")
     return "\n".join(lines) + "\n"
+
+
+def _helion_line(helion: dict[str, Any]) -> list[str]:
+    if not helion.get("effort"):
+        return ["Helion was not run (--helion none).", ""]
+    if helion.get("budget_s") is None:
+        return [f"Helion ran at effort {helion['effort']!r} to the end of its search.", ""]
+    return [f"Helion ran at effort {helion['effort']!r} CUT OFF after {helion['budget_s']} s of tuning: what is "
+            "timed is its best kernel at the cut-off, and its setup time is the time it was given.", ""]
 
 
 def search_html(doc: dict[str, Any]) -> str:
@@ -111,7 +121,8 @@ def search_html(doc: dict[str, Any]) -> str:
             f"{html.escape(doc['gpu'])}</h1>{banner}" + "\n".join(parts) + "</body></html>\n")
 
 
-_SAME_IN_A_MERGE = ("kind", "operator", "gpu", "smoke", "experiment", "methods", "mark", "budget", "versions")
+_SAME_IN_A_MERGE = ("kind", "operator", "gpu", "smoke", "experiment", "methods", "mark", "budget", "versions",
+                    "helion")
 
 
 def merge_search_docs(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:

@@ -53,10 +53,18 @@ def test_bench_search_on_the_stand_in(tmp_path, monkeypatch):
                                                                "test-stand-in-not-a-gpu-not-a-timing.md",
                                                                "test-stand-in-not-a-gpu-not-a-timing.html")]
     md = paths[1].read_text()
-    assert "NOT GPU TIMINGS" in md and md.count("## ") == 1
+    assert "NOT GPU TIMINGS" in md and md.count("## ") == 1 and "Helion ran at effort 'full' to the end" in md
     page = paths[2].read_text()
     assert page.count("best kernel against wall seconds") == 1 and "NOT GPU TIMINGS" in page
     assert json.loads(paths[0].read_text())["problems"][0]["key"] == doc["problems"][0]["key"]
+
+
+def test_helion_cut_off_is_said_in_the_report():
+    from evo.bench.search_results import search_markdown
+
+    doc = _doc(["a"], "t0", helion={"effort": "full", "budget_s": 120})
+    assert "CUT OFF after 120 s" in search_markdown(doc)
+    assert "not run" in search_markdown(_doc(["a"], "t0", helion={"effort": None, "budget_s": None}))
 
 
 def test_bad_input_is_one_line_exit_2(tmp_path, capsys):

@@ -80,3 +80,44 @@ def test_helion_kernel_in_the_interpreter(operands):
     assert _rel_err(matmul(a, b), a, b) < 2e-3
     with pytest.raises(ValueError, match="effort"):
         make_helion_matmul(effort="max")
+
+
+def _fake_helion(monkeypatch, *, with_budget: bool):
+    """A stand-in `helion` package whose kernel decorator records its settings (no autotuning happens)."""
+    import dataclasses
+    import sys
+    import types
+
+    fields = [("autotune_effort", str, "full")] + ([("autotune_budget_seconds", object, None)] if with_budget else [])
+    helion = types.ModuleType("helion")
+    helion.__version__ = "1.1.0" if with_budget else "1.0.0"
+    helion.Settings = dataclasses.make_dataclass("Settings", fields)
+    helion.kernel = lambda fn, **settings: types.SimpleNamespace(fn=fn, settings=settings)
+    language = types.ModuleType("helion.language")
+    helion.language = language
+    monkeypatch.setitem(sys.modules, "helion", helion)
+    monkeypatch.setitem(sys.modules, "helion.language", language)
+    monkeypatch.delitem(sys.modules, "operators._helion_gemm", raising=False)
+
+
+def test_helion_budget_reaches_the_autotuner(monkeypatch):
+    from evo.problem import Problem
+    from operators.gemm_baselines import gemm_tuners
+
+    _fake_helion(monkeypatch, with_budget=True)
+    names = [b.name for b in gemm_tuners("full", 90)]
+    assert names == ["torch_compile", "helion_full"] and "stopped after 90 s" in gemm_tuners("full", 90)[1].doc
+    kernel = gemm_tuners("full", 90)[1].make(Problem.make("gemm", ("M", "N", "K"), (8, 8, 8), "fp16"))
+    assert kernel.settings["autotune_budget_seconds"] == 90 and kernel.settings["autotune_effort"] == "full"
+    unbounded = gemm_tuners("full")[1].make(Problem.make("gemm", ("M", "N", "K"), (8, 8, 8), "fp16"))
+    assert "autotune_budget_seconds" not in unbounded.settings
+
+
+def test_helion_without_a_budget_setting_is_unavailable_with_reason(monkeypatch):
+    from evo.problem import Problem
+    from operators.gemm_baselines import ContenderUnavailable, gemm_tuners
+
+    _fake_helion(monkeypatch, with_budget=False)
+    helion = gemm_tuners("full", 90)[1]
+    with pytest.raises(ContenderUnavailable, match=r"helion 1\.0\.0 cannot stop .* helion 1\.1\.0"):
+        helion.make(Problem.make("gemm", ("M", "N", "K"), (8, 8, 8), "fp16"))
