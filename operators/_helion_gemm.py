@@ -36,6 +36,16 @@ def supports_budget() -> bool:
     return "autotune_budget_seconds" in {f.name for f in dataclasses.fields(helion.Settings)}
 
 
+def _version() -> str:
+    """Helion's installed version: helion has no __version__ attribute, so it comes from the package metadata."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("helion")
+    except PackageNotFoundError:  # imported from a path, not installed
+        return getattr(helion, "__version__", "of unknown version")
+
+
 def make_helion_matmul(effort: str = "quick", seed: int = 0, config: dict[str, Any] | None = None,
                        budget_s: int | None = None) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     """The Helion matmul as C = f(A, B). `effort` is Helion's autotune_effort ("none", "quick", "full");
@@ -47,7 +57,7 @@ def make_helion_matmul(effort: str = "quick", seed: int = 0, config: dict[str, A
                                     autotune_progress_bar=False, autotune_log_level=logging.WARNING)
     if budget_s is not None:
         if not supports_budget():
-            raise ValueError(f"helion {getattr(helion, '__version__', '?')} cannot stop its autotuner at a "
+            raise ValueError(f"helion {_version()} cannot stop its autotuner at a "
                              "budget (autotune_budget_seconds came in helion 1.1.0)")
         settings["autotune_budget_seconds"] = int(budget_s)
     if config is not None:

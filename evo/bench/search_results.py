@@ -56,7 +56,7 @@ def search_markdown(doc: dict[str, Any]) -> str:
     lines += [f"{doc['note']}. Budget per problem and method: {doc['budget']}. Mark: {doc['mark']:.0%} of the "
               f"best any method found. Created {doc['created']}; versions {doc['versions']}.", "",
               f"Convergence plots: `{Path(doc.get('html', 'search.html')).name}` (open it in a browser).", "",
-              *_helion_line(doc.get("helion") or {}),
+              *(_helion_line(doc["helion"]) if "helion" in doc else []),
               "The methods share one started executor and run one after the other; a kernel another method "
               "compiled before is found in Triton's compile cache, so wall seconds favour later methods a little. "
               "The order rotates from problem to problem (evo-rerun always runs last: it needs evo's database); "
