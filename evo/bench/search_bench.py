@@ -112,7 +112,7 @@ def bench_search(exp: Experiment, problems: list[Problem], methods: list[str], *
 
     import operators
     from evo.bench.entrants import versions
-    from evo.evaluate import make_backend, make_executor
+    from evo.evaluate import make_executor
     from evo.store.record import Evaluation
 
     smoke = exp.executor.kind == "smoke"
@@ -120,7 +120,7 @@ def bench_search(exp: Experiment, problems: list[Problem], methods: list[str], *
     work = Path(work_dir or tempfile.mkdtemp(prefix="evo-bench-search-"))
     owned = executor is None
     if executor is None:
-        executor = make_executor(exp.executor, make_backend(exp.executor, exp.evaluation, exp.seed), exp.evaluation)
+        executor = make_executor(exp.executor, exp.evaluation, exp.seed)
     entries = []
     executor.start()
     on_gpu = not smoke and torch.cuda.is_available()

@@ -1,8 +1,7 @@
 """What evaluates: the compile stage (run on a CPU) and the workers that check and time (one per device).
 
-A `Backend` is a plain picklable object, so an executor can ship it to CPU tasks and GPU actors. The real
-one (evo.evaluate.worker.GpuBackend) compiles with evo.evaluate.compiler and measures on GPU workers; the
-smoke one (evo.evaluate.smoke.SmokeBackend) checks in the CPU interpreter; tests bring their own.
+A `Backend` is plain picklable data, so an executor can ship it to CPU tasks and GPU actors: GpuBackend
+(evo.evaluate.worker) measures on GPUs, SmokeBackend (evo.evaluate.smoke) checks in the CPU interpreter.
 """
 
 from __future__ import annotations
@@ -36,9 +35,8 @@ class Worker(ABC):
     @abstractmethod
     def evaluate(self, cand: Candidate, timeout_s: float) -> Evaluation: ...
 
-    def close(self) -> None:
-        """Release the device (stop child processes). Nothing to release by default."""
-        return None
+    def close(self) -> None:  # noqa: B027 - releasing the device (child processes) is optional
+        pass
 
 
 class Backend(ABC):

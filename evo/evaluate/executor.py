@@ -1,9 +1,9 @@
-"""Executors: where the pipeline's stages run (evo.evaluate.pipeline), and how results come back.
+"""Executors: where the pipeline's stages (evo.evaluate.pipeline) run, and how results come back.
 
-The search talks to one interface: `submit` candidates (at most `slots` in flight), `poll` for finished
-(candidate, evaluation) pairs, in whatever order they finish. `LocalExecutor` runs every stage from this
-process, one candidate at a time (debugging, reproducibility); `RayExecutor` (evo.evaluate.ray_executor)
-compiles on CPU tasks and measures on one actor per GPU. Both render and look up in the store here, first.
+The search keeps up to `slots` candidates in flight: it `submit`s them and `poll`s for finished (candidate,
+evaluation) pairs, in whatever order they finish. `LocalExecutor` runs every stage from this process, one candidate
+at a time; `RayExecutor` (evo.evaluate.ray_executor) compiles on CPU tasks and measures on one actor per GPU. Both
+render and look up in the store here, first.
 """
 
 from __future__ import annotations
@@ -29,6 +29,10 @@ class WorkersLost(RuntimeError):
 
 
 class Executor(ABC):
+    busy: int  # workers evaluating a candidate right now
+    slots: int  # candidates the search keeps in flight so that every worker stays busy
+    in_flight: int  # submitted, not yet handed back by poll
+
     def __init__(self, backend: Backend, evaluation: EvaluationSpec | None = None,
                  lookup: Lookup | None = None) -> None:
         self.backend = backend
@@ -43,6 +47,18 @@ class Executor(ABC):
     @abstractmethod
     def shutdown(self) -> None:
         """Stop everything this executor started; unfinished candidates are dropped."""
+
+    @abstractmethod
+    def submit(self, cand: Candidate) -> None: ...
+
+    @abstractmethod
+    def poll(self, timeout_s: float | None = None) -> list[tuple[Candidate, Evaluation]]:
+        """Finished candidates, waiting up to `timeout_s` (None: until one finishes) when none has yet.
+        Returns [] when nothing is in flight."""
+
+    @abstractmethod
+    def cancel_waiting(self) -> list[Candidate]:
+        """Drop the candidates that no worker has started yet (budget reached); returns them."""
 
     def __enter__(self) -> Executor:
         self.start()
@@ -60,32 +76,6 @@ class Executor(ABC):
     def workers(self) -> int:
         return len(self.infos)
 
-    @property
-    @abstractmethod
-    def busy(self) -> int:
-        """Workers evaluating a candidate right now."""
-
-    @property
-    @abstractmethod
-    def slots(self) -> int:
-        """How many candidates the search should keep in flight to keep every worker busy."""
-
-    @property
-    @abstractmethod
-    def in_flight(self) -> int: ...
-
-    @abstractmethod
-    def submit(self, cand: Candidate) -> None: ...
-
-    @abstractmethod
-    def poll(self, timeout_s: float | None = None) -> list[tuple[Candidate, Evaluation]]:
-        """Finished candidates, waiting up to `timeout_s` (None: until one finishes) when none has yet.
-        Returns [] when nothing is in flight."""
-
-    @abstractmethod
-    def cancel_waiting(self) -> list[Candidate]:
-        """Drop the candidates that no worker has started yet (budget reached); returns them."""
-
     def _named(self, ev: Evaluation) -> Evaluation:
         """A row made on the CPU side (a compile failure) names the GPU it was compiled for."""
         if not ev.gpu and self.infos:
@@ -93,14 +83,8 @@ class Executor(ABC):
         return ev
 
     def _render(self, cand: Candidate) -> Evaluation | None:
-        """Render and look up `cand`: its row already when it cannot be rendered or its source was measured
-        before; None when it still needs compiling and measuring."""
-        try:
-            ev = pipeline.render(cand, self.target)
-        except Exception as e:  # the candidate does not fit its operator: a bug, but not the search's end
-            ev = cand.row("error", f"render raised {type(e).__name__}: {e}")
-        if ev is None:
-            ev = pipeline.look_up(cand, self.lookup, self.infos[0] if self.infos else None)
+        """Stages 1 and 2: the candidate's row when it cannot be rendered or was measured before, else None."""
+        ev = pipeline.render(cand, self.target) or pipeline.look_up(cand, self.lookup, (self.infos or [None])[0])
         return self._named(ev) if ev is not None else None
 
 
@@ -128,8 +112,8 @@ class CompileChild(Supervised):
             return CompileResult(fault.status, fault.reason, target=self.target)
 
 
-def _compile_setup(backend: Backend, target: Target) -> tuple[tuple[Backend, Target], dict[str, Any]]:
-    return (backend, target), {}
+def _compile_setup(backend: Backend, target: Target) -> tuple[tuple[Backend, Target], None]:
+    return (backend, target), None
 
 
 def _compile_handle(state: tuple[Backend, Target], cand: Candidate) -> CompileResult | None:
@@ -140,7 +124,7 @@ def _compile_handle(state: tuple[Backend, Target], cand: Candidate) -> CompileRe
 class LocalExecutor(Executor):
     """Every stage from this process, one candidate at a time, in submission order: the order of results is
     the order of candidates, so a seeded search with this executor is reproducible. A backend that names a
-    compile environment compiles in a supervised child (evo.evaluate.executor.CompileChild)."""
+    compile environment compiles in a supervised child (CompileChild)."""
 
     busy = 0  # work happens inside poll(); between calls nothing runs
     slots = 1
@@ -151,6 +135,10 @@ class LocalExecutor(Executor):
         self._worker: Worker | None = None
         self._compiler: CompileChild | None = None
         self._queue: list[Candidate] = []
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._queue)
 
     def start(self) -> None:
         if self._worker is None:
@@ -165,10 +153,6 @@ class LocalExecutor(Executor):
             if part is not None:
                 part.close()
         self._worker = self._compiler = None
-
-    @property
-    def in_flight(self) -> int:
-        return len(self._queue)
 
     def submit(self, cand: Candidate) -> None:
         if self._worker is None:

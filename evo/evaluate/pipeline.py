@@ -26,24 +26,24 @@ Lookup = Callable[[str, str, str, dict], "Evaluation | None"]
 
 def render(cand: Candidate, target: Target, strict: bool = False) -> Evaluation | None:
     """Stage 1, in the search's process (cheap): the candidate's kernel source for `target`, after its
-    validity rules (a rendered kernel is assumed valid). Returns the row when it cannot be rendered;
-    `strict` raises instead (InvalidGenome, a ValueError, for an invalid genome)."""
+    validity rules. Returns the row when it cannot be rendered; `strict` raises instead (InvalidGenome, a
+    ValueError, for an invalid genome)."""
     op = cand.operator
-    if cand.problem.operator != op.name:
-        raise ValueError(f"problem {cand.problem.key} is for operator {cand.problem.operator!r}, not {op.name!r}")
     try:
+        if cand.problem.operator != op.name:  # a bug of the caller, not a fault of the kernel
+            raise ValueError(f"problem {cand.problem.key} is for operator {cand.problem.operator!r}, not {op.name!r}")
         reasons = op.family.violations(cand.genome, cand.problem, target)
         if reasons:
             raise InvalidGenome(f"{cand.genome} cannot run {cand.problem.key} on {target.name}: {'; '.join(reasons)}")
         source = op.render(cand.genome, cand.problem, target)
-    except InvalidGenome as e:
+    except Exception as e:
         if strict:
             raise
-        return cand.row("invalid", str(e))
-    except Exception as e:  # a render bug is a fault of this candidate, not of the search
-        if strict:
-            raise
-        fault = classify(e, phase="compile")
+        if isinstance(e, InvalidGenome):
+            return cand.row("invalid", str(e))
+        if cand.problem.operator != op.name:
+            return cand.row("error", str(e))
+        fault = classify(e, phase="compile")  # a render bug is a fault of this candidate, not of the search
         return cand.row(fault.status, f"render failed: {fault.reason}")
     cand.source, cand.source_hash = source, source_hash(source)
     return None

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from evo.archive import AddStatus, Elite, GridArchive
-from evo.evaluate import Candidate, Executor, make_backend, make_executor
+from evo.evaluate import Candidate, Executor, make_executor
 from evo.evaluate.roofline import Floor, floor
 from evo.experiment.resume_check import deciding, experiment_changes, record_resume
 from evo.experiment.rundir import RunDir
@@ -96,8 +96,7 @@ def _run_locked(experiment: Experiment, rd: RunDir, resume: bool, on_event: Even
     owned = executor is None
     try:
         if executor is None:
-            backend = make_backend(experiment.executor, experiment.evaluation, experiment.seed)
-            executor = make_executor(experiment.executor, backend, experiment.evaluation, lookup=store.lookup)
+            executor = make_executor(experiment.executor, experiment.evaluation, experiment.seed, store.lookup)
         if shared is not None and memory.reuse:  # the run's own store first, then what earlier runs measured
             executor.lookup = chain_lookups(executor.lookup, shared.lookup)
         try:

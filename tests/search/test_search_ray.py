@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from evo.archive import GridArchive
-from evo.evaluate import make_backend, make_executor
+from evo.evaluate import make_executor
 from evo.evaluate.ray_executor import RayExecutor
 from evo.experiment.rundir import RunDir
 from evo.experiment.spec import Budget, ExecutorSpec, Experiment
@@ -66,9 +66,8 @@ def smoke_run(tmp_path):
     exp = Experiment(name="smoke", operator="gemm", problems=(op.problem((64, 64, 64), "fp16"),), genome=genome,
                      budget=Budget(evaluations=6), initial_random=2, executor=ExecutorSpec(kind="smoke"),
                      source="name: smoke\n")
-    backend = make_backend(exp.executor, exp.evaluation, exp.seed)
     rd = RunDir.of(tmp_path, "smoke")
-    summary = run_experiment(exp, rd.path, executor=make_executor(exp.executor, backend, exp.evaluation))
+    summary = run_experiment(exp, rd.path, executor=make_executor(exp.executor, exp.evaluation, exp.seed))
     assert summary.smoke and summary.problems[0].evaluations == 6
     with Store(rd.store) as store:
         rows = store.evaluations()
