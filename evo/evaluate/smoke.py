@@ -7,6 +7,7 @@ deterministic model estimate for the real problem, and every row says so (gpu SM
 "smoke-roofline", reason SMOKE_NOTE). The child runs with TRITON_INTERPRET=1 under the GPU worker's supervision
 (evo.evaluate.worker.ChildWorker), so a kernel that loops forever in the interpreter times out as on a GPU.
 """
+
 from __future__ import annotations
 
 import os

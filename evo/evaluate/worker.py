@@ -7,6 +7,7 @@ become statuses (evo.evaluate.faults). An illegal address poisons the CUDA conte
 In the parent, `ChildWorker` (shared with the CPU smoke worker, evo.evaluate.smoke) records a kernel that never
 ends as a timeout and a child that died otherwise as crashed, and starts a new child in either case.
 """
+
 from __future__ import annotations
 
 import dataclasses
