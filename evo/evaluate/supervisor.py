@@ -4,8 +4,7 @@ killed, a child that dies is replaced, and the caller always gets either a reply
 The child is started with "spawn" (never fork: a forked CUDA context is unusable) and talks over a Pipe.
 It runs `setup(*setup_args)` once, replies "ready" with the info it returns, then answers each request
 with `handler(state, request)`. A handler whose process is no longer fit to serve (a CUDA context lost to
-an illegal address) returns `ExitAfter(reply)`: the reply is delivered, then the child exits and a fresh
-one takes its place. The GPU and smoke workers and the compile child are each one.
+an illegal address) returns `ExitAfter(reply)`: the reply is delivered, then the child exits and is replaced.
 """
 
 from __future__ import annotations

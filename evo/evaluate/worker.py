@@ -131,8 +131,7 @@ def _gpu_resources(module: Any, cand: Candidate) -> dict[str, Any]:
 
 
 def gpu_evaluate(state: GpuState, cand: Candidate) -> Evaluation | ExitAfter:
-    """Check, then time, one candidate (its `seed` draws the check's inputs). Never raises for a fault of
-    the candidate."""
+    """Check, then time, one candidate (its `seed` draws the check's inputs); a fault of it is its row."""
     operator = cand.operator
     baseline_name, baseline_fn = state.baseline(operator, cand.problem)
     phases: dict[str, Any] = {"seed": cand.seed}  # the row's resources["eval"]: the phases' times
@@ -177,9 +176,8 @@ def gpu_evaluate(state: GpuState, cand: Candidate) -> Evaluation | ExitAfter:
 
 # -- in the parent process ---------------------------------------------------------------------------
 class ChildWorker(Supervised, Worker):
-    """A Worker that is a supervised child process (`Supervised`) whose setup returns its `WorkerInfo`.
-    `evaluate` always returns a row (timeout, crashed: the child was replaced); each candidate gets a fresh
-    seed for its check; after `recycle_after` evaluations a fresh child bounds what loaded kernels leak."""
+    """A Worker that is a supervised child whose setup returns its `WorkerInfo`. Each candidate gets a fresh seed
+    for its check; after `recycle_after` evaluations a fresh child bounds what loaded kernels leak."""
 
     note = ""  # prefixes the reasons this supervisor writes (the smoke worker's say "smoke: ")
 
