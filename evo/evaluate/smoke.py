@@ -1,13 +1,11 @@
 """The CPU smoke evaluator, for machines without a GPU: correctness in the Triton interpreter at a tiny
 problem size, and a fitness that is plainly NOT a timing.
 
-Each candidate's genome is rendered again for a small version of its problem (every dimension clipped to
-64, or 128 or 256 when the genome needs room; bf16 becomes fp16 because bf16 arithmetic is broken in the
-interpreter) and checked against the operator's reference exactly as on a GPU (evo.evaluate.check). The fitness is
-`Operator.smoke_cost(genome, problem)`, a deterministic model estimate for the real problem, and every row
-says so: gpu "cpu-interpreter", baseline "smoke-roofline", reason "smoke: fitness is a model estimate,
-not a timing". Runs in a supervised child (with TRITON_INTERPRET=1), so a kernel that loops forever in the
-interpreter times out like one on a GPU. Keeps to the Operator and GenomeFamily interfaces.
+Each genome is rendered again for a small version of its problem (`smoke_problem`) and checked against the
+operator's reference as on a GPU (evo.evaluate.check). The fitness is `Operator.smoke_cost(genome, problem)`, a
+deterministic model estimate for the real problem, and every row says so (gpu SMOKE_GPU, baseline
+"smoke-roofline", reason SMOKE_NOTE). The child runs with TRITON_INTERPRET=1 under the GPU worker's supervision
+(evo.evaluate.worker.ChildWorker), so a kernel that loops forever in the interpreter times out as on a GPU.
 """
 
 from __future__ import annotations
@@ -34,8 +32,8 @@ SMOKE_SIZES = (64, 128, 256)
 
 
 def smoke_problem(operator: Any, genome: Any, problem: Problem, target: Target) -> Problem:
-    """The smallest clipped version of `problem` (dims <= 64, else 128, else 256) that `genome` can run;
-    bf16 is replaced by fp16. Raises ValueError when none is valid."""
+    """The smallest clipped version of `problem` (dims <= 64, else 128, else 256) that `genome` can run, with
+    fp16 for bf16 (bf16 arithmetic is broken in the interpreter). Raises ValueError when none is valid."""
     dtype = problem.dtype
     if dtype == "bf16" and "fp16" in operator.dtypes:
         dtype = "fp16"
@@ -80,10 +78,9 @@ def smoke_evaluate(info: WorkerInfo, cand: Candidate) -> Evaluation:
             sys.modules.pop(module.__name__, None)
     if checked.status != "ok":
         return cand.row(checked.status, f"smoke: {checked.reason}", max_rel_error=checked.max_rel_error, **common)
-    estimate = float(op.smoke_cost(cand.genome, cand.problem))
-    roofline = op.smoke_roofline_ms(cand.problem)
-    return cand.row("ok", SMOKE_NOTE, median_ms=estimate, spread_ms=0.0, times_ms=[], baseline_ms=roofline,
-                    baseline_spread_ms=0.0, max_rel_error=checked.max_rel_error, **common)
+    return cand.row("ok", SMOKE_NOTE, median_ms=float(op.smoke_cost(cand.genome, cand.problem)), spread_ms=0.0,
+                    times_ms=[], baseline_ms=op.smoke_roofline_ms(cand.problem), baseline_spread_ms=0.0,
+                    max_rel_error=checked.max_rel_error, **common)
 
 
 class SmokeWorker(ChildWorker):
@@ -91,8 +88,8 @@ class SmokeWorker(ChildWorker):
 
     note = "smoke: "
 
-    def __init__(self, *, target: Target = HOPPER, seed: int = 0, start_timeout_s: float = 300.0) -> None:
-        super().__init__(smoke_setup, smoke_evaluate, setup_args=(target,), env={"TRITON_INTERPRET": "1"},
+    def __init__(self, *, seed: int = 0, start_timeout_s: float = 300.0) -> None:
+        super().__init__(smoke_setup, smoke_evaluate, setup_args=(HOPPER,), env={"TRITON_INTERPRET": "1"},
                          name="evo-smoke", seed=[seed, 0x5A0CE], start_timeout_s=start_timeout_s)
 
 

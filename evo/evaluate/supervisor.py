@@ -1,11 +1,10 @@
 """A supervised child process: requests go in one at a time, with a time limit; a child that hangs is
 killed, a child that dies is replaced, and the caller always gets either a reply or a clear exception.
 
-The child is started with the "spawn" method (never fork: a forked CUDA context is unusable) and talks
-over a Pipe. It runs `setup(*setup_args)` once, replies "ready" with the info it returns, then answers
-each request with `handler(state, request)`. A handler that knows its process is no longer fit to serve
-(a CUDA context lost to an illegal address) returns `ExitAfter(reply)`: the reply is delivered, then the
-child exits and a fresh one takes its place. The GPU and smoke workers and the compile child are each one.
+The child is started with "spawn" (never fork: a forked CUDA context is unusable) and talks over a Pipe.
+It runs `setup(*setup_args)` once, replies "ready" with the info it returns, then answers each request
+with `handler(state, request)`. A handler whose process is no longer fit to serve (a CUDA context lost to
+an illegal address) returns `ExitAfter(reply)`: the reply is delivered, then the child exits and is replaced.
 """
 
 from __future__ import annotations
@@ -70,22 +69,20 @@ def _child_main(conn: Any, env: dict[str, str], setup: Callable[..., tuple[Any, 
         try:
             msg = conn.recv()
         except (EOFError, OSError):
-            os._exit(0)  # the parent is gone
+            msg = None  # the parent is gone
         if msg is None:
             os._exit(0)
         request_id, request = msg
         try:
             reply = handler(state, request)
         except BaseException as exc:
-            fatal = classify(exc).fatal
-            conn.send(("raised", request_id, (f"{type(exc).__name__}: {describe(exc)}", fatal)))
-            if fatal:
-                os._exit(4)
-            continue
-        if isinstance(reply, ExitAfter):
-            conn.send(("final", request_id, reply.reply))
-            os._exit(5)
-        conn.send(("reply", request_id, reply))
+            exits = classify(exc).fatal
+            conn.send(("raised", request_id, (f"{type(exc).__name__}: {describe(exc)}", exits)))
+        else:
+            exits = isinstance(reply, ExitAfter)
+            conn.send(("final", request_id, reply.reply) if exits else ("reply", request_id, reply))
+        if exits:
+            os._exit(4)
 
 
 class Supervised:
@@ -106,16 +103,15 @@ class Supervised:
         self._info: Any = None
         self._ready, self._next_id = False, 0
 
-    # -- life cycle -----------------------------------------------------------------------------------
     @property
     def restarts(self) -> int:
         return max(0, self.starts - 1)
 
     def start(self) -> None:
         """Start a child if none is running (returns at once; `wait_ready()` waits for it)."""
-        if self._proc is not None and self._proc.is_alive():
+        if self._alive():
             return
-        self._discard()
+        self._reap()
         parent, child = self._ctx.Pipe()
         proc = self._ctx.Process(target=_child_main, name=self.name, daemon=True,
                                  args=(child, self.env, self.setup, self.setup_args, self.handler))
@@ -143,13 +139,12 @@ class Supervised:
 
     def kill(self) -> None:
         """Kill the child now (SIGKILL: a hung kernel ignores anything gentler) and wait for it."""
-        if self._proc is not None and self._proc.is_alive():
+        if self._alive():
             self._proc.kill()
         self._reap()
 
     def close(self) -> None:
-        """Ask the child to exit, then make sure it has."""
-        if self._proc is not None and self._proc.is_alive() and self._conn is not None:
+        if self._alive():
             try:
                 self._conn.send(None)
                 self._proc.join(timeout=10)
@@ -163,34 +158,29 @@ class Supervised:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
+    def _alive(self) -> bool:
+        return self._proc is not None and self._proc.is_alive()
+
     def _reap(self) -> int | None:
+        """Wait for the child that ended (or was killed) and let go of it; returns its exit code."""
         code = None
         if self._proc is not None:
             self._proc.join(timeout=30)
             code = self._proc.exitcode
-        self._discard()
+            self._conn.close()
+            try:
+                self._proc.close()
+            except ValueError:  # still running (the join timed out): leave it to the OS, never reuse it
+                pass
+        self._proc, self._conn, self._ready = None, None, False
         return code
 
     def _replace(self) -> str:
-        """Reap the child that ended and start its replacement; returns how the old one ended."""
+        """Start a replacement for the child that ended; returns how that one ended."""
         ended = _exit_text(self._reap())
         self.start()
         return ended
 
-    def _discard(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.close()
-            except OSError:
-                pass
-        if self._proc is not None:
-            try:
-                self._proc.close()
-            except ValueError:  # still running (a join timed out): leave it to the OS, never reuse it
-                pass
-        self._proc, self._conn, self._ready = None, None, False
-
-    # -- requests -------------------------------------------------------------------------------------
     def call(self, request: Any, timeout_s: float) -> Any:
         """The handler's reply to `request`. Raises ChildTimeout (the child was killed), ChildDied (it
         ended without replying) or ChildRaised (the handler raised). A replacement child is started at

@@ -1,12 +1,11 @@
 """The GPU worker: one child process per GPU holds the CUDA context, checks and times candidates; the
 supervising object in the parent survives whatever the candidates do to it.
 
-In the child, each candidate is first checked on fresh random inputs (evo.evaluate.check), then timed
-interleaved with the operator's primary baseline on the same inputs in the same process (evo.evaluate.timing).
-Faults become statuses (evo.evaluate.faults). An illegal address poisons the CUDA context: the child replies
-and exits, and a new one is started. A kernel that never ends is killed with its process when the time limit
-passes (status timeout). Whatever kills the child otherwise, the candidate it was on is recorded as crashed.
-`ChildWorker` is that supervision, shared with the CPU smoke worker (evo.evaluate.smoke).
+In the child, each candidate is checked on fresh random inputs (evo.evaluate.check), then timed interleaved
+with the operator's primary baseline on the same inputs in the same process (evo.evaluate.timing); faults
+become statuses (evo.evaluate.faults). An illegal address poisons the CUDA context: the child replies and exits.
+In the parent, `ChildWorker` (shared with the CPU smoke worker, evo.evaluate.smoke) records a kernel that never
+ends as a timeout and a child that died otherwise as crashed, and starts a new child in either case.
 """
 
 from __future__ import annotations
@@ -62,9 +61,7 @@ def visible_device(device_index: int) -> str:
     return ids[device_index]
 
 
-# ------------------------------------------------------------------------------------------------------
-# In the child process
-# ------------------------------------------------------------------------------------------------------
+# -- in the child process ----------------------------------------------------------------------------
 class GpuState:
     """What the child keeps between candidates. `device="cpu"` exists only so tests can drive the child's
     code in the interpreter; a real worker is always on "cuda"."""
@@ -130,22 +127,18 @@ def _gpu_resources(module: Any, cand: Candidate) -> dict[str, Any]:
         hit = bool(loaded) and all(k["hash"] in compiled.cache_hashes for k in loaded)
     else:
         resources, hit = summarize(loaded), None
-    resources["gpu_kernels"] = loaded
-    resources["cache_hit"] = hit
-    return resources
+    return dict(resources, gpu_kernels=loaded, cache_hit=hit)
 
 
 def gpu_evaluate(state: GpuState, cand: Candidate) -> Evaluation | ExitAfter:
-    """Check, then time, one candidate (its `seed` draws the check's inputs). Never raises for a fault of
-    the candidate."""
+    """Check, then time, one candidate (its `seed` draws the check's inputs); a fault of it is its row."""
     operator = cand.operator
     baseline_name, baseline_fn = state.baseline(operator, cand.problem)
+    phases: dict[str, Any] = {"seed": cand.seed}  # the row's resources["eval"]: the phases' times
     common: dict[str, Any] = {"gpu": state.gpu, "versions": state.versions, "worker": state.worker,
                               "started_at": time.time(), "baseline": baseline_name,
-                              "resources": dict(cand.compiled.resources) if cand.compiled else {}}
-    phases: dict[str, Any] = {"seed": cand.seed}
-    module = None
-    phase = "compile"
+                              "resources": dict(cand.compiled.resources if cand.compiled else {}, eval=phases)}
+    module, phase = None, "compile"
     try:
         t0 = time.perf_counter()
         module = load_source(cand.source)
@@ -155,10 +148,9 @@ def gpu_evaluate(state: GpuState, cand: Candidate) -> Evaluation | ExitAfter:
         checked = run_check(launcher, operator, cand.problem, cand.seed or 0, device=state.device)
         t2 = time.perf_counter()
         phases.update(load_s=t1 - t0, check_s=t2 - t1)
-        common["resources"] = _gpu_resources(module, cand)
+        common["resources"] = dict(_gpu_resources(module, cand), eval=phases)
         if checked.status != "ok":
-            return cand.row(checked.status, checked.reason, max_rel_error=checked.max_rel_error,
-                            **_finish(common, phases))
+            return cand.row(checked.status, checked.reason, max_rel_error=checked.max_rel_error, **common)
         inputs, out = checked.inputs, checked.out
         run = (lambda: launcher(*inputs, out=out)) if checked.takes_out else (lambda: launcher(*inputs))
         base = lambda: baseline_fn(*inputs)
@@ -169,40 +161,31 @@ def gpu_evaluate(state: GpuState, cand: Candidate) -> Evaluation | ExitAfter:
         phases.update(time_s=time.perf_counter() - t2)
         return cand.row("ok", median_ms=measured.median_ms, spread_ms=measured.spread_ms, times_ms=measured.times_ms,
                         baseline_ms=base_timing.median_ms, baseline_spread_ms=base_timing.spread_ms,
-                        max_rel_error=checked.max_rel_error, **_finish(common, phases))
+                        max_rel_error=checked.max_rel_error, **common)
     except Exception as exc:
         fault = classify(exc, phase=phase)
         fatal = fault.fatal or (phase == "run" and not _context_ok(state.device))
         status = "crashed" if fatal else fault.status
         reason = fault.reason if status == fault.status else f"CUDA context lost after: {fault.reason}"
-        ev = cand.row(status, reason, **_finish(common, phases))
+        ev = cand.row(status, reason, **common)
         return ExitAfter(ev) if fatal else ev
     finally:
         if module is not None:  # loaded kernels stay alive only as long as their module
             forget_module(module)
 
 
-def _finish(common: dict[str, Any], phases: dict[str, Any]) -> dict[str, Any]:
-    """The row's fields: the common ones, with the phases' times in resources["eval"]."""
-    return dict(common, resources=dict(common["resources"], eval=phases))
-
-
-# ------------------------------------------------------------------------------------------------------
-# In the parent process
-# ------------------------------------------------------------------------------------------------------
+# -- in the parent process ---------------------------------------------------------------------------
 class ChildWorker(Supervised, Worker):
-    """A Worker that is a supervised child process (`Supervised`) whose setup returns its `WorkerInfo`.
-    `evaluate` always returns a row (timeout, crashed: the child was replaced); each candidate gets a fresh
-    seed for its check; after `recycle_after` evaluations a fresh child bounds what loaded kernels leak."""
+    """A Worker that is a supervised child whose setup returns its `WorkerInfo`. Each candidate gets a fresh seed
+    for its check; after `recycle_after` evaluations a fresh child bounds what loaded kernels leak."""
 
     note = ""  # prefixes the reasons this supervisor writes (the smoke worker's say "smoke: ")
 
-    def __init__(self, setup: Callable[..., Any], handler: Callable[[Any, Any], Any], *, setup_args: tuple[Any, ...],
-                 env: dict[str, str], name: str, seed: Any, start_timeout_s: float = 300.0,
-                 recycle_after: int = 2000) -> None:
+    def __init__(self, setup: Callable[..., Any], handler: Callable[[Any, Any], Any], *, seed: Any,
+                 recycle_after: int = 2000, **supervision: Any) -> None:
         if recycle_after < 1:
             raise ValueError(f"recycle_after must be >= 1, got {recycle_after}")
-        super().__init__(setup, handler, setup_args=setup_args, env=env, name=name, start_timeout_s=start_timeout_s)
+        super().__init__(setup, handler, **supervision)
         self._rng = np.random.default_rng(seed)
         self.recycle_after = recycle_after
 
@@ -218,41 +201,33 @@ class ChildWorker(Supervised, Worker):
         cand = dataclasses.replace(cand, seed=int(self._rng.integers(0, 2**31 - 1)))
         common = {"gpu": info.gpu, "versions": dict(info.versions), "worker": info.name, "started_at": time.time()}
         try:
-            ev = self.call(cand, timeout_s)
+            return self.call(cand, timeout_s)
         except (ChildTimeout, ChildDied) as exc:
             status = "timeout" if isinstance(exc, ChildTimeout) else "crashed"
             return cand.row(status, f"{self.note}{exc}; worker replaced", **common)
         except ChildRaised as exc:
             fault = classify(str(exc))
             return cand.row("crashed" if exc.fatal else fault.status, f"{self.note}{fault.reason}", **common)
-        if not isinstance(ev, Evaluation):
-            return cand.row("error", f"worker replied with {type(ev).__name__}, not an Evaluation", **common)
-        return ev
 
 
 class GpuWorker(ChildWorker):
-    """The supervised child that checks and times candidates on GPU `device_index`. `setup` and `handler`
-    replace the GPU code (tests use stand-ins)."""
+    """The supervised child that checks and times candidates on GPU `device_index`."""
 
     def __init__(self, device_index: int = 0, *, settings: EvalSettings | None = None, seed: int = 0,
-                 cache_dir: str | None = None, setup: Callable[..., Any] | None = None,
-                 handler: Callable[[Any, Any], Any] | None = None, setup_args: tuple[Any, ...] | None = None,
-                 start_timeout_s: float = 300.0, recycle_after: int = 2000) -> None:
+                 cache_dir: str | None = None) -> None:
         env = {"CUDA_VISIBLE_DEVICES": visible_device(device_index), "TRITON_INTERPRET": "0"}
         if cache_dir:
             env["TRITON_CACHE_DIR"] = str(cache_dir)
-        setup_args = setup_args if setup_args is not None else (device_index, settings or EvalSettings())
-        super().__init__(setup or gpu_setup, handler or gpu_evaluate, env=env, name=f"evo-gpu{device_index}",
-                         setup_args=setup_args, seed=[seed, device_index], start_timeout_s=start_timeout_s,
-                         recycle_after=recycle_after)
+        super().__init__(gpu_setup, gpu_evaluate, setup_args=(device_index, settings or EvalSettings()), env=env,
+                         name=f"evo-gpu{device_index}", seed=[seed, device_index])
 
 
 class GpuBackend(Backend):
-    """Compile on CPUs (evo.evaluate.compiler), check and time on GPUs (evo.evaluate.worker.GpuWorker):
-    every fitness it returns is a GPU measurement. Heavy modules are imported in the processes that use them."""
+    """Compile on CPUs (evo.evaluate.compiler), check and time on GPU workers: every fitness it returns is a
+    GPU measurement. `cache_dir`: the TRITON_CACHE_DIR that compile processes and GPU workers share (None:
+    Triton's). Heavy modules are imported in the processes that use them."""
 
     def __init__(self, evaluation: EvaluationSpec | None = None, seed: int = 0, cache_dir: str | None = None) -> None:
-        """`cache_dir`: the TRITON_CACHE_DIR that compile processes and GPU workers share (None: Triton's)."""
         self.evaluation = evaluation or EvaluationSpec()
         self.seed = seed
         self.cache_dir = cache_dir

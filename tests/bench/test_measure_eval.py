@@ -2,7 +2,7 @@
 
 from evo.bench.measure_eval import _table, make_candidates, throughput
 from evo.evaluate import Backend, CompileResult, LocalExecutor
-from evo.evaluate.worker import GpuWorker
+from evo.evaluate.worker import ChildWorker
 from evo.problem import HOPPER
 from evo.store.sqlite import Store
 from tests.fixtures import worker_standins
@@ -13,7 +13,7 @@ OP = FaultyOperator()
 
 class InstantCompile(Backend):
     """Compiles nothing: every candidate is 'ok' at once, except the ones asking for too much shared memory;
-    the worker is a GpuWorker over stand-in children (test data, no GPU)."""
+    the worker is a ChildWorker (the GPU worker's supervision) over stand-in children (test data, no GPU)."""
 
     needs_gpu = False
 
@@ -23,7 +23,7 @@ class InstantCompile(Backend):
                              resources={"shared": 0, "registers": 8})
 
     def open_worker(self, device_index):
-        return GpuWorker(0, setup=worker_standins.setup, handler=worker_standins.handle, setup_args=("m",))
+        return ChildWorker(worker_standins.setup, worker_standins.handle, setup_args=("m",), seed=0)
 
 
 def test_make_candidates_are_distinct():

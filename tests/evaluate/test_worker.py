@@ -1,18 +1,17 @@
-"""GpuWorker supervision with stand-in children: hangs, crashes, raises and lost contexts are each recorded,
-the child is replaced when it must be, and no other result is lost or mixed up."""
+"""The GPU worker's supervision (ChildWorker) with stand-in children: hangs, crashes, raises and lost contexts
+are each recorded, the child is replaced when it must be, and no other result is lost or mixed up."""
 
 import pytest
 
 from evo.evaluate.supervisor import ChildDied
-from evo.evaluate.worker import EvalSettings, GpuWorker, visible_device
+from evo.evaluate.worker import ChildWorker, EvalSettings, visible_device
 from tests.fixtures import worker_standins
 from tests.fixtures.faulty_operator import candidate
 
 
 @pytest.fixture(scope="module")
 def worker():
-    w = GpuWorker(0, setup=worker_standins.setup, handler=worker_standins.handle, setup_args=("",),
-                  start_timeout_s=120)
+    w = ChildWorker(worker_standins.setup, worker_standins.handle, setup_args=("",), seed=0, start_timeout_s=120)
     yield w
     w.close()
 
@@ -53,8 +52,7 @@ def test_evaluate_keeps_compile_facts(worker):
 
 @pytest.mark.slow
 def test_a_child_that_cannot_start_is_an_error_not_a_result():
-    w = GpuWorker(0, setup=worker_standins.failing_setup, handler=worker_standins.handle, setup_args=(),
-                  start_timeout_s=60)
+    w = ChildWorker(worker_standins.failing_setup, worker_standins.handle, seed=0, start_timeout_s=60)
     try:
         with pytest.raises(ChildDied, match="no GPU here"):
             w.evaluate(candidate("none"))
@@ -64,8 +62,8 @@ def test_a_child_that_cannot_start_is_an_error_not_a_result():
 
 @pytest.mark.slow
 def test_recycling_starts_a_fresh_child():
-    w = GpuWorker(0, setup=worker_standins.setup, handler=worker_standins.handle, setup_args=("r",),
-                  recycle_after=2, start_timeout_s=120)
+    w = ChildWorker(worker_standins.setup, worker_standins.handle, setup_args=("r",), seed=0, recycle_after=2,
+                    start_timeout_s=120)
     try:
         pids = [w.info.name]
         for i in range(3):
@@ -91,4 +89,4 @@ def test_bad_settings_are_rejected():
     with pytest.raises(ValueError):
         EvalSettings(reps=0)
     with pytest.raises(ValueError):
-        GpuWorker(0, recycle_after=0, setup=worker_standins.setup, handler=worker_standins.handle)
+        ChildWorker(worker_standins.setup, worker_standins.handle, seed=0, recycle_after=0)
