@@ -86,13 +86,14 @@ def throughput(candidates: list[Any], executor: Any, store: Any) -> dict[str, An
 def repeatability(candidate: Any, backend: Any, target: Any, reps: int, timeout_s: float) -> dict[str, Any]:
     """One kernel compiled once, then checked and timed in two fresh GPU worker processes, one after the other."""
     from evo.evaluate import CompileChild, pipeline
-    from evo.evaluate.worker import EvalSettings, GpuWorker
+    from evo.evaluate.worker import GpuWorker
+    from evo.experiment.spec import EvaluationSpec
 
     with CompileChild(backend, target, timeout_s * 2) as compiler:
         failed = pipeline.compiled(candidate, compiler.compile(candidate))
     runs = []
     for i in range(2):
-        with GpuWorker(0, settings=EvalSettings(reps=reps, budget_ms=2000), seed=100 + i,
+        with GpuWorker(0, settings=EvaluationSpec(reps=reps, budget_ms=2000), seed=100 + i,
                        cache_dir=backend.cache_dir) as w:
             ev = failed or pipeline.measure(w, candidate, timeout_s)
         runs.append({"status": ev.status, "median_ms": ev.median_ms, "spread_ms": ev.spread_ms,

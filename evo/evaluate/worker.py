@@ -15,7 +15,6 @@ import os
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -33,19 +32,8 @@ from evo.experiment.spec import EvaluationSpec
 from evo.problem import Target
 from evo.store.record import Evaluation
 
-__all__ = ["GpuBackend", "ChildWorker", "GpuWorker", "GpuState", "EvalSettings", "gpu_setup", "gpu_evaluate",
+__all__ = ["GpuBackend", "ChildWorker", "GpuWorker", "GpuState", "gpu_setup", "gpu_evaluate",
            "visible_device"]
-
-
-@dataclass(frozen=True)
-class EvalSettings:
-    reps: int = 30  # timed repetitions of each of candidate and baseline (fewer when slow: evo.evaluate.timing)
-    warmup: int = 3
-    budget_ms: float = 400.0  # GPU time the timing of one candidate (with its baseline) aims at
-
-    def __post_init__(self) -> None:
-        if self.reps < 1 or self.warmup < 0 or self.budget_ms <= 0:
-            raise ValueError(f"bad evaluation settings: {self}")
 
 
 def visible_device(device_index: int) -> str:
@@ -66,7 +54,7 @@ class GpuState:
     """What the child keeps between candidates. `device="cpu"` exists only so tests can drive the child's
     code in the interpreter; a real worker is always on "cuda"."""
 
-    def __init__(self, device_index: int, settings: EvalSettings, device: str = "cuda") -> None:
+    def __init__(self, device_index: int, settings: EvaluationSpec, device: str = "cuda") -> None:
         import torch
         import triton
 
@@ -91,7 +79,7 @@ class GpuState:
         return self._baselines[key]
 
 
-def gpu_setup(device_index: int, settings: EvalSettings) -> tuple[GpuState, WorkerInfo]:
+def gpu_setup(device_index: int, settings: EvaluationSpec) -> tuple[GpuState, WorkerInfo]:
     import torch
 
     state = GpuState(device_index, settings)
@@ -213,12 +201,12 @@ class ChildWorker(Supervised, Worker):
 class GpuWorker(ChildWorker):
     """The supervised child that checks and times candidates on GPU `device_index`."""
 
-    def __init__(self, device_index: int = 0, *, settings: EvalSettings | None = None, seed: int = 0,
+    def __init__(self, device_index: int = 0, *, settings: EvaluationSpec | None = None, seed: int = 0,
                  cache_dir: str | None = None) -> None:
         env = {"CUDA_VISIBLE_DEVICES": visible_device(device_index), "TRITON_INTERPRET": "0"}
         if cache_dir:
             env["TRITON_CACHE_DIR"] = str(cache_dir)
-        super().__init__(gpu_setup, gpu_evaluate, setup_args=(device_index, settings or EvalSettings()), env=env,
+        super().__init__(gpu_setup, gpu_evaluate, setup_args=(device_index, settings or EvaluationSpec()), env=env,
                          name=f"evo-gpu{device_index}", seed=[seed, device_index])
 
 
@@ -242,6 +230,6 @@ class GpuBackend(Backend):
 
     def open_worker(self, device_index: int) -> Worker:
         worker = GpuWorker(device_index, seed=self.seed, cache_dir=self.cache_dir,
-                           settings=EvalSettings(reps=self.evaluation.reps, warmup=self.evaluation.warmup))
+                           settings=self.evaluation)
         worker.info  # noqa: B018 - a GPU that cannot start fails here, not mid-run
         return worker

@@ -313,11 +313,13 @@ def _executor(c: Checker, node: Any) -> ExecutorSpec:
 
 
 def _evaluation(c: Checker, node: Any) -> EvaluationSpec:
-    get = _sub(c, node, "evaluation", ("reps", "warmup", "timeout_s", "compile_timeout_s", "noise_margin"))
+    get = _sub(c, node, "evaluation", ("reps", "warmup", "budget_ms", "timeout_s", "compile_timeout_s",
+                                                   "noise_margin"))
     e = EvaluationSpec
     return EvaluationSpec(
         reps=c.integer(get("reps", e.reps), "evaluation.reps", 1),
         warmup=c.integer(get("warmup", e.warmup), "evaluation.warmup", 0),
+        budget_ms=c.number(get("budget_ms", e.budget_ms), "evaluation.budget_ms", 0.0),
         timeout_s=c.number(get("timeout_s", e.timeout_s), "evaluation.timeout_s", 0.0),
         compile_timeout_s=c.number(get("compile_timeout_s", e.compile_timeout_s), "evaluation.compile_timeout_s",
                                    0.0),

@@ -46,9 +46,14 @@ class DescriptorSpec:
 class EvaluationSpec:
     reps: int = 30  # timed repetitions (fewer when a kernel is slow, see evo.evaluate.timing)
     warmup: int = 3
+    budget_ms: float = 400.0  # GPU time the timing of one candidate (with its baseline) aims at
     timeout_s: float = 60.0  # per candidate on the GPU; the worker is replaced after it
     compile_timeout_s: float = 120.0
     noise_margin: float = 0.01  # relative: a challenger must beat an elite by this to replace it
+
+    def __post_init__(self) -> None:
+        if self.reps < 1 or self.warmup < 0 or min(self.budget_ms, self.timeout_s, self.compile_timeout_s) <= 0:
+            raise ValueError(f"bad evaluation settings: {self}")
 
 
 @dataclass(frozen=True)

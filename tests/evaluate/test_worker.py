@@ -4,7 +4,8 @@ are each recorded, the child is replaced when it must be, and no other result is
 import pytest
 
 from evo.evaluate.supervisor import ChildDied
-from evo.evaluate.worker import ChildWorker, EvalSettings, visible_device
+from evo.evaluate.worker import ChildWorker, visible_device
+from evo.experiment.spec import EvaluationSpec
 from tests.fixtures import worker_standins
 from tests.fixtures.faulty_operator import candidate
 
@@ -87,6 +88,8 @@ def test_visible_device(monkeypatch):
 
 def test_bad_settings_are_rejected():
     with pytest.raises(ValueError):
-        EvalSettings(reps=0)
+        EvaluationSpec(reps=0)
+    with pytest.raises(ValueError):
+        EvaluationSpec(budget_ms=0)
     with pytest.raises(ValueError):
         ChildWorker(worker_standins.setup, worker_standins.handle, seed=0, recycle_after=0)

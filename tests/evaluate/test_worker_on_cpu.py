@@ -6,7 +6,8 @@ import pytest
 from evo.evaluate.candidate import CompileResult
 from evo.evaluate.supervisor import ExitAfter
 from evo.evaluate.timing import Timing
-from evo.evaluate.worker import EvalSettings, GpuState, gpu_evaluate
+from evo.evaluate.worker import GpuState, gpu_evaluate
+from evo.experiment.spec import EvaluationSpec
 from evo.store.record import Evaluation
 from tests.fixtures.faulty_operator import FaultyOperator, candidate
 
@@ -29,7 +30,7 @@ def timed(monkeypatch):
 
 
 def state():
-    return GpuState(0, EvalSettings(), device="cpu")
+    return GpuState(0, EvaluationSpec(), device="cpu")
 
 
 def evaluate(st, fault, n=256, seed=5, compiled=None):

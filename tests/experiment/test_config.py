@@ -81,6 +81,7 @@ CASES = {
     "no budget at all": (GOOD + "budget: {evaluations: null}\n", "budget", "never stops"),
     "noise margin": (GOOD + "evaluation: {noise_margin: 1.5}\n", "evaluation.noise_margin", "< 1"),
     "negative timeout": (GOOD + "evaluation: {timeout_s: -1}\n", "evaluation.timeout_s", "> 0"),
+    "zero timing budget": (GOOD + "evaluation: {budget_ms: 0}\n", "evaluation.budget_ms", "> 0"),
     "zero gpus": (GOOD + "executor: {gpus: 0}\n", "executor.gpus", ">= 1"),
     "executor kind": (GOOD + "executor: {kind: slurm}\n", "executor.kind", "ray, local, smoke"),
     "address without ray": (GOOD + "executor: {kind: local, address: auto}\n", "executor.address", "ray"),

@@ -11,7 +11,8 @@ import pytest
 
 import operators
 from evo.evaluate import CompileChild, GpuBackend, make_candidate, pipeline
-from evo.evaluate.worker import EvalSettings, GpuWorker
+from evo.evaluate.worker import GpuWorker
+from evo.experiment.spec import EvaluationSpec
 from tests.fixtures.faulty_operator import candidate
 
 pytestmark = pytest.mark.gpu
@@ -42,7 +43,7 @@ def gemm_candidates(target, count=4):
 def test_first_launch_hits_the_cache(tmp_path):
     cache = str(tmp_path / "triton-cache")
     os.makedirs(cache)
-    with GpuWorker(0, settings=EvalSettings(reps=5), cache_dir=cache) as worker:
+    with GpuWorker(0, settings=EvaluationSpec(reps=5), cache_dir=cache) as worker:
         target = worker.info.target
         toys = [candidate("none", n=n, dtype=dt) for n, dt in ((4096, "fp16"), (1000, "fp32"), (1, "fp16"))]
         gemms = gemm_candidates(target)

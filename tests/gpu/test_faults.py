@@ -8,7 +8,7 @@ Run on the GPU machine:  python -m pytest tests/gpu/test_faults.py -q
 import pytest
 
 from evo.evaluate import Backend, GpuBackend, LocalExecutor, Worker
-from evo.evaluate.worker import EvalSettings, GpuWorker
+from evo.evaluate.worker import GpuWorker
 from evo.experiment.spec import EvaluationSpec
 from evo.store.sqlite import Store
 from tests.fixtures.faulty_operator import FaultyOperator, candidate
@@ -81,7 +81,7 @@ class Direct(Backend):
 
 @pytest.fixture(scope="module")
 def worker(cache_dir):
-    with GpuWorker(0, settings=EvalSettings(reps=10), cache_dir=cache_dir) as w:
+    with GpuWorker(0, settings=EvaluationSpec(reps=10), cache_dir=cache_dir) as w:
         yield w
 
 
