@@ -94,14 +94,13 @@ class RayExecutor(Executor):
         ray = self._ray = self._session.start()
         try:
             resources = ray.cluster_resources()
+            n = self.spec.gpus or 1
             if self.backend.needs_gpu:
                 visible = int(resources.get("GPU", 0))
                 if visible < 1:
                     raise RuntimeError("Ray sees no GPU: a search needs one (a CPU-only check of the set-up is "
                                        "the executor kind 'smoke')")
                 n = min(self.spec.gpus or visible, visible)
-            else:
-                n = self.spec.gpus or 1
             self._compile_slots = self.spec.compile_workers or max(1, int(resources.get("CPU", 1)))
             # a compile process serves many jobs; recycling it bounds what compiled modules leak
             env = self.backend.compile_env()
