@@ -19,16 +19,17 @@ __all__ = ["RaySession", "check_reachable"]
 
 log = logging.getLogger(__name__)
 
-# Ray's own switch for "this machine only": with it off, Ray advertises and binds 127.0.0.1 rather than the
-# machine's network address (ray._private.services.get_node_ip_address).
+# Ray's switch for "this machine only": with it off, Ray advertises and binds 127.0.0.1 rather than the machine's
+# network address (ray._private.services.get_node_ip_address). The driver reads it from ray_constants (set when Ray
+# was imported), the raylet and GCS it starts read it from their environment.
 _LOCAL_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
 
 class RaySession:
-    """`start()` returns the `ray` module, initialised; `close()` stops only a Ray that `start()` started."""
+    """`start()` returns the `ray` module, initialised; `close()` stops only a Ray that `start()` started, then
+    lets the guard end what it left behind. `num_cpus` sizes an embedded instance (None: every CPU here)."""
 
     def __init__(self, address: str | None = None, dashboard: bool = False, num_cpus: int | None = None) -> None:
-        """`num_cpus` sizes an embedded instance (None: every CPU of this machine)."""
         self.address, self.dashboard, self.num_cpus = address, dashboard, num_cpus
         self._started = False
         self._guard: RayGuard | None = None
@@ -38,18 +39,13 @@ class RaySession:
 
         if ray.is_initialized():
             return ray
-        kwargs: dict[str, Any] = dict(logging_level=logging.ERROR, log_to_driver=False, namespace="evo")
+        quiet: dict[str, Any] = dict(logging_level=logging.ERROR, log_to_driver=False, namespace="evo")
         if self.address is not None:
             check_reachable(self.address)
-            ray.init(address=self.address, **kwargs)
+            ray.init(address=self.address, **quiet)
             self._started = True
             return ray
-        # address "local": a new instance of this run's own, never a cluster that `ray start` left recorded
-        kwargs.update(address="local", include_dashboard=bool(self.dashboard), dashboard_host="127.0.0.1",
-                      _node_ip_address="127.0.0.1", num_cpus=self.num_cpus)
-        # Ray's switch for "this machine only": the driver reads it from ray_constants (set when Ray was
-        # imported), the raylet and GCS it starts read it from their environment. Both are set for this start
-        # only, so that a later ray.init(address=...) in this process still finds the machine's address.
+        # both switches are set for this start only: a later ray.init(address=...) still finds the machine's address
         from ray._private import ray_constants
 
         saved_env, saved_flag = os.environ.get(_LOCAL_ONLY_ENV), ray_constants.ENABLE_RAY_CLUSTER
@@ -58,7 +54,9 @@ class RaySession:
         ray_constants.ENABLE_RAY_CLUSTER = os.environ[_LOCAL_ONLY_ENV].lower() not in ("0", "false")
         self._guard = RayGuard.start()
         try:
-            ray.init(**kwargs)
+            # address "local": a new instance of this run's own, never a cluster that `ray start` left recorded
+            ray.init(address="local", include_dashboard=bool(self.dashboard), dashboard_host="127.0.0.1",
+                     _node_ip_address="127.0.0.1", num_cpus=self.num_cpus, **quiet)
         except BaseException:
             self._guard.close()
             self._guard = None
@@ -74,7 +72,6 @@ class RaySession:
         return ray
 
     def close(self) -> None:
-        """Stop the Ray that `start()` started, then let the guard end what it left behind."""
         if self._started:
             import ray
 
@@ -88,14 +85,11 @@ class RaySession:
 def check_reachable(address: str, timeout_s: float = 5.0) -> None:
     """Raise ConnectionError (one line) unless something accepts TCP connections at `address` ("host:port" or
     "ray://host:port"). Addresses Ray resolves itself ("auto", "local") are left to Ray."""
-    text = address.split("://", 1)[-1]
-    host, sep, port = text.rpartition(":")
+    host, sep, port = address.split("://", 1)[-1].rpartition(":")
     if not sep or not port.isdigit():
         return
-    host = host.strip("[]")
     try:
-        with socket.create_connection((host, int(port)), timeout=timeout_s):
-            pass
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
     except OSError as e:
         reason = e.strerror or type(e).__name__
         raise ConnectionError(f"no Ray cluster answers at {address} ({reason}); is `ray start --head` running "

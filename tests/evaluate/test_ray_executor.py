@@ -55,7 +55,7 @@ def test_the_next_call_waits_on_the_actor_not_on_the_driver(ray_up, tmp_path):
         for c in cands:
             ex.submit(c)
         deadline = time.monotonic() + 30
-        while len(ex._calls[0]) < 2 and time.monotonic() < deadline:  # both compiled and sent to the actor
+        while len(ex._workers[0].calls) < 2 and time.monotonic() < deadline:  # both compiled and sent to the actor
             assert ex.poll(timeout_s=0.05) == []
         time.sleep(1.5)  # the driver looks away for longer than both evaluations take
         rows = sorted((ev for _, ev in _collect(ex, 2)), key=lambda ev: ev.started_at)
