@@ -12,22 +12,8 @@ import pytest
 from evo.bench.driver_load import run_matrix
 from evo.bench.loadtest import LOADTEST_GPU, LOADTEST_NOTE, LoadTestBackend
 from evo.evaluate import Candidate
-from evo.evaluate.latency import Latency
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def test_latency_sizes_the_compile_ahead():
-    lat = Latency()
-    assert lat.compile_ahead(8, 32) == 0  # nothing timed yet: the fixed window only
-    lat.compiled(0.2)
-    assert lat.compile_ahead(8, 32) == 0
-    lat.measured(0.1)
-    assert lat.compile_ahead(8, 32) == 16  # 8 workers, compiles twice as slow as measurements
-    assert lat.compile_ahead(8, 10) == 10  # never more than the compile pool
-    for _ in range(100):
-        lat.compiled(0.045)
-    assert lat.compile_ahead(8, 32) == 4
 
 
 def test_loadtest_rows_are_marked_and_never_a_timing():
