@@ -95,13 +95,6 @@ def _synchronize(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def _same(x: Any, kept: Any) -> bool:
-    """Bitwise equality that treats NaN as equal to NaN (inputs may legitimately hold NaN)."""
-    import torch
-
-    return bool(torch.equal(x, kept) or torch.equal(torch.nan_to_num(x), torch.nan_to_num(kept)))
-
-
 def run_check(launcher: Callable[..., Any], operator: Any, problem: Any, seed: int,
               device: str = "cuda") -> CheckResult:
     """Run the launcher on fresh inputs made from `seed` and judge its output (`check_launcher`)."""
@@ -115,6 +108,8 @@ def check_launcher(launcher: Callable[..., Any], inputs: tuple[Any, ...], ref: A
                    device: str = "cuda") -> CheckResult:
     """Judge `launcher(*inputs)` against `ref`, computed from these inputs untouched. Exceptions propagate
     (the caller classifies them)."""
+    import torch
+
     pristine = [x.clone() if hasattr(x, "clone") else None for x in inputs]
     first = launcher(*inputs)
     _synchronize(device)
@@ -134,7 +129,8 @@ def check_launcher(launcher: Callable[..., Any], inputs: tuple[Any, ...], ref: A
     _synchronize(device)
     verdicts = [judge(out, ref, tol), first_verdict]
     for i, (x, kept) in enumerate(zip(inputs, pristine, strict=True)):
-        if kept is not None and not _same(x, kept):
+        # bitwise, with NaN equal to NaN (inputs may legitimately hold NaN)
+        if kept is not None and not (torch.equal(x, kept) or torch.equal(x.nan_to_num(), kept.nan_to_num())):
             verdicts.insert(0, ("wrong", None, f"the kernel modified its input {i}"))  # the root cause first
     status, err, reason = min(verdicts, key=lambda v: ("nan", "wrong", "ok").index(v[0]))
     if status == "ok":

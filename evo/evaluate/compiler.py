@@ -156,7 +156,7 @@ def compile_candidate(candidate: Candidate, target: Target) -> CompileResult:
         result.reason = ("this process has run the Triton interpreter, which patches triton.language for the rest "
                          "of its life; compile in a fresh process (evo.evaluate.executor.CompileChild)")
         return result
-    entry, module, log = candidate.operator.entry, None, io.StringIO()
+    entry, module = candidate.operator.entry, None
     try:  # real JITFunctions are needed, whatever this process otherwise runs (tests run the interpreter)
         with _environment(TRITON_INTERPRET="0"):
             module = load_source(candidate.source)
@@ -168,6 +168,7 @@ def compile_candidate(candidate: Candidate, target: Target) -> CompileResult:
                 raise ValueError(f"rendered module has no launcher named {entry!r}")
             launches = record_launches(module, launcher, _inputs(candidate))
             # the ptxas log is not part of the cache key and is printed only when ptxas really runs
+            log = io.StringIO()
             with _environment(TRITON_DUMP_PTXAS_LOG="1"), _target_driver(target), contextlib.redirect_stdout(log):
                 kernels = [launch.fn.run(*launch.args, grid=launch.grid, warmup=True, **launch.kwargs)
                            for launch in launches]
