@@ -144,8 +144,7 @@ def _environment(**values: str):
 
 
 def compile_candidate(candidate: Candidate, target: Target) -> CompileResult:
-    """Compile every kernel `candidate`'s launcher launches for its problem, for `target`, and judge them. Any
-    process that has not run the Triton interpreter will do: TRITON_INTERPRET is 0 while it works."""
+    """Compile and judge `candidate` for `target` in any process that has not run the Triton interpreter."""
     import triton
     import triton.language as tl
 
