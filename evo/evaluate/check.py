@@ -1,9 +1,13 @@
 """Correctness before speed: run a candidate on fresh random inputs and compare with the operator's reference.
 
-The output is poisoned with NaN before the judged run (passed as `out=` when the launcher takes it), so an
-element the kernel never writes cannot pass by holding a stale right answer. The error measure is the
-relative Frobenius norm ||out - ref|| / ||ref|| against `operator.tolerance(problem)`; any NaN or Inf in
-the output is status `nan`. Works on any device: the GPU worker and the CPU smoke mode use it alike.
+The launcher runs twice. The first call compiles (or loads) the kernels and shows the output's layout; the
+judged call writes into a buffer poisoned with NaN, so an element the kernel never writes cannot pass by
+holding a stale right answer: passed as `out=` when the launcher takes it, else the first output, poisoned
+in place and freed, is what the launcher's own allocation most likely reuses (and a launcher handing back a
+buffer it kept shows NaN too). Both outputs are judged and the worse verdict stands; so does a change to the
+inputs. The error measure is the relative Frobenius norm ||out - ref|| / ||ref|| against
+`operator.tolerance(problem)`; any NaN or Inf in the output is status `nan`. Works on any device: the GPU
+worker, the CPU smoke mode and `evo bench` use it alike.
 """
 
 from __future__ import annotations
@@ -29,7 +33,6 @@ class CheckResult:
 
 
 def flatten(x: Any) -> list[Any]:
-    """The tensors of an output: a tensor, or a (nested) tuple/list of them."""
     if isinstance(x, (tuple, list)):
         return [t for item in x for t in flatten(item)]
     return [x]
@@ -92,21 +95,6 @@ def _synchronize(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def _poison(out: Any, inputs: tuple[Any, ...]) -> None:
-    """Fill an output with NaN (or an integer's largest value) in place, unless it is (a view of) an input."""
-    ptrs = {x.untyped_storage().data_ptr() for x in inputs if hasattr(x, "untyped_storage")}
-    for t in flatten(out):
-        if hasattr(t, "untyped_storage") and t.untyped_storage().data_ptr() not in ptrs:
-            t.copy_(poisoned_like(t))
-
-
-def _same(x: Any, kept: Any) -> bool:
-    """Bitwise equality that treats NaN as equal to NaN (inputs may legitimately hold NaN)."""
-    import torch
-
-    return bool(torch.equal(x, kept) or torch.equal(torch.nan_to_num(x), torch.nan_to_num(kept)))
-
-
 def run_check(launcher: Callable[..., Any], operator: Any, problem: Any, seed: int,
               device: str = "cuda") -> CheckResult:
     """Run the launcher on fresh inputs made from `seed` and judge its output (`check_launcher`)."""
@@ -118,15 +106,10 @@ def run_check(launcher: Callable[..., Any], operator: Any, problem: Any, seed: i
 
 def check_launcher(launcher: Callable[..., Any], inputs: tuple[Any, ...], ref: Any, tol: float,
                    device: str = "cuda") -> CheckResult:
-    """Judge `launcher(*inputs)` against `ref`, computed from these inputs untouched. The search's check,
-    and `evo bench`'s for every contender.
+    """Judge `launcher(*inputs)` against `ref`, computed from these inputs untouched. Exceptions propagate
+    (the caller classifies them)."""
+    import torch
 
-    The first call compiles (or loads) the kernels and shows the output's layout; the judged call writes
-    into a NaN-poisoned buffer. Without an `out=` parameter, the caching allocator is primed with a
-    poisoned block of the output's size so the launcher's own allocation most likely reuses it. Both
-    outputs are judged and the worse verdict stands; so does a change to the inputs. Exceptions propagate
-    (the caller classifies them).
-    """
     pristine = [x.clone() if hasattr(x, "clone") else None for x in inputs]
     first = launcher(*inputs)
     _synchronize(device)
@@ -135,18 +118,21 @@ def check_launcher(launcher: Callable[..., Any], inputs: tuple[Any, ...], ref: A
     if with_out:
         out = poisoned_like(first)
         launcher(*inputs, out=out)
-    else:  # poisoned and freed, the first output's block is what the next output most likely gets; a
-        _poison(first, inputs)  # launcher handing back a buffer it kept shows NaN too
+    else:  # poison the first output in place, unless it is (a view of) an input, and free it
+        in_inputs = {x.untyped_storage().data_ptr() for x in inputs if hasattr(x, "untyped_storage")}
+        for t in flatten(first):
+            if hasattr(t, "untyped_storage") and t.untyped_storage().data_ptr() not in in_inputs:
+                t.copy_(poisoned_like(t))
         _synchronize(device)
         del first
         out = launcher(*inputs)
     _synchronize(device)
     verdicts = [judge(out, ref, tol), first_verdict]
     for i, (x, kept) in enumerate(zip(inputs, pristine, strict=True)):
-        if kept is not None and not _same(x, kept):
+        # bitwise, with NaN equal to NaN (inputs may legitimately hold NaN)
+        if kept is not None and not (torch.equal(x, kept) or torch.equal(x.nan_to_num(), kept.nan_to_num())):
             verdicts.insert(0, ("wrong", None, f"the kernel modified its input {i}"))  # the root cause first
-    order = {"nan": 0, "wrong": 1, "ok": 2}
-    status, err, reason = min(verdicts, key=lambda v: order[v[0]])
+    status, err, reason = min(verdicts, key=lambda v: ("nan", "wrong", "ok").index(v[0]))
     if status == "ok":
         err = max(v[1] for v in verdicts if v[1] is not None)
     return CheckResult(status, err, reason, inputs, out if with_out else None, with_out)

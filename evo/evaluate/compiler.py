@@ -1,17 +1,17 @@
 """Compiling a candidate ahead of time, on a CPU, for a GPU target: the static half of an evaluation.
 
-`compile_candidate` is a pure function (picklable in, picklable out) meant to run in a compile worker
-process (a Ray task, or the local executor's compile child): it writes the rendered module, finds out
-exactly which kernels the launcher would launch for the problem, compiles each for the target GPU, reads
-shared memory, registers and spills, and rejects what cannot fit the target.
+`compile_candidate` (picklable in, picklable out) runs in a compile worker process (a Ray task, or the local
+executor's compile child): it writes the rendered module, finds exactly which kernels the launcher launches
+for the problem, compiles each for the target GPU, reads shared memory, registers and spills, and rejects
+what cannot fit the target.
 
 Finding the launches: every module-global `JITFunction` is swapped for a recorder while the launcher runs
 on the operator's inputs made on the "meta" device (no data, real shapes and dtypes). Each recorded call is
-then replayed through the kernel's own `JITFunction.run(..., warmup=True)` with a stand-in Triton driver
-that reports the target GPU. That path is the one a launch on the GPU takes, so the specialisation
-(pointer alignment, integers divisible by 16 or equal to 1, constexprs, launch options) and hence the key
-of Triton's on-disk cache are computed by Triton itself, identically in Triton 3.6 and 3.9: the GPU
-worker's first launch then loads the cubin from the shared TRITON_CACHE_DIR instead of compiling again.
+then replayed through the kernel's own `JITFunction.run(..., warmup=True)` under a stand-in Triton driver
+that reports the target GPU: the path a launch on the GPU takes, so Triton itself computes the
+specialisation (pointer alignment, integers divisible by 16 or equal to 1, constexprs, launch options) and
+hence its cache key, alike in Triton 3.6 and 3.9. The GPU worker's first launch then loads the cubin from
+the shared TRITON_CACHE_DIR (by default ~/.triton/cache) instead of compiling again.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 from evo.evaluate.candidate import Candidate, CompileResult
@@ -50,7 +50,6 @@ class Launch:
 
 
 def jit_functions(module: ModuleType) -> dict[str, Any]:
-    """Module-global names bound to Triton JIT functions (the kernels a launcher can launch)."""
     from triton.runtime.jit import JITFunction
 
     return {name: obj for name, obj in vars(module).items() if isinstance(obj, JITFunction)}
@@ -62,13 +61,10 @@ def forget_module(module: ModuleType) -> None:
     the CompiledKernel is collected; 3.6 has neither, hence GpuWorker's recycling.)"""
     from triton.runtime import jit
 
-    registry = getattr(jit, "_triton_jit_function_registry", None)
+    registry = getattr(jit, "_triton_jit_function_registry", {})
     for fn in jit_functions(module).values():
-        if isinstance(registry, dict):
-            registry.pop(f"{fn.module}:{fn.fn.__qualname__}", None)
-        caches = getattr(fn, "device_caches", None)
-        if hasattr(caches, "clear"):
-            caches.clear()
+        registry.pop(f"{fn.module}:{fn.fn.__qualname__}", None)
+        getattr(fn, "device_caches", {}).clear()
     sys.modules.pop(module.__name__, None)
 
 
@@ -101,51 +97,27 @@ def record_launches(module: ModuleType, launcher: Callable[..., Any], inputs: tu
     return calls
 
 
-class _TargetDriver:
-    """Just enough of a Triton driver for `JITFunction.run(warmup=True)`: the device is the target itself
-    (so kernels compiled for two targets in one process keep separate in-memory caches)."""
-
-    def __init__(self, target: Any) -> None:
-        self._target = target
-
-    def get_current_device(self) -> Any:
-        return ("evo-target", self._target.backend, self._target.arch, self._target.warp_size)
-
-    def get_current_stream(self, device: Any = None) -> int:
-        return 0
-
-    def get_current_target(self) -> Any:
-        return self._target
-
-    def get_active_torch_device(self) -> Any:
-        import torch
-
-        return torch.device("meta")
-
-
 @contextlib.contextmanager
-def _driver_for(gpu_target: Any):
+def _target_driver(target: Target):
+    """Stands in for Triton's driver with just enough for `JITFunction.run(warmup=True)`: the device is the
+    target itself (so kernels compiled for two targets in one process keep separate in-memory caches)."""
+    import torch
+    from triton.backends.compiler import GPUTarget
     from triton.runtime.driver import driver
 
+    gpu_target = GPUTarget("cuda", target.arch, target.warp_size)
     previous = getattr(driver, "_active", None)
-    driver.set_active(_TargetDriver(gpu_target))
+    driver.set_active(SimpleNamespace(
+        get_current_device=lambda: ("evo-target", gpu_target.backend, gpu_target.arch, gpu_target.warp_size),
+        get_current_stream=lambda device=None: 0,
+        get_current_target=lambda: gpu_target,
+        get_active_torch_device=lambda: torch.device("meta"),
+    ))
     try:
         yield
     finally:
         # not reset_active(): on a machine without a GPU, creating the default driver raises
         driver._active = previous
-
-
-def compile_launches(launches: list[Launch], target: Target) -> tuple[list[Any], str]:
-    """Compile each recorded launch for `target`; returns the CompiledKernels and the captured ptxas log."""
-    from triton.backends.compiler import GPUTarget
-
-    gpu_target = GPUTarget("cuda", target.arch, target.warp_size)
-    log = io.StringIO()
-    # the ptxas log is not part of the cache key and is printed only when ptxas really runs
-    with _environment(TRITON_DUMP_PTXAS_LOG="1"), _driver_for(gpu_target), contextlib.redirect_stdout(log):
-        kernels = [launch.fn.run(*launch.args, grid=launch.grid, warmup=True, **launch.kwargs) for launch in launches]
-    return kernels, log.getvalue()
 
 
 def _inputs(candidate: Candidate) -> tuple[Any, ...]:
@@ -159,7 +131,6 @@ def _inputs(candidate: Candidate) -> tuple[Any, ...]:
 
 @contextlib.contextmanager
 def _environment(**values: str):
-    """Set environment variables for the duration of one compile."""
     old = {k: os.environ.get(k) for k in values}
     os.environ.update(values)
     try:
@@ -172,25 +143,14 @@ def _environment(**values: str):
                 os.environ[k] = v
 
 
-def interpreter_has_run() -> bool:
-    """True once the Triton interpreter has patched triton.language in this process (it never undoes it)."""
-    import triton.language as tl
-
-    return getattr(tl.core.tensor.__mul__, "__module__", "") == "triton.runtime.interpreter"
-
-
 def compile_candidate(candidate: Candidate, target: Target) -> CompileResult:
-    """Compile every kernel `candidate`'s launcher launches for its problem, for `target`, and judge them.
-
-    Meant for a compile worker process (a Ray task, or the local executor's compile child); it may run in any
-    process that has not run the Triton interpreter, since it sets TRITON_INTERPRET=0 while it works. It
-    compiles into TRITON_CACHE_DIR, which the GPU worker must share (by default both use ~/.triton/cache).
-    """
+    """Compile and judge `candidate` for `target` in any process that has not run the Triton interpreter."""
     import triton
+    import triton.language as tl
 
     started = time.perf_counter()
     result = CompileResult("ok", target=target, triton_version=triton.__version__, worker=f"pid{os.getpid()}")
-    if interpreter_has_run():
+    if getattr(tl.core.tensor.__mul__, "__module__", "") == "triton.runtime.interpreter":
         result.status = "error"
         result.reason = ("this process has run the Triton interpreter, which patches triton.language for the rest "
                          "of its life; compile in a fresh process (evo.evaluate.executor.CompileChild)")
@@ -205,14 +165,19 @@ def compile_candidate(candidate: Candidate, target: Target) -> CompileResult:
             launcher = getattr(module, entry, None)
             if launcher is None:
                 raise ValueError(f"rendered module has no launcher named {entry!r}")
-            kernels, log = compile_launches(record_launches(module, launcher, _inputs(candidate)), target)
+            launches = record_launches(module, launcher, _inputs(candidate))
+            # the ptxas log is not part of the cache key and is printed only when ptxas really runs
+            log = io.StringIO()
+            with _environment(TRITON_DUMP_PTXAS_LOG="1"), _target_driver(target), contextlib.redirect_stdout(log):
+                kernels = [launch.fn.run(*launch.args, grid=launch.grid, warmup=True, **launch.kwargs)
+                           for launch in launches]
     except Exception as exc:  # every fault of a candidate becomes a result, never a dead worker
         fault = classify(exc, phase="compile")
         result.status, result.reason = fault.status, fault.reason
     else:
         per_kernel: dict[str, dict[str, Any]] = {}  # by hash: a launcher may launch one kernel several times
         for k in kernels:
-            info = kernel_resources(k, log)
+            info = kernel_resources(k, log.getvalue())
             per_kernel.setdefault(info["hash"], info)
         result.cache_hashes = list(per_kernel)
         result.resources = summarize(list(per_kernel.values()))
@@ -227,8 +192,7 @@ def compile_candidate(candidate: Candidate, target: Target) -> CompileResult:
 def summarize(per_kernel: list[dict[str, Any]]) -> dict[str, Any]:
     """Resources of a candidate: the largest of its kernels' (what limits occupancy), plus each kernel's."""
     def largest(key: str) -> int | None:
-        values = [k[key] for k in per_kernel if k.get(key) is not None]
-        return max(values) if values else None
+        return max((k[key] for k in per_kernel if k.get(key) is not None), default=None)
 
     return {"shared": largest("shared") or 0, "registers": largest("registers"), "spills": largest("spills"),
             "kernels": per_kernel}
