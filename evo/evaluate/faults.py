@@ -44,6 +44,8 @@ _RULES: tuple[tuple[str, bool, tuple[str, ...], tuple[str, ...]], ...] = (
         r"hardware stack error", r"CUDA_ERROR_HARDWARE_STACK_ERROR", r"invalid program counter",
         r"warp (out-of-range|misaligned)", r"CUDA error", r"cudaError", r"CUDA_ERROR_\w+",
     )),
+    # a process left broken (an import interrupted halfway), not the kernel: never served again as its verdict
+    ("error", False, ("KeyboardInterrupt",), (r"partially initialized module", r"KeyboardInterrupt")),
     ("compile_error", False, ("CompilationError", "PTXASError", "SyntaxError", "IndentationError", "MLIRError",
                               "UnsupportedLanguageConstruct", "CompileTimeAssertionFailure",
                               "InterpreterError"), (  # the interpreter (smoke mode) meets kernel-body errors late

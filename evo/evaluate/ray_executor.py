@@ -168,11 +168,12 @@ class RayExecutor(Executor):
             self._pump()
 
     def cancel_waiting(self) -> list[Candidate]:
+        # Compiles under way finish and their results are dropped, never cancelled: a cancel raises
+        # KeyboardInterrupt in the task wherever it is, also halfway through importing torch, which leaves that
+        # compile process broken for every later task (an H100 run stored valid kernels of later problems as
+        # compile errors: "partially initialized module 'torch'"); a forced cancel kills the process, and the
+        # next problem would wait for Ray to start new ones.
         dropped = [*self._waiting, *self._ready, *(cand for cand, _ in self._compiling.values())]
-        for ref in self._compiling:
-            # not force: a forced cancel kills the task's process, and the next problem or run would wait for
-            # Ray to start (and import torch and triton into) a new compile process for every slot
-            self._ray.cancel(ref, force=False)
         self._compiling, self._waiting, self._ready = {}, deque(), deque()
         return dropped
 

@@ -27,6 +27,10 @@ TABLE = [
      "AttributeError: module 'triton.language' has no attribute 'nope'", "compile", "compile_error", False),
     ("LLVM ERROR: Failed to compute parent layout for slice layout.", "compile", "compile_error", False),
     ("RuntimeError: PassManager::run failed", "compile", "compile_error", False),
+    # a compile process whose torch import was interrupted fails every later task: that is no verdict on a kernel
+    ("AttributeError: partially initialized module 'torch' has no attribute 'fx' (most likely due to a circular "
+     "import)", "compile", "error", False),
+    ("KeyboardInterrupt", "compile", "error", False),
     ("TimeoutError: no reply within 60 s", "run", "timeout", False),
     ("ValueError: something odd in the launcher", "run", "error", False),
     ("ValueError: something odd in the launcher", "compile", "compile_error", False),
