@@ -29,21 +29,24 @@ def render(cand: Candidate, target: Target, strict: bool = False) -> Evaluation 
     validity rules. Returns the row when it cannot be rendered; `strict` raises instead (InvalidGenome, a
     ValueError, for an invalid genome)."""
     op = cand.operator
+    if cand.problem.operator != op.name:  # a bug of the caller, not a fault of the kernel
+        mismatch = f"problem {cand.problem.key} is for operator {cand.problem.operator!r}, not {op.name!r}"
+        if strict:
+            raise ValueError(mismatch)
+        return cand.row("error", mismatch)
     try:
-        if cand.problem.operator != op.name:  # a bug of the caller, not a fault of the kernel
-            raise ValueError(f"problem {cand.problem.key} is for operator {cand.problem.operator!r}, not {op.name!r}")
         reasons = op.family.violations(cand.genome, cand.problem, target)
         if reasons:
             raise InvalidGenome(f"{cand.genome} cannot run {cand.problem.key} on {target.name}: {'; '.join(reasons)}")
         source = op.render(cand.genome, cand.problem, target)
-    except Exception as e:
+    except InvalidGenome as e:
         if strict:
             raise
-        if isinstance(e, InvalidGenome):
-            return cand.row("invalid", str(e))
-        if cand.problem.operator != op.name:
-            return cand.row("error", str(e))
-        fault = classify(e, phase="compile")  # a render bug is a fault of this candidate, not of the search
+        return cand.row("invalid", str(e))
+    except Exception as e:  # a render bug is a fault of this candidate, not of the search
+        if strict:
+            raise
+        fault = classify(e, phase="compile")
         return cand.row(fault.status, f"render failed: {fault.reason}")
     cand.source, cand.source_hash = source, source_hash(source)
     return None

@@ -313,8 +313,8 @@ def _executor(c: Checker, node: Any) -> ExecutorSpec:
 
 
 def _evaluation(c: Checker, node: Any) -> EvaluationSpec:
-    get = _sub(c, node, "evaluation", ("reps", "warmup", "budget_ms", "timeout_s", "compile_timeout_s",
-                                                   "noise_margin"))
+    keys = ("reps", "warmup", "budget_ms", "timeout_s", "compile_timeout_s", "noise_margin")
+    get = _sub(c, node, "evaluation", keys)
     e = EvaluationSpec
     return EvaluationSpec(
         reps=c.integer(get("reps", e.reps), "evaluation.reps", 1),
