@@ -1,9 +1,11 @@
 """The launcher of a rendered GEMM module: input checks, buffers, grid, and the one kernel launch.
 
 Like the kernel, it holds only what the genome turns on: a persistent grid asks the device for its SM count,
-tensor descriptors check alignment and either install Triton's scratch allocator (made in the kernel) or are
-built here from the tensors (host descriptors, which need no data: meta tensors do for compiling ahead),
-split-K and stream-K allocate fp32 partial tiles and keep per-tile arrival counters.
+tensor descriptors check alignment and either are made in the kernel (Triton's scratch memory) or are host
+descriptors over the operands, split-K and stream-K keep fp32 partial tiles and per-tile arrival counters,
+padded rows copy operands whose rows are not 16-byte multiples. All of that is worked out once per argument
+signature in `_plan`; a call then costs a dictionary look-up and the bound launch of evo's launch runtime
+(evo/launch/runtime.py, pasted into every rendered module).
 """
 
 from __future__ import annotations
@@ -33,17 +35,17 @@ def constexpr_names(g: Mapping[str, Any]) -> list[str]:
 
 
 def launcher_source(g: Mapping[str, Any]) -> str:
-    """Source of the module's tail: private helpers, then `matmul(a, b, out=None)` launching the kernel."""
+    """Source of the module's tail: private helpers, `_plan` (everything that depends only on the arguments'
+    signature, computed once per signature), then `matmul(a, b, out=None)`, which looks its plan up and runs it."""
     split, persistent, desc = g["split_k"] > 1, g["persistent"], g["memory"] in DESCRIPTOR_MEMORY
     host, stream_k = g["memory"] == "host_descriptor", g["persistent"] and g["stream_k"]
     out = "_DTYPES = (torch.float16, torch.bfloat16, torch.float32)\n"
+    out += "_PLANS = PlanCache()  # argument signature -> run(a, b, out): checks, grid and buffers done once\n"
     if g["pad_rows"]:
         out += "PAD_BLOCK_R, PAD_BLOCK_C = 8, 256  # rows and columns per program of the padding copies\n"
     if stream_k:
         out += (f"SK_MAX_PARTS = {SK_MAX_PARTS}  # programs that may share one stream-K tile "
                 "(bounds the partials its last program sums)\n")
-    if split or stream_k:
-        out += "_COUNTERS = {}  # (device, number of tiles) -> int32 arrival counters, all zero between launches\n"
     if persistent:
         out += "\n\n" + _block(f"""
             def _num_sms(device):
@@ -52,91 +54,10 @@ def launcher_source(g: Mapping[str, Any]) -> str:
                 return {CPU_NUM_SMS}  # CPU interpreter: a few programs still loop over several tiles
         """, 0)
     if g["pad_rows"]:
-        out += "\n\n" + _block("""
-            @triton.jit
-            def copy_rows_kernel(src, dst, rows, cols, src_stride, dst_stride, BLOCK_R: tl.constexpr,
-                                 BLOCK_C: tl.constexpr):
-                # dst[r, c] = src[r, c] for r < rows, c < cols, rows src_stride and dst_stride elements apart
-                r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-                c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
-                inside = (r[:, None] < rows) & (c[None, :] < cols)
-                x = tl.load(src + r[:, None] * src_stride + c[None, :], mask=inside)
-                tl.store(dst + r[:, None] * dst_stride + c[None, :], x, mask=inside)
-
-
-            def _copy_rows(src, dst):
-                # dst[:] = src for 2-D tensors of one shape with unit column stride; a kernel of its own, since
-                # torch's copy_ between such strided tensors ran at half the bandwidth on an H100
-                rows, cols = src.shape
-                grid = (triton.cdiv(rows, PAD_BLOCK_R), triton.cdiv(cols, PAD_BLOCK_C))
-                copy_rows_kernel[grid](src, dst, rows, cols, src.stride(0), dst.stride(0), BLOCK_R=PAD_BLOCK_R,
-                                       BLOCK_C=PAD_BLOCK_C, num_warps=4)
-                return dst
-
-
-            def _padded(rows, cols, like):
-                # an empty [rows, cols] view of a buffer whose rows start every 16 bytes (what tensor descriptors
-                # need); the bytes past each row are never read (descriptors read zeros beyond the shape)
-                step = 16 // like.element_size()
-                buf = torch.empty((rows, triton.cdiv(cols, step) * step), dtype=like.dtype, device=like.device)
-                return buf[:, :cols]
-        """, 0)
-    if desc and not host:
-        out += "\n\n" + _block("""
-            def _scratch(device):
-                # in-kernel tensor descriptors are written to global scratch memory that Triton asks for
-                def alloc(size, alignment, stream):
-                    return torch.empty(size, dtype=torch.int8, device=device)
-
-                return alloc
-        """, 0)
-    if split or stream_k:
-        out += "\n\n" + _block("""
-            def _arrival_counters(device, num_tiles):
-                # Allocated zeroed once; each tile's last program resets its counter. Like cuBLAS's workspace,
-                # one entry must not serve launches running concurrently on different streams.
-                key = (str(device), num_tiles)
-                if key not in _COUNTERS:
-                    _COUNTERS[key] = torch.zeros(num_tiles, dtype=torch.int32, device=device)
-                return _COUNTERS[key]
-        """, 0)
-    out += "\n\n" + _block('''
-        def matmul(a, b, out=None):
-            """C = A @ B for row-major contiguous A[M, K] and B[K, N] of one dtype (fp16, bf16 or fp32).
-
-            C has the inputs' dtype (accumulation is fp32) and is written into `out` when given.
-            """
-            if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.ndim == 2 and b.ndim == 2):
-                raise ValueError("matmul expects two 2-D tensors A[M, K] and B[K, N]")
-            if a.shape[1] != b.shape[0]:
-                raise ValueError(f"inner dimensions differ: A is {tuple(a.shape)}, B is {tuple(b.shape)}")
-            if a.dtype != b.dtype or a.dtype not in _DTYPES:
-                raise ValueError(f"A and B must share one dtype of fp16, bf16, fp32; got {a.dtype} and {b.dtype}")
-            if a.device != b.device:
-                raise ValueError(f"A is on {a.device} but B is on {b.device}")
-            if not (a.is_contiguous() and b.is_contiguous()):
-                raise ValueError("A and B must be row-major contiguous (call .contiguous() first)")
-            M, K = a.shape
-            N = b.shape[1]
-            if max(M * K, K * N, M * N) >= 2**31:
-                raise ValueError(f"{M}x{N}x{K} needs 64-bit offsets; this kernel computes them in 32 bits")
-            if out is None:
-                out = torch.empty((M, N), device=a.device, dtype=a.dtype)
-            elif (tuple(out.shape), out.dtype, out.device) != ((M, N), a.dtype, a.device) or not out.is_contiguous():
-                raise ValueError(f"out must be a contiguous {M}x{N} {a.dtype} tensor on {a.device}")
-            if M == 0 or N == 0:
-                return out
-            if K == 0:
-                return out.zero_()
-    ''', 0)
-    if g["pad_rows"]:  # remember the caller's buffer: C may be computed into padded rows, then copied into it
-        out = out.replace("    if out is None:\n", "    given = out\n    if out is None:\n", 1)
+        out += "\n\n" + _PAD_HELPERS
+    out += "\n\n" + _PLAN_HEAD
     if desc:
         out += _descriptor_checks(g)
-        if host:
-            out += _host_descriptors(g)
-        else:
-            out += _block("triton.set_allocator(_scratch(a.device))", 1)
     if g.get("aligned_dims"):
         cond = " or ".join(f"{d} % ROW_ALIGN" for d in g["aligned_dims"])
         dims = " and ".join(g["aligned_dims"])
@@ -145,13 +66,12 @@ def launcher_source(g: Mapping[str, Any]) -> str:
                 raise ValueError(f"rendered for {dims} divisible by {{ROW_ALIGN}}; got K={{K}}, N={{N}}")
         """, 1)
     out += _block("num_tiles = triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N)", 1)
-    blocks = [""] if len(column_blocks(g["BLOCK_N"])) == 1 else ["0", "1"]
-    operands = (f"a_desc, {', '.join('b_desc' + s for s in blocks)}, {', '.join('c_desc' + s for s in blocks)}"
-                if host else "a, b, out")
-    args = f"{operands}, M, N, K,"
+    n_blocks = len(column_blocks(g["BLOCK_N"]))
+    operands = ", ".join(["a"] + ["b"] * n_blocks + ["c"] * n_blocks) if host else "a, b, c"
+    args = f"{operands}, M, N, K"
     if stream_k:
         out += _block("""
-            num_sms = _num_sms(a.device)
+            num_sms = _num_sms(device)
             grid = (num_sms,)  # every SM takes part in the stream-K phase, even with fewer tiles than SMs
             # the last num_tiles % num_sms tiles are shared by K steps: an even share per program, but no more
             # than SK_MAX_PARTS programs on one tile
@@ -159,76 +79,178 @@ def launcher_source(g: Mapping[str, Any]) -> str:
             sk_tiles = num_tiles % num_sms
             sk_share = max(triton.cdiv(sk_tiles * k_tiles, num_sms), triton.cdiv(k_tiles, SK_MAX_PARTS), 1)
             sk_slots = triton.cdiv(k_tiles, sk_share) + 1  # the most programs whose runs can meet one tile
-            partials = torch.empty(max(sk_tiles, 1) * sk_slots * BLOCK_M * BLOCK_N, dtype=torch.float32,
-                                   device=a.device)
-            counters = _arrival_counters(a.device, max(sk_tiles, 1))
+            partials = torch.empty(max(sk_tiles, 1) * sk_slots * BLOCK_M * BLOCK_N, dtype=torch.float32, device=device)
+            counters = torch.zeros(max(sk_tiles, 1), dtype=torch.int32, device=device)
         """, 1)
-        args = f"{operands}, partials, counters, M, N, K, num_sms, sk_share, sk_slots,"
+        args = f"{operands}, partials, counters, M, N, K, num_sms, sk_share, sk_slots"
     elif persistent:
-        args = f"{operands}, M, N, K, num_sms,"
+        args = f"{operands}, M, N, K, num_sms"
         out += _block("""
-            num_sms = _num_sms(a.device)
+            num_sms = _num_sms(device)
             grid = (min(num_sms, num_tiles),)
         """, 1)
     elif split:
         out += _block("""
             grid = (num_tiles * SPLIT_K,)
-            partials = torch.empty(num_tiles * SPLIT_K * BLOCK_M * BLOCK_N, dtype=torch.float32, device=a.device)
-            counters = _arrival_counters(a.device, num_tiles)
+            partials = torch.empty(num_tiles * SPLIT_K * BLOCK_M * BLOCK_N, dtype=torch.float32, device=device)
+            counters = torch.zeros(num_tiles, dtype=torch.int32, device=device)
         """, 1)
-        args = f"{operands}, partials, counters, M, N, K,"
+        args = f"{operands}, partials, counters, M, N, K"
     else:
         out += _block("grid = (num_tiles,)", 1)
-    kwargs = _wrap([f"{c}={c}" for c in constexpr_names(g)])
-    kwargs += ["num_warps=NUM_WARPS, num_stages=NUM_STAGES,"]
-    out += _block(f"{KERNEL_NAME}[grid](", 1) + _block("\n".join([args] + kwargs), 2) + _block(")", 1)
-    if g["pad_rows"]:
+    if split or stream_k:
         out += _block("""
-            if given is not None and out is not given:  # C was computed into padded rows
-                return _copy_rows(out, given)
+            # The partial tiles and the arrival counters belong to this plan: allocated (zeroed) once, each tile's
+            # last program resets its counter. Like cuBLAS's workspace, they must not serve launches running
+            # concurrently on different streams.
         """, 1)
-    out += _block("return out", 1)
-    return out
+    extra = ", descriptors=" + _descriptor_specs(g, n_blocks) if host else ", scratch=True" if desc else ""
+    out += _block(f'kernel = BoundKernel({KERNEL_NAME}, grid, {{"num_warps": NUM_WARPS, "num_stages": NUM_STAGES}}'
+                  f"{extra})", 1)
+    call = _wrap(f"{args}, {', '.join(constexpr_names(g))}".split(", "), 88)
+    run = (["", "def run(a, b, out):"] + _run_prologue(g) + ["    kernel("] + [f"        {line}" for line in call]
+           + ["    )"] + _run_epilogue(g) + [""])
+    if split or stream_k:
+        run.append("run.workspace = (partials, counters)  # for inspection")
+    run.append("return run")
+    out += "\n" + _block("\n".join(run), 1)
+    return out + "\n\n" + _ENTRY
+
+
+_PAD_HELPERS = _block('''
+    @triton.jit
+    def copy_rows_kernel(src, dst, rows, cols, src_stride, dst_stride, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+        # dst[r, c] = src[r, c] for r < rows, c < cols, rows src_stride and dst_stride elements apart
+        r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+        c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+        inside = (r[:, None] < rows) & (c[None, :] < cols)
+        x = tl.load(src + r[:, None] * src_stride + c[None, :], mask=inside)
+        tl.store(dst + r[:, None] * dst_stride + c[None, :], x, mask=inside)
+
+
+    def _row_copier(rows, cols):
+        # copy(src, dst): dst[:] = src for [rows, cols] tensors with unit column stride; a kernel of its own, since
+        # torch's copy_ between such strided tensors ran at half the bandwidth on an H100
+        grid = (triton.cdiv(rows, PAD_BLOCK_R), triton.cdiv(cols, PAD_BLOCK_C))
+        kernel = BoundKernel(copy_rows_kernel, grid, {"num_warps": 4})
+
+        def copy(src, dst):
+            kernel(src, dst, rows, cols, src.stride(0), dst.stride(0), PAD_BLOCK_R, PAD_BLOCK_C)
+            return dst
+
+        return copy
+
+
+    def _padded(rows, cols, like):
+        # an empty [rows, cols] view of a buffer whose rows start every 16 bytes (what tensor descriptors
+        # need); the bytes past each row are never read (descriptors read zeros beyond the shape)
+        step = 16 // like.element_size()
+        buf = torch.empty((rows, triton.cdiv(cols, step) * step), dtype=like.dtype, device=like.device)
+        return buf[:, :cols]
+''', 0)
+
+_PLAN_HEAD = _block('''
+    def _plan(a, b, out):
+        """Check the arguments (ValueError naming what is wrong) and fix what depends only on their signature:
+        sizes, grid, buffers and the bound kernel. Returns run(a, b, out) for every call of this signature."""
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.ndim == 2 and b.ndim == 2):
+            raise ValueError("matmul expects two 2-D tensors A[M, K] and B[K, N]")
+        if a.shape[1] != b.shape[0]:
+            raise ValueError(f"inner dimensions differ: A is {tuple(a.shape)}, B is {tuple(b.shape)}")
+        if a.dtype != b.dtype or a.dtype not in _DTYPES:
+            raise ValueError(f"A and B must share one dtype of fp16, bf16, fp32; got {a.dtype} and {b.dtype}")
+        if a.device != b.device:
+            raise ValueError(f"A is on {a.device} but B is on {b.device}")
+        if not (a.is_contiguous() and b.is_contiguous()):
+            raise ValueError("A and B must be row-major contiguous (call .contiguous() first)")
+        M, K = a.shape
+        N = b.shape[1]
+        if max(M * K, K * N, M * N) >= 2**31:
+            raise ValueError(f"{M}x{N}x{K} needs 64-bit offsets; this kernel computes them in 32 bits")
+        if out is not None and not (isinstance(out, torch.Tensor) and out.is_contiguous()
+                                    and (tuple(out.shape), out.dtype, out.device) == ((M, N), a.dtype, a.device)):
+            raise ValueError(f"out must be a contiguous {M}x{N} {a.dtype} tensor on {a.device}")
+        dtype, device = a.dtype, a.device
+
+        def new_out():
+            return torch.empty((M, N), dtype=dtype, device=device)
+
+        if M == 0 or N == 0:
+            return lambda a, b, out: new_out() if out is None else out
+        if K == 0:
+            return lambda a, b, out: (new_out() if out is None else out).zero_()
+''', 0)
+
+_ENTRY = _block('''
+    def matmul(a, b, out=None):
+        """C = A @ B for row-major contiguous A[M, K] and B[K, N] of one dtype (fp16, bf16 or fp32).
+
+        C has the inputs' dtype (accumulation is fp32) and is written into `out` when given. The checks, grid and
+        buffers of a call are worked out once per argument signature (shapes, strides, dtypes, devices, 16-byte
+        alignment); later calls of that signature launch the bound kernel at once.
+        """
+        key = (signature(a), signature(b), None if out is None else signature(out))
+        run = _PLANS.get(key)
+        if run is None:
+            run = _PLANS.add(key, _plan(a, b, out))
+        return run(a, b, out)
+''', 0)
+
+
+def _run_prologue(g: Mapping[str, Any]) -> list[str]:
+    """The first lines of a plan's run(a, b, out): the output, and the padding copies (pad_rows)."""
+    if not g["pad_rows"]:
+        return ["    c = out = new_out() if out is None else out"]
+    return ["    if pad_a:", "        a = copy_a(a, a_pad)",
+            "    if pad_b:", "        b = copy_b(b, b_pad)",
+            "    if pad_c:  # C in padded rows: a fresh view when returned, the plan's own buffer when copied out",
+            "        c = _padded(M, N, b_pad) if out is None else c_pad",
+            "    else:",
+            "        c = out = new_out() if out is None else out"]
+
+
+def _run_epilogue(g: Mapping[str, Any]) -> list[str]:
+    if not g["pad_rows"]:
+        return ["    return out"]
+    return ["    if pad_c:", "        return c if out is None else copy_c(c, out)", "    return out"]
+
+
+def _descriptor_specs(g: Mapping[str, Any], n_blocks: int) -> str:
+    """The bound kernel's `descriptors`: position -> (shape, strides, block) of each host tensor descriptor,
+    A first, then one per column block of B, then of C."""
+    widths = ["BLOCK_N"] if n_blocks == 1 else ["BLOCK_N0", "BLOCK_N1"]
+    a_stride, b_stride, c_stride = ("a_stride", "b_stride", "c_stride") if g["pad_rows"] else ("K", "N", "N")
+    specs = [f"0: ([M, K], [{a_stride}, 1], [BLOCK_M, BLOCK_K])"]
+    specs += [f"{1 + i}: ([K, N], [{b_stride}, 1], [BLOCK_K, {w}])" for i, w in enumerate(widths)]
+    c_widths = ["BLOCK_N // 2" if g["epilogue_subtile"] else w for w in widths]
+    specs += [f"{1 + n_blocks + i}: ([M, N], [{c_stride}, 1], [BLOCK_M, {w}])" for i, w in enumerate(c_widths)]
+    return "{" + ", ".join(specs) + "}"
 
 
 def _descriptor_checks(g: Mapping[str, Any]) -> str:
-    """Launcher lines that refuse operands a tensor descriptor cannot address, or pad them (pad_rows)."""
-    if g["pad_rows"]:
-        rows = _block("""
-            # Tensor descriptors need rows of 16-byte multiples: an operand whose rows are not is copied into
-            # padded rows first, and C is then computed into padded rows (every call pays for the copies, and
-            # its timing includes them). Without `out`, C is returned as a view of its padded rows.
-            if (K * a.element_size()) % 16:
-                a = _copy_rows(a, _padded(M, K, a))
-            if (N * b.element_size()) % 16:
-                b = _copy_rows(b, _padded(K, N, b))
-                out = _padded(M, N, a)
-        """, 1)
-    else:
-        rows = _block("""
-            if (K * a.element_size()) % 16 or (N * a.element_size()) % 16:
-                raise ValueError(f"tensor descriptors need rows of 16-byte multiples; K={K}, N={N} in {a.dtype}")
-        """, 1)
-    return rows + _block("""
-        if any(t.data_ptr() % 16 for t in (a, b, out)):
+    """Plan lines that refuse operands a tensor descriptor cannot address, or plan their padding (pad_rows)."""
+    aligned = _block("""
+        if a.data_ptr() % 16 or b.data_ptr() % 16 or (out is not None and out.data_ptr() % 16):
             raise ValueError("tensor descriptors need A, B and out to start at 16-byte aligned addresses")
     """, 1)
-
-
-def _host_descriptors(g: Mapping[str, Any]) -> str:
-    """Launcher lines building the host tensor descriptors (one per column block of B and C)."""
-    blocks = column_blocks(g["BLOCK_N"])
-    names = [("", "BLOCK_N")] if len(blocks) == 1 else [("0", "BLOCK_N0"), ("1", "BLOCK_N1")]
-    # padded operands have a row stride of their own; unpadded ones are contiguous
-    a_stride, b_stride, c_stride = ("a.stride(0)", "b.stride(0)", "out.stride(0)") if g["pad_rows"] else ("K", "N", "N")
-    out = _block(f"""
-        # Host tensor descriptors (TMA): out-of-bounds reads return zeros and out-of-bounds writes are
-        # dropped, so the kernel needs no masks; the block shapes are part of the compiled signature.
-        a_desc = TensorDescriptor(a, [M, K], [{a_stride}, 1], [BLOCK_M, BLOCK_K])
+    if not g["pad_rows"]:
+        return _block("""
+            if (K * a.element_size()) % 16 or (N * a.element_size()) % 16:
+                raise ValueError(f"tensor descriptors need rows of 16-byte multiples; K={K}, N={N} in {a.dtype}")
+        """, 1) + aligned
+    return aligned + _block("""
+        # Tensor descriptors need rows of 16-byte multiples: an operand whose rows are not is copied into the plan's
+        # padded rows first, and C is computed into padded rows (every call pays for the copies, and its timing
+        # includes them). Without `out`, C is returned as a view of fresh padded rows, as torch.compile does.
+        pad_a, pad_b = bool((K * a.element_size()) % 16), bool((N * b.element_size()) % 16)
+        pad_c = pad_b
+        a_pad = _padded(M, K, a) if pad_a else None
+        b_pad = _padded(K, N, b) if pad_b else None
+        c_pad = _padded(M, N, a) if pad_c and out is not None else None
+        copy_a = _row_copier(M, K) if pad_a else None
+        copy_b = _row_copier(K, N) if pad_b else None
+        copy_c = _row_copier(M, N) if pad_c else None
+        a_stride = a_pad.stride(0) if pad_a else K
+        b_stride = b_pad.stride(0) if pad_b else N
+        c_stride = b_pad.stride(0) if pad_c else N  # C's padded rows are as wide as B's
     """, 1)
-    for s, w in names:
-        out += _block(f"b_desc{s} = TensorDescriptor(b, [K, N], [{b_stride}, 1], [BLOCK_K, {w}])", 1)
-    for s, w in names:
-        c_block = "BLOCK_N // 2" if g["epilogue_subtile"] else w
-        out += _block(f"c_desc{s} = TensorDescriptor(out, [M, N], [{c_stride}, 1], [BLOCK_M, {c_block}])", 1)
-    return out

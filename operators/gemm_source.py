@@ -11,6 +11,7 @@ import textwrap
 from collections.abc import Mapping
 from typing import Any
 
+from evo.launch import runtime_source
 from genomes.gemm import DESCRIPTOR_MEMORY, column_blocks
 from operators._template import block as _block
 from operators._template import wrap as _wrap
@@ -370,7 +371,5 @@ def gemm_source(g: Mapping[str, Any], title: str, row_align: int = 1, aligned_di
     header = (f'"""{title}\n\n{what}\nCall {ENTRY_NAME}(a, b, out=None) for any M, N, K whose operands have '
               'fewer than 2**31 elements.\n"""\n')
     imports = "import torch\nimport triton\nimport triton.language as tl\n"
-    if g["memory"] == "host_descriptor":
-        imports += "from triton.tools.tensor_descriptor import TensorDescriptor\n"
-    return (header + "\n" + imports + "\n" + _constants(g) + "\n\n"
+    return (header + "\n" + imports + "\n" + runtime_source() + "\n\n" + _constants(g) + "\n\n"
             + _tile_coords(g) + "\n\n" + _kernel(g) + "\n\n" + launcher_source(g))

@@ -90,18 +90,12 @@ class RMSNormOperator(RowwiseOperator):
         lines += sk.signature(self.kernel_name, "x_ptr, w_ptr, y_ptr, n_rows, eps")
         prologue = [self._weight(sk)] if sk.single else []
         lines += sk.kernel_body(prologue, self._single(sk) if sk.single else self._looped(sk))
-        lines += [
-            "",
-            "",
-            "def rmsnorm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None,",
-            f"            eps: float = {EPS!r}) -> torch.Tensor:",
-            '    """RMSNorm over the last dimension of x, times `weight` (one per column), in x\'s dtype."""',
-        ]
-        lines += self.prepare("x")
-        lines += ["    if weight.shape != (n_cols,):",
-                  "        raise ValueError(f\"weight must have shape ({n_cols},); got {tuple(weight.shape)}\")",
-                  "    weight = weight.contiguous()"]
-        lines += self.launch(sk, "x, weight, out, n_rows, eps")
+        head = ["def rmsnorm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None,",
+                f"            eps: float = {EPS!r}) -> torch.Tensor:",
+                '    """RMSNorm over the last dimension of x, times `weight` (one per column), in x\'s dtype."""']
+        checks = ["    if not isinstance(weight, torch.Tensor) or weight.shape != (n_cols,) or weight.device != x.device:",
+                  "        raise ValueError(f\"weight must have shape ({n_cols},) on {x.device}; got {_described(weight)}\")"]
+        lines += ["", ""] + self.module_tail(sk, head, ("x", "weight"), checks, "x, weight, out, n_rows, eps", ", eps")
         return "\n".join(lines) + "\n"
 
     # -- judging a kernel ---------------------------------------------------------------------------

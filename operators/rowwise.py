@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from evo.launch import runtime_source
 from evo.problem import DTYPES, Problem, Target
 from genomes.base import Genome, InvalidGenome
 from genomes.rowwise import ELEM_BYTES
@@ -157,6 +158,8 @@ class RowwiseOperator(Operator):
             "import triton",
             "import triton.language as tl",
             "",
+            runtime_source(),
+            "",
             f"N_COLS = {problem.dims['cols']}  # the row width this kernel was rendered (and tuned) for",
             f"ROWS = {g['ROWS']}",
             f"BLOCK = {g['BLOCK']}",
@@ -169,41 +172,64 @@ class RowwiseOperator(Operator):
                          f"# persistent grid: {g['persistent']} per SM of {target.num_sms}")
         return lines + ["", ""]
 
-    def launch(self, sk: Skeleton, args: str) -> list[str]:
-        """Launcher lines (inside the entry function) that size the grid and launch the kernel."""
+    def module_tail(self, sk: Skeleton, head: list[str], tensors: tuple[str, ...], checks: list[str], args: str,
+              scalars: str = "") -> list[str]:
+        """The module's tail: `_plan` (checks, grid and the bound kernel, once per argument signature) and the entry
+        function. `head` is the entry's def line(s) and docstring, `tensors` its tensor parameters before `out`,
+        `checks` plan lines checking them beyond x, `args` the kernel's runtime arguments and `scalars` the
+        entry's parameters after `out` that are passed on every call (", eps")."""
+        params = ", ".join(tensors)
         blocks = "triton.cdiv(n_rows, ROWS)"
         grid = f"(min({blocks}, PROGRAMS),)" if sk.g["persistent"] else f"({blocks},)"
-        stages = ", NUM_STAGES=NUM_STAGES" if sk.pipelined else ""
+        options = '{"num_warps": NUM_WARPS, "num_stages": NUM_STAGES}' if sk.has_loop else '{"num_warps": NUM_WARPS}'
+        consts = "n_cols, ROWS, block" + (", NUM_STAGES" if sk.pipelined else "")
         if sk.single:
             block = ["    # single pass: the block holds the whole row (wider rows than BLOCK get a wider block)",
                      "    block = BLOCK if n_cols <= BLOCK else triton.next_power_of_2(n_cols)"]
         else:
             block = ["    block = BLOCK"]
-        pad = " " * (len(self.kernel_name) + 11)
-        return block + [
-            "    n_rows = x.numel() // n_cols",
-            "    if n_rows == 0:",
-            "        return out",
-            f"    grid = {grid}",
-            f"    {self.kernel_name}[grid]({args},",
-            f"{pad}N_COLS=n_cols, ROWS=ROWS, BLOCK=block{stages},",
-            f"{pad}num_warps=NUM_WARPS{', num_stages=NUM_STAGES' if sk.has_loop else ''})",
-            "    return out",
-        ]
-
-    @staticmethod
-    def prepare(tensor_name: str) -> list[str]:
-        """Launcher lines that check the input's shape, make it contiguous and allocate or check `out`."""
-        t = tensor_name
+        contiguous = " and ".join(f"{t}.is_contiguous()" for t in tensors)
         return [
-            f"    if {t}.dim() == 0 or {t}.shape[-1] == 0:",
-            f"        raise ValueError(f\"{t} needs rows of at least one element; got shape {{tuple({t}.shape)}}\")",
-            f"    n_cols = {t}.shape[-1]",
-            f"    {t} = {t}.contiguous()",
-            "    if out is None:",
-            f"        out = torch.empty_like({t})",
-            f"    elif out.shape != {t}.shape or out.dtype != {t}.dtype or not out.is_contiguous():",
-            f"        raise ValueError(\"out must be a contiguous tensor of {t}'s shape and dtype\")",
+            "_PLANS = PlanCache()  # argument signature -> run(...): checks, grid and the bound kernel, done once",
+            "",
+            "",
+            "def _described(t):",
+            "    return f\"a {t.dtype} tensor of shape {tuple(t.shape)} on {t.device}\" if isinstance(t, torch.Tensor) else repr(t)[:60]",
+            "",
+            "",
+            f"def _plan({params}, out):",
+            '    """Check the arguments (ValueError naming what is wrong) and fix what depends only on their',
+            '    signature: sizes, grid and the bound kernel. Returns run(...) for every call of this signature."""',
+            "    if not isinstance(x, torch.Tensor) or x.dim() == 0 or x.shape[-1] == 0:",
+            "        raise ValueError(f\"x must be a tensor with rows of at least one element; got {_described(x)}\")",
+            "    n_cols = x.shape[-1]",
+            "    if out is not None and (not isinstance(out, torch.Tensor) or out.shape != x.shape",
+            "                            or out.dtype != x.dtype or out.device != x.device or not out.is_contiguous()):",
+            "        raise ValueError(\"out must be a contiguous tensor of x's shape, dtype and device\")",
+            *checks,
+            "    n_rows = x.numel() // n_cols",
+            *block,
+            f"    kernel = BoundKernel({self.kernel_name}, {grid}, {options})",
+            f"    contiguous = {contiguous}  # else each call copies into contiguous rows first",
+            "",
+            f"    def run({params}, out{scalars}):",
+            "        if not contiguous:",
+            *[f"            {t} = {t}.contiguous()" for t in tensors],
+            "        if out is None:",
+            "            out = torch.empty_like(x)",
+            "        if n_rows:",
+            f"            kernel({args}, {consts})",
+            "        return out",
+            "",
+            "    return run",
+            "",
+            "",
+            *head,
+            "    key = (" + ", ".join(f"signature({t})" for t in tensors) + ", None if out is None else signature(out))",
+            "    run = _PLANS.get(key)",
+            "    if run is None:",
+            f"        run = _PLANS.add(key, _plan({params}, out))",
+            f"    return run({params}, out{scalars})",
         ]
 
     # -- judging a kernel ---------------------------------------------------------------------------

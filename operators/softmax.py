@@ -97,14 +97,9 @@ class SoftmaxOperator(RowwiseOperator):
         lines = self.header(sk, problem, target, summary)
         lines += sk.signature(self.kernel_name, "x_ptr, y_ptr, n_rows")
         lines += sk.kernel_body([], self._single(sk) if sk.single else self._looped(sk))
-        lines += [
-            "",
-            "",
-            "def softmax(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:",
-            '    """Softmax over the last dimension of x, in x\'s dtype."""',
-        ]
-        lines += self.prepare("x")
-        lines += self.launch(sk, "x, out, n_rows")
+        head = ["def softmax(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:",
+                '    """Softmax over the last dimension of x, in x\'s dtype."""']
+        lines += ["", ""] + self.module_tail(sk, head, ("x",), [], "x, out, n_rows")
         return "\n".join(lines) + "\n"
 
     # -- judging a kernel ---------------------------------------------------------------------------

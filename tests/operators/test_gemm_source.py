@@ -8,6 +8,7 @@ import re
 import pytest
 
 import operators
+from evo.launch import runtime_source
 from evo.problem import HOPPER
 
 OP = operators.get("gemm")
@@ -21,8 +22,15 @@ def src(**values) -> str:
 
 
 def code(source: str) -> str:
-    """The source without its docstring (which names every gene, on or off)."""
-    return source[source.index('"""', 3) + 3:]
+    """The source without its docstring (which names every gene, on or off) and the launch runtime every
+    rendered module carries (evo/launch/runtime.py)."""
+    return source[source.index('"""', 3) + 3:].replace(runtime_source(), "")
+
+
+def launch_call(source: str) -> str:
+    """The plan's bound launch: the kernel's arguments, positional, constexprs last."""
+    start = source.index("        kernel(\n")
+    return source[start:source.index("\n        )", start)]
 
 
 def kernel_body(source: str) -> str:
@@ -41,7 +49,7 @@ def test_plain_genome_has_no_optional_feature():
     assert "for ki in range(0, k_full):" in s
     # features are chosen by the renderer, never by constexpr branches inside the kernel
     assert not re.search(r"^\s*if [A-Z_]+", kernel_body(s), re.M)
-    assert s.count("matmul_kernel[grid](") == 1
+    assert s.count("BoundKernel(matmul_kernel, grid,") == 1 and s.count("    kernel(\n") == 1
 
 
 @pytest.mark.parametrize("values", [
@@ -56,21 +64,24 @@ def test_every_constant_is_used_and_passed_as_constexpr(values):
     s = src(**values)
     constants = re.findall(r"^([A-Z][A-Z_]*) = \d+", s, re.M)
     assert constants[:3] == ["BLOCK_M", "BLOCK_N", "BLOCK_K"] and {"NUM_WARPS", "NUM_STAGES"} <= set(constants)
-    launch = s[s.index("matmul_kernel[grid]("):]
+    launch = launch_call(s)
     for name in constants:
         if name in ("NUM_WARPS", "NUM_STAGES"):
-            assert f"{name.lower()}={name}" in launch
+            assert f'"{name.lower()}": {name}' in s
         elif name == "SK_MAX_PARTS":  # the launcher's own: it sizes the stream-K share
             assert "triton.cdiv(k_tiles, SK_MAX_PARTS)" in s
         else:
-            assert f"{name}: tl.constexpr" in s and f"{name}={name}" in launch, name
+            assert f"{name}: tl.constexpr" in s and re.search(rf"\b{name},", launch), name
+    # constexprs are passed in the order the kernel declares them
+    declared = re.findall(r"(\w+): tl.constexpr", kernel_body(s)[:kernel_body(s).index("):")])
+    assert launch.replace(" ", "").replace("\n", "").endswith(",".join(declared) + ",")
 
 
 def test_tile_and_launch_genes_set_the_constants():
     s = src(BLOCK_M=128, BLOCK_N=32, BLOCK_K=16, num_warps=8, num_stages=5)
     for line in ("BLOCK_M = 128", "BLOCK_N = 32", "BLOCK_K = 16", "NUM_WARPS = 8", "NUM_STAGES = 5"):
         assert re.search(rf"^{line}\b", s, re.M), line
-    assert "num_warps=NUM_WARPS, num_stages=NUM_STAGES" in s
+    assert '{"num_warps": NUM_WARPS, "num_stages": NUM_STAGES}' in s
 
 
 def test_group_m_and_raster_change_the_tile_order():
@@ -104,32 +115,30 @@ def test_descriptor_memory_replaces_pointer_masks_with_tensor_descriptors():
     assert "mask=" in pointer and "make_tensor_descriptor" not in pointer
     assert desc.count("tl.make_tensor_descriptor(") == 3 and "mask=" not in desc and "tl.where" not in desc
     assert "a_desc.load([off_m, ki * BLOCK_K])" in desc and "c_desc.store(" in desc
-    assert "triton.set_allocator(" in src(memory="descriptor")
+    assert "scratch=True)" in code(src(memory="descriptor")) and "scratch=True" not in code(src())
 
 
 def test_host_descriptor_memory_builds_tensor_descriptors_in_the_launcher():
     s = src(memory="host_descriptor")
-    body, launcher = kernel_body(s), s[s.index("def matmul("):]
-    assert "from triton.tools.tensor_descriptor import TensorDescriptor" in s
+    body, launcher = kernel_body(s), s[s.index("def _plan("):]
     # the kernel takes descriptors instead of pointers and builds none itself
     assert "a_desc, b_desc, c_desc,  # host tensor descriptors" in body and "a_ptr" not in body
     assert "make_tensor_descriptor" not in body and "mask=" not in body and "tl.where" not in body
     assert "a_desc.load([off_m, ki * BLOCK_K])" in body and ".to(c_desc.dtype))" in body
-    for line in ("a_desc = TensorDescriptor(a, [M, K], [K, 1], [BLOCK_M, BLOCK_K])",
-                 "b_desc = TensorDescriptor(b, [K, N], [N, 1], [BLOCK_K, BLOCK_N])",
-                 "c_desc = TensorDescriptor(out, [M, N], [N, 1], [BLOCK_M, BLOCK_N])"):
-        assert line in launcher, line
-    assert "matmul_kernel[grid](\n        a_desc, b_desc, c_desc, M, N, K," in launcher
-    assert "set_allocator" not in s and "_scratch" not in s  # no in-kernel descriptors, no scratch memory
+    specs = ("descriptors={0: ([M, K], [K, 1], [BLOCK_M, BLOCK_K]), 1: ([K, N], [N, 1], [BLOCK_K, BLOCK_N]), "
+             "2: ([M, N], [N, 1], [BLOCK_M, BLOCK_N])}")
+    assert specs in launcher
+    assert "kernel(\n            a, b, c, M, N, K," in launcher
+    assert "scratch=True" not in code(s)  # no in-kernel descriptors, no scratch memory
     assert "16-byte" in launcher  # the same alignment checks as in-kernel descriptors
     subtiled = src(memory="host_descriptor", epilogue_subtile=True, persistent=True)
-    assert "c_desc = TensorDescriptor(out, [M, N], [N, 1], [BLOCK_M, BLOCK_N // 2])" in subtiled
+    assert "2: ([M, N], [N, 1], [BLOCK_M, BLOCK_N // 2])}" in subtiled
     assert kernel_body(subtiled).count("c_desc.store(") == 2
-    assert "a_desc, b_desc, c_desc, M, N, K, num_sms," in subtiled
+    assert "a, b, c, M, N, K, num_sms," in launch_call(subtiled)
     split = src(memory="host_descriptor", split_k=4)
-    assert "a_desc, b_desc, c_desc, partials, counters, M, N, K," in split
+    assert "a, b, c, partials, counters, M, N, K," in launch_call(split)
     assert "for ki in range(k_lo, k_hi):" in kernel_body(split) and "c_desc.store(" in kernel_body(split)
-    assert "TensorDescriptor" not in code(src(memory="descriptor")) and "TensorDescriptor" not in code(src())
+    assert "descriptors=" not in code(src(memory="descriptor")) and "descriptors=" not in code(src())
 
 
 def test_split_k_adds_one_launch_with_partials_and_an_arrival_counter():
@@ -142,7 +151,7 @@ def test_split_k_adds_one_launch_with_partials_and_an_arrival_counter():
     assert "if arrived == SPLIT_K - 1:" in body and 'cache_modifier=".cg"' in body
     assert "tl.atomic_xchg(counter_ptr + tile_id, 0" in body  # reset by the last program
     assert "for ki in range(k_lo, k_hi):" in kernel_body(src(split_k=4, memory="descriptor"))
-    assert s.count("matmul_kernel[grid](") == 1 and "_arrival_counters" in s
+    assert s.count("    kernel(\n") == 1 and "counters = torch.zeros(num_tiles, dtype=torch.int32" in s
 
 
 def test_stream_k_shares_the_last_partial_wave_by_k_steps():
@@ -158,8 +167,8 @@ def test_stream_k_shares_the_last_partial_wave_by_k_steps():
     assert "if parts == 1:" in body and "if arrived == parts - 1:" in body
     assert "tl.store(slots + (tl.program_id(0) - first) * (BLOCK_M * BLOCK_N), acc)" in body
     assert "tl.atomic_xchg(counter_ptr + sk_tile, 0" in body
-    assert "grid = (num_sms,)" in launcher and "_arrival_counters(a.device, max(sk_tiles, 1))" in launcher
-    assert "partials, counters, M, N, K, num_sms, sk_share, sk_slots," in launcher
+    assert "grid = (num_sms,)" in s and "counters = torch.zeros(max(sk_tiles, 1), dtype=torch.int32" in s
+    assert "partials, counters, M, N, K, num_sms, sk_share, sk_slots," in launch_call(s)
     # without the gene, a persistent kernel has none of it
     plain = code(src(persistent=True))
     for absent in ("Stream-K", "sk_share", "dp_tiles", "atomic", "sk_tile", "SK_MAX_PARTS", "do_not_specialize"):

@@ -1,0 +1,120 @@
+"""The clocks a user sees, beside the GPU time of evo.evaluate.timing.
+
+GPU time (CUDA events around one launch, L2 flushed before it) is what a kernel costs the GPU. A caller pays
+more: the host time of the call itself (argument checks, the launch through the driver), which decides the
+per-call time whenever the GPU work is shorter than it. Three more clocks, all on the current stream:
+
+- `call`: back-to-back eager calls, synchronised only at the ends of a round (what a Python loop over the op
+  sees: max(host, GPU) per call, roughly); the inputs stay in L2 between calls, as they would in that loop;
+- `graph`: the same calls captured once in a CUDA graph and replayed (what CUDA-graph users see: no host cost);
+- `host`: the host time of one call, the GPU idle before it (what the call costs the CPU).
+
+Each function takes one or several zero-argument callables and returns per-callable figures, rounds
+interleaved across callables so that clock drift affects them alike.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+__all__ = ["call_ms", "graph_ms", "host_us", "calls_per_round"]
+
+
+def _sync(device: Any) -> None:
+    import torch
+
+    if str(device).startswith("cpu"):  # the CPU (the interpreter, in tests) runs each call to its end: no queue
+        return
+    torch.cuda.synchronize(device)
+
+
+def calls_per_round(per_call_ms: float, round_ms: float = 5.0, lo: int = 8, hi: int = 200) -> int:
+    """How many back-to-back calls make a round of about `round_ms`, within [lo, hi]."""
+    if per_call_ms <= 0:
+        return hi
+    return int(min(hi, max(lo, round_ms / per_call_ms)))
+
+
+def call_ms(fns: list[Callable[[], Any]], *, rounds: int = 7, round_ms: float = 5.0, warmup: int = 3,
+            device: Any = "cuda") -> list[float]:
+    """Per-call milliseconds of back-to-back eager calls of each fn: the median over `rounds` rounds of the wall
+    time of a round (synchronised at both ends) divided by its calls."""
+    n = []
+    for fn in fns:
+        for _ in range(warmup):
+            fn()
+        _sync(device)
+        t = time.perf_counter()
+        fn()
+        _sync(device)
+        n.append(calls_per_round((time.perf_counter() - t) * 1e3, round_ms))
+    per_call: list[list[float]] = [[] for _ in fns]
+    for _ in range(rounds):
+        for i, fn in enumerate(fns):
+            _sync(device)
+            t = time.perf_counter()
+            for _ in range(n[i]):
+                fn()
+            _sync(device)
+            per_call[i].append((time.perf_counter() - t) * 1e3 / n[i])
+    return [float(np.median(p)) for p in per_call]
+
+
+def host_us(fns: list[Callable[[], Any]], *, reps: int = 25, warmup: int = 3, device: Any = "cuda") -> list[float]:
+    """Median host microseconds of one call of each fn, the GPU idle before each call (the call returns once its
+    launches are queued; nothing waits for the GPU)."""
+    for fn in fns:
+        for _ in range(warmup):
+            fn()
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(reps):
+        for i, fn in enumerate(fns):
+            _sync(device)
+            t = time.perf_counter()
+            fn()
+            times[i].append((time.perf_counter() - t) * 1e6)
+    _sync(device)
+    return [float(np.median(t)) for t in times]
+
+
+def graph_ms(fns: list[Callable[[], Any]], *, calls: int = 20, replays: int = 7, warmup: int = 3,
+             device: Any = "cuda") -> list[float | None]:
+    """Per-call milliseconds under CUDA-graph replay: `calls` calls of each fn captured in one graph, replayed
+    `replays` times (median of the replays' event times over `calls`). None for a fn that cannot be captured
+    (it synchronises, allocates outside the graph's pool, or launches on another stream)."""
+    import torch
+
+    out: list[float | None] = []
+    for fn in fns:
+        try:
+            side = torch.cuda.Stream(device)
+            side.wait_stream(torch.cuda.current_stream(device))
+            with torch.cuda.stream(side):  # warm-up off the capture, as torch's own docs ask
+                for _ in range(warmup):
+                    fn()
+            torch.cuda.current_stream(device).wait_stream(side)
+            _sync(device)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                for _ in range(calls):
+                    fn()
+            graph.replay()
+            _sync(device)
+            times = []
+            for _ in range(replays):
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                graph.replay()
+                end.record()
+                end.synchronize()
+                times.append(start.elapsed_time(end) / calls)
+            out.append(float(np.median(times)))
+            del graph
+        except Exception:  # a contender that cannot be captured has no graph clock; the others still do
+            torch.cuda.synchronize(device)
+            out.append(None)
+    return out

@@ -1,0 +1,162 @@
+# ---- evo launch runtime (imports only torch and triton; evo copies it into every rendered module) ----------
+# A kernel is only as fast as its caller gets it. Triton's `kernel[grid](...)` binds the arguments, builds a
+# specialisation key and looks up its cache on every call, and a host tensor descriptor made per call is encoded
+# again per call: 18-20 us of host time before the GPU sees anything. `BoundKernel` pays that once per argument
+# signature: its first call goes through the JIT (which compiles or loads the kernel), later calls hand the same
+# positional arguments straight to the compiled kernel's own C launcher, on the current torch stream, with
+# tensor descriptors encoded once per base address and global scratch allocated once. Where this Triton's
+# compiled kernel does not expose those pieces (another version, the CPU interpreter, a profiler's launch hooks)
+# every call goes through the JIT: slower, never wrong.
+
+import torch
+import triton
+
+_DESCRIPTORS_KEPT = 8  # encoded descriptors kept per argument position (base addresses recur in a loop)
+
+
+def _launch_pieces(compiled):
+    """(raw C launcher, scratch bytes per program, scratch alignment, CTAs per program, cooperative, PDL) of a
+    compiled kernel, or None where this Triton does not expose them."""
+    import types
+
+    from triton import knobs
+
+    runner = getattr(compiled, "run", None)
+    launch = getattr(runner, "launch", None)
+    if launch is None or getattr(runner, "profile_scratch_size", 0) or knobs.runtime.launch_enter_hook is not None:
+        return None
+    if isinstance(launch, types.FunctionType):  # Triton wrapped it to expand tensor descriptors: take what it wraps
+        inner = [c.cell_contents for c in launch.__closure__ or () if type(c.cell_contents).__name__ ==
+                 "builtin_function_or_method"]
+        if len(inner) != 1:
+            return None
+        launch = inner[0]
+    return (launch, runner.global_scratch_size, runner.global_scratch_align, getattr(runner, "num_ctas", 1),
+            runner.launch_cooperative_grid, runner.launch_pdl)
+
+
+class BoundKernel:
+    """One @triton.jit kernel with its launch options, grid and argument signature fixed: `self(*args)` launches it
+    with the kernel's parameters in order (constexprs included). `descriptors` maps a parameter's position to the
+    (shape, strides, block) of a host tensor descriptor over the tensor passed there. The caller keeps one per
+    signature (shapes, dtypes, strides, 16-byte alignment of each pointer: what Triton specialises on)."""
+
+    def __init__(self, kernel, grid, options, descriptors=None, scratch=False):
+        self.kernel, self.options = kernel, dict(options)
+        self.grid = tuple(grid) + (1,) * (3 - len(grid))
+        self.descriptors = sorted((descriptors or {}).items(), reverse=True)  # spliced from the last position
+        self.scratch = scratch  # the kernel makes tensor descriptors in device memory (Triton's allocator)
+        self.device = None
+        self._raw = None  # (launch, fixed head after the stream) once bound
+        self._encode = None
+
+    def _jit(self, args):
+        """A launch through Triton's JIT: returns the compiled kernel (None under the interpreter)."""
+        if self.descriptors:
+            from triton.tools.tensor_descriptor import TensorDescriptor
+
+            args = list(args)
+            for pos, (shape, strides, block) in self.descriptors:
+                args[pos] = TensorDescriptor(args[pos], list(shape), list(strides), list(block))
+        if self.scratch:
+            triton.set_allocator(_scratch_allocator)
+        return self.kernel[self.grid](*args, **self.options)
+
+    def _bind(self, compiled, args):
+        pieces = _launch_pieces(compiled) if compiled is not None and hasattr(compiled, "packed_metadata") else None
+        if pieces is None:
+            return
+        launch, scratch_size, scratch_align, ctas, coop, pdl = pieces
+        tensor = next(a for a in args if isinstance(a, torch.Tensor))
+        self.device = tensor.device.index if tensor.device.index is not None else torch.cuda.current_device()
+        scratch = None
+        if scratch_size:  # once per binding, not per call (Triton's launcher asks its allocator every call)
+            programs = self.grid[0] * self.grid[1] * self.grid[2] * ctas
+            scratch = _scratch_allocator(programs * scratch_size, scratch_align, None)
+        if self.descriptors:
+            from triton.backends.nvidia.driver import make_tensordesc_arg
+
+            metas = getattr(compiled.metadata, "tensordesc_meta", None) or [None] * len(self.descriptors)
+            ordered = sorted(pos for pos, _ in self.descriptors)
+            meta_of = {pos: metas[i] for i, pos in enumerate(ordered)}
+            self._encode = [(pos, spec, meta_of[pos], {}) for pos, spec in self.descriptors]
+            self._make_desc = make_tensordesc_arg
+        head = (compiled.function, coop, pdl, scratch, None, compiled.packed_metadata, None, None, None)
+        self._scratch_buf = scratch  # kept alive as long as the binding
+        self._raw = (launch, head)
+
+    def _expanded(self, args):
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        args = list(args)
+        for pos, (shape, strides, block), meta, cache in self._encode:
+            t = args[pos]
+            ptr = t.data_ptr()
+            flat = cache.get(ptr)
+            if flat is None:
+                if len(cache) >= _DESCRIPTORS_KEPT:
+                    cache.clear()
+                desc = TensorDescriptor(t, list(shape), list(strides), list(block))
+                flat = cache[ptr] = tuple(self._make_desc(desc, meta))
+            args[pos:pos + 1] = flat
+        return args
+
+    def __call__(self, *args):
+        raw = self._raw
+        if raw is None:
+            if self.device is not None:  # bound before, but this Triton exposes no launcher: the JIT every time
+                return self._jit(args)
+            self.device = -1
+            self._bind(self._jit(args), args)
+            return None
+        launch, head = raw
+        if self._encode is not None:
+            args = self._expanded(args)
+        g = self.grid
+        launch(g[0], g[1], g[2], torch._C._cuda_getCurrentRawStream(self.device), *head, *args)
+        return None
+
+
+def _scratch_allocator(size, alignment, stream):
+    # in-kernel tensor descriptors live in global scratch memory that Triton asks its allocator for
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+class PlanCache(dict):
+    """Plans keyed by argument signature; cleared when it grows past `limit` (shapes that change every call)."""
+
+    def __init__(self, limit=256):
+        super().__init__()
+        self.limit = limit
+
+    def add(self, key, plan):
+        if len(self) >= self.limit:
+            self.clear()
+        self[key] = plan
+        return plan
+
+
+def signature(t):
+    """What a launch plan depends on for one tensor argument; None for anything else (the plan refuses it)."""
+    return (t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16 == 0) if isinstance(t, torch.Tensor) else None
+
+
+def torch_op(fn, schema, output, call):
+    """`fn` as a torch.library custom op with `schema` (e.g. "(Tensor a, Tensor b) -> Tensor"); `output(*args)` makes
+    the empty result (on fake tensors too: it is the op's fake implementation) and `call(*args, out)` fills it.
+    Returns a callable taking the schema's arguments: while torch.compile traces, it is the op (no graph break;
+    CUDA graphs capture its launches); in eager it calls `fn` directly, since the custom-op dispatcher would
+    add ~13 us of host time to every call."""
+    import re
+
+    name = f"evo::{re.sub(r'[^0-9A-Za-z_]', '_', fn.__module__)}_{fn.__name__}_{id(fn):x}"
+    op = torch.library.custom_op(name, lambda *args: call(*args, output(*args)), mutates_args=(), schema=schema)
+    op.register_fake(output)
+    is_compiling = torch.compiler.is_compiling
+
+    def dispatch(*args):
+        return op(*args) if is_compiling() else fn(*args)
+
+    dispatch.__name__, dispatch.__doc__, dispatch.op = fn.__name__, fn.__doc__, op
+    return dispatch
+# ---- end of the evo launch runtime -----------------------------------------------------------------------------
