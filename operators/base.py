@@ -92,6 +92,17 @@ class Operator(ABC):
     def bytes(self, problem: Problem) -> int:
         """Fewest bytes the operator must move: each input read once, each output written once."""
 
+    # -- kernels as torch ops (evo.api) ----------------------------------------------------------------
+    torch_schema: str = ""  # the op's schema over the entry's arguments without `out`, e.g. "(Tensor a, Tensor b) -> Tensor"
+
+    def empty_output(self, *args: Any) -> Any:
+        """An empty result for the entry's arguments (fake tensors too: it is the op's fake implementation)."""
+        raise NotImplementedError(f"operator {self.name!r} declares no torch op")
+
+    def call_into(self, entry: Callable[..., Any], *args: Any, out: Any) -> Any:
+        """Run the entry function on the op's arguments, writing into `out`."""
+        return entry(*args, out=out)
+
     # -- exported modules -----------------------------------------------------------------------------
     def selfcheck_source(self, problem: Problem) -> str | None:
         """Plain-torch code that `evo export` appends to a kernel so the module can check and time itself.

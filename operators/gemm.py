@@ -39,6 +39,7 @@ class GemmOperator(Operator):
     dtypes = ("fp16", "bf16", "fp32")
     entry = ENTRY_NAME
     throughput_unit = "TFLOP/s"
+    torch_schema = "(Tensor a, Tensor b) -> Tensor"
 
     def make_family(self, overrides: dict[str, list[Any]] | None) -> GenomeFamily:
         return GemmFamily(overrides)
@@ -80,6 +81,10 @@ class GemmOperator(Operator):
         a = torch.randn((d["M"], d["K"]), generator=gen, device=device, dtype=torch.float32).to(dtype)
         b = torch.randn((d["K"], d["N"]), generator=gen, device=device, dtype=torch.float32).to(dtype)
         return a, b
+
+    def empty_output(self, *args: Any) -> Any:
+        a, b = args
+        return a.new_empty((a.shape[0], b.shape[1]))
 
     def reference(self, *inputs: Any) -> Any:
         import torch

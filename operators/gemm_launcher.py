@@ -110,8 +110,9 @@ def launcher_source(g: Mapping[str, Any]) -> str:
     call = _wrap(f"{args}, {', '.join(constexpr_names(g))}".split(", "), 88)
     run = (["", "def run(a, b, out):"] + _run_prologue(g) + ["    kernel("] + [f"        {line}" for line in call]
            + ["    )"] + _run_epilogue(g) + [""])
+    run.append("run.kernel = kernel  # for inspection")
     if split or stream_k:
-        run.append("run.workspace = (partials, counters)  # for inspection")
+        run.append("run.workspace = (partials, counters)")
     run.append("return run")
     out += "\n" + _block("\n".join(run), 1)
     return out + "\n\n" + _ENTRY

@@ -50,6 +50,7 @@ def _compiled(problem: Problem) -> Any:
 class RMSNormOperator(RowwiseOperator):
     name = "rmsnorm"
     entry = "rmsnorm"
+    torch_schema = f"(Tensor x, Tensor weight, float eps={EPS!r}) -> Tensor"
     kernel_name = "rmsnorm_kernel"
 
     def make_family(self, overrides: dict[str, list[Any]] | None) -> GenomeFamily:
@@ -97,6 +98,10 @@ class RMSNormOperator(RowwiseOperator):
                   "        raise ValueError(f\"weight must have shape ({n_cols},) on {x.device}; got {_described(weight)}\")"]
         lines += ["", ""] + self.module_tail(sk, head, ("x", "weight"), checks, "x, weight, out, n_rows, eps", ", eps")
         return "\n".join(lines) + "\n"
+
+    def call_into(self, entry: Any, *args: Any, out: Any) -> Any:
+        x, weight, *eps = args  # eps comes after `out` in the entry function
+        return entry(x, weight, out=out, **({"eps": eps[0]} if eps else {}))
 
     # -- judging a kernel ---------------------------------------------------------------------------
     def make_inputs(self, problem: Problem, seed: int, device: str = "cuda") -> tuple[Any, ...]:

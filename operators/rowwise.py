@@ -221,6 +221,7 @@ class RowwiseOperator(Operator):
             f"            kernel({args}, {consts})",
             "        return out",
             "",
+            "    run.kernel = kernel  # for inspection",
             "    return run",
             "",
             "",
@@ -231,6 +232,11 @@ class RowwiseOperator(Operator):
             f"        run = _PLANS.add(key, _plan({params}, out))",
             f"    return run({params}, out{scalars})",
         ]
+
+    def empty_output(self, *args: Any) -> Any:
+        import torch
+
+        return torch.empty_like(args[0], memory_format=torch.contiguous_format)
 
     # -- judging a kernel ---------------------------------------------------------------------------
     def random_rows(self, problem: Problem, seed: int, device: str) -> Any:

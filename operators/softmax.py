@@ -40,6 +40,7 @@ def _compiled(problem: Problem) -> Any:
 class SoftmaxOperator(RowwiseOperator):
     name = "softmax"
     entry = "softmax"
+    torch_schema = "(Tensor x) -> Tensor"
     kernel_name = "softmax_kernel"
 
     def make_family(self, overrides: dict[str, list[Any]] | None) -> GenomeFamily:

@@ -7,7 +7,8 @@ per-call time whenever the GPU work is shorter than it. Three more clocks, all o
 - `call`: back-to-back eager calls, synchronised only at the ends of a round (what a Python loop over the op
   sees: max(host, GPU) per call, roughly); the inputs stay in L2 between calls, as they would in that loop;
 - `graph`: the same calls captured once in a CUDA graph and replayed (what CUDA-graph users see: no host cost);
-- `host`: the host time of one call, the GPU idle before it (what the call costs the CPU).
+- `host`: the host time of one call: a short burst of calls issued back to back, timed before anything waits
+  for the GPU (what the call costs the CPU).
 
 Each function takes one or several zero-argument callables and returns per-callable figures, rounds
 interleaved across callables so that clock drift affects them alike.
@@ -64,9 +65,11 @@ def call_ms(fns: list[Callable[[], Any]], *, rounds: int = 7, round_ms: float = 
     return [float(np.median(p)) for p in per_call]
 
 
-def host_us(fns: list[Callable[[], Any]], *, reps: int = 25, warmup: int = 3, device: Any = "cuda") -> list[float]:
-    """Median host microseconds of one call of each fn, the GPU idle before each call (the call returns once its
-    launches are queued; nothing waits for the GPU)."""
+def host_us(fns: list[Callable[[], Any]], *, reps: int = 15, burst: int = 10, warmup: int = 3,
+            device: Any = "cuda") -> list[float]:
+    """Median host microseconds of one call of each fn: the wall time of `burst` calls issued back to back after
+    a synchronisation, over `burst`, read before anything waits for the GPU (a queue of a few launches never
+    blocks the host, so this is the host's own cost per call, GPU work overlapped as in a real loop)."""
     for fn in fns:
         for _ in range(warmup):
             fn()
@@ -75,8 +78,9 @@ def host_us(fns: list[Callable[[], Any]], *, reps: int = 25, warmup: int = 3, de
         for i, fn in enumerate(fns):
             _sync(device)
             t = time.perf_counter()
-            fn()
-            times[i].append((time.perf_counter() - t) * 1e6)
+            for _ in range(burst):
+                fn()
+            times[i].append((time.perf_counter() - t) * 1e6 / burst)
     _sync(device)
     return [float(np.median(t)) for t in times]
 

@@ -23,8 +23,9 @@ def _launch_pieces(compiled):
 
     runner = getattr(compiled, "run", None)
     launch = getattr(runner, "launch", None)
-    if launch is None or getattr(runner, "profile_scratch_size", 0) or knobs.runtime.launch_enter_hook is not None:
-        return None
+    hook = knobs.runtime.launch_enter_hook  # None, or (3.6) a chain of hooks that profilers add to
+    if launch is None or getattr(runner, "profile_scratch_size", 0) or (hook is not None and getattr(hook, "calls", 1)):
+        return None  # a profiler's hooks see every launch only through the JIT (hooks added later are not seen)
     if isinstance(launch, types.FunctionType):  # Triton wrapped it to expand tensor descriptors: take what it wraps
         inner = [c.cell_contents for c in launch.__closure__ or () if type(c.cell_contents).__name__ ==
                  "builtin_function_or_method"]
@@ -40,6 +41,8 @@ class BoundKernel:
     with the kernel's parameters in order (constexprs included). `descriptors` maps a parameter's position to the
     (shape, strides, block) of a host tensor descriptor over the tensor passed there. The caller keeps one per
     signature (shapes, dtypes, strides, 16-byte alignment of each pointer: what Triton specialises on)."""
+
+    jit_only = False  # True: every call through Triton's JIT (to compare the two paths)
 
     def __init__(self, kernel, grid, options, descriptors=None, scratch=False):
         self.kernel, self.options = kernel, dict(options)
@@ -63,7 +66,8 @@ class BoundKernel:
         return self.kernel[self.grid](*args, **self.options)
 
     def _bind(self, compiled, args):
-        pieces = _launch_pieces(compiled) if compiled is not None and hasattr(compiled, "packed_metadata") else None
+        bindable = compiled is not None and hasattr(compiled, "packed_metadata") and not self.jit_only
+        pieces = _launch_pieces(compiled) if bindable else None
         if pieces is None:
             return
         launch, scratch_size, scratch_align, ctas, coop, pdl = pieces
@@ -84,6 +88,11 @@ class BoundKernel:
         head = (compiled.function, coop, pdl, scratch, None, compiled.packed_metadata, None, None, None)
         self._scratch_buf = scratch  # kept alive as long as the binding
         self._raw = (launch, head)
+
+    @property
+    def bound(self):
+        """Whether calls skip the JIT (after the first)."""
+        return self._raw is not None
 
     def _expanded(self, args):
         from triton.tools.tensor_descriptor import TensorDescriptor
@@ -140,23 +149,4 @@ def signature(t):
     """What a launch plan depends on for one tensor argument; None for anything else (the plan refuses it)."""
     return (t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16 == 0) if isinstance(t, torch.Tensor) else None
 
-
-def torch_op(fn, schema, output, call):
-    """`fn` as a torch.library custom op with `schema` (e.g. "(Tensor a, Tensor b) -> Tensor"); `output(*args)` makes
-    the empty result (on fake tensors too: it is the op's fake implementation) and `call(*args, out)` fills it.
-    Returns a callable taking the schema's arguments: while torch.compile traces, it is the op (no graph break;
-    CUDA graphs capture its launches); in eager it calls `fn` directly, since the custom-op dispatcher would
-    add ~13 us of host time to every call."""
-    import re
-
-    name = f"evo::{re.sub(r'[^0-9A-Za-z_]', '_', fn.__module__)}_{fn.__name__}_{id(fn):x}"
-    op = torch.library.custom_op(name, lambda *args: call(*args, output(*args)), mutates_args=(), schema=schema)
-    op.register_fake(output)
-    is_compiling = torch.compiler.is_compiling
-
-    def dispatch(*args):
-        return op(*args) if is_compiling() else fn(*args)
-
-    dispatch.__name__, dispatch.__doc__, dispatch.op = fn.__name__, fn.__doc__, op
-    return dispatch
 # ---- end of the evo launch runtime -----------------------------------------------------------------------------
