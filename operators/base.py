@@ -93,7 +93,8 @@ class Operator(ABC):
         """Fewest bytes the operator must move: each input read once, each output written once."""
 
     # -- kernels as torch ops (evo.api) ----------------------------------------------------------------
-    torch_schema: str = ""  # the op's schema over the entry's arguments without `out`, e.g. "(Tensor a, Tensor b) -> Tensor"
+    # the op's schema over the entry's arguments without `out`, e.g. "(Tensor a, Tensor b) -> Tensor"
+    torch_schema: str = ""
 
     def empty_output(self, *args: Any) -> Any:
         """An empty result for the entry's arguments (fake tensors too: it is the op's fake implementation)."""

@@ -94,8 +94,9 @@ class RMSNormOperator(RowwiseOperator):
         head = ["def rmsnorm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None,",
                 f"            eps: float = {EPS!r}) -> torch.Tensor:",
                 '    """RMSNorm over the last dimension of x, times `weight` (one per column), in x\'s dtype."""']
-        checks = ["    if not isinstance(weight, torch.Tensor) or weight.shape != (n_cols,) or weight.device != x.device:",
-                  "        raise ValueError(f\"weight must have shape ({n_cols},) on {x.device}; got {_described(weight)}\")"]
+        checks = [
+            "    if not isinstance(weight, torch.Tensor) or weight.shape != (n_cols,) or weight.device != x.device:",
+            "        raise ValueError(f\"weight must have shape ({n_cols},) on {x.device}; got {_described(weight)}\")"]
         lines += ["", ""] + self.module_tail(sk, head, ("x", "weight"), checks, "x, weight, out, n_rows, eps", ", eps")
         return "\n".join(lines) + "\n"
 

@@ -152,7 +152,8 @@ def _host_table() -> list[dict]:
             source = GEMM.render(genome, problem, _target())
             bound, jit = fresh_module(source), fresh_module(source)
             jit.BoundKernel.jit_only = True
-            fns = [lambda: torch.matmul(a, b), lambda m=bound: m.matmul(a, b), lambda m=jit: m.matmul(a, b)]
+            fns = [lambda a=a, b=b: torch.matmul(a, b), lambda m=bound, a=a, b=b: m.matmul(a, b),
+                   lambda m=jit, a=a, b=b: m.matmul(a, b)]
             torch_us, evo_us, jit_us = host_us(fns, reps=50)
             rows.append({"shape": "x".join(map(str, shape)), "variant": vname, "torch_matmul_us": torch_us,
                          "evo_bound_us": evo_us, "evo_jit_us": jit_us})
