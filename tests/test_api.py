@@ -1,0 +1,76 @@
+"""evo.api on the CPU (kernels in the interpreter): a rendered kernel as a torch op whose eager path is the kernel's
+own launcher, whose fake implementation gives the right result shape, and which torch.compile traces with
+fullgraph=True; loading from an exported module and from a run directory. GPU: tests/gpu/test_launch.py."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import operators
+from evo.api import LoadError, as_torch_op, load
+from evo.evaluate.modules import load_source
+from evo.problem import HOPPER
+
+GEMM, RMSNORM = operators.get("gemm"), operators.get("rmsnorm")
+
+
+def _gemm_module(tag: str = ""):
+    problem = GEMM.problem((40, 24, 32), "fp32")
+    genome = GEMM.family.make(GEMM.family.base(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32))
+    return load_source(GEMM.render(genome, problem, HOPPER) + f"\n# {tag}\n"), problem
+
+
+def test_eager_calls_the_launcher_itself_and_the_op_is_registered():
+    module, problem = _gemm_module("eager")
+    mm = as_torch_op(module.matmul, GEMM, tag="api_eager")
+    assert mm.entry is module.matmul and mm.op is not None
+    assert as_torch_op(module.matmul, GEMM, tag="api_eager") is mm  # registered once per name
+    a, b = GEMM.make_inputs(problem, 1, device="cpu")
+    assert torch.equal(mm(a, b), module.matmul(a, b))
+    assert torch.allclose(mm.op(a, b), a @ b, atol=1e-4)  # through the dispatcher
+
+
+def test_the_fake_implementation_gives_the_result_shape():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    module, _ = _gemm_module("fake")
+    mm = as_torch_op(module.matmul, GEMM, tag="api_fake")
+    with FakeTensorMode():
+        out = mm.op(torch.empty(7, 5), torch.empty(5, 3))
+    assert tuple(out.shape) == (7, 3) and out.dtype == torch.float32
+
+
+def test_torch_compile_traces_it_with_no_graph_break():
+    module, problem = _gemm_module("compile")
+    mm = as_torch_op(module.matmul, GEMM, tag="api_compile")
+
+    def layer(a, b):
+        return torch.relu(mm(a, b)) * 2
+
+    a, b = GEMM.make_inputs(problem, 2, device="cpu")
+    compiled = torch.compile(layer, fullgraph=True, backend="eager")  # fullgraph: a graph break raises
+    assert torch.allclose(compiled(a, b), layer(a, b))
+
+
+def test_an_operator_whose_scalars_follow_out_is_called_by_keyword():
+    problem = RMSNORM.problem((6, 40), "fp32")
+    module = load_source(RMSNORM.render(RMSNORM.family.make(RMSNORM.family.base()), problem, HOPPER))
+    norm = as_torch_op(module.rmsnorm, RMSNORM, tag="api_rmsnorm")
+    x, w = RMSNORM.make_inputs(problem, 3, device="cpu")
+    for eps in (1e-6, 0.5):
+        assert torch.allclose(norm(x, w, eps), module.rmsnorm(x, w, eps=eps), atol=1e-6)
+    assert torch.allclose(norm.op(x, w, 0.5), module.rmsnorm(x, w, eps=0.5), atol=1e-6)
+    assert not torch.allclose(norm(x, w, 0.5), norm(x, w))
+
+
+def test_load_refuses_what_it_cannot_load(tmp_path):
+    with pytest.raises(LoadError, match="no such file or run directory"):
+        load(tmp_path / "missing.py")
+    (tmp_path / "plain.py").write_text("x = 1\n")
+    with pytest.raises(LoadError, match="not a module written by `evo export`"):
+        load(tmp_path / "plain.py")
+    with pytest.raises(LoadError, match="not a run directory"):
+        load(tmp_path)
+    with pytest.raises(LoadError, match="shape and dtype choose an elite of a run directory"):
+        load(tmp_path / "plain.py", shape="4x4x4")
