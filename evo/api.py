@@ -1,10 +1,10 @@
 """evo's Python face: kernels as torch ops.
 
-    import evo
-    mm = evo.load("kernel.py")                          # a module `evo export` wrote (one elite, or --all)
-    mm = evo.load("runs/quick_gemm", shape="4096x4096x4096")   # an elite straight from a run directory
-    mm = evo.load("runs/quick_gemm")                    # every elite of a run, dispatched by shape
-    c = mm(a, b)                                        # like torch.matmul(a, b)
+    from evo.api import load
+    mm = load("kernel.py")                                 # a module `evo export` wrote (one elite, or --all)
+    mm = load("runs/quick_gemm", shape="4096x4096x4096")   # an elite straight from a run directory
+    mm = load("runs/quick_gemm")                           # every elite of a run, dispatched by shape
+    c = mm(a, b)                                           # like torch.matmul(a, b)
 
 The callable takes and returns torch tensors like the operator's torch function (`torch.matmul`, softmax over
 the last dimension, RMSNorm with a weight). It is registered with torch.library (`mm.op`, with a fake

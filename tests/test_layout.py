@@ -21,9 +21,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # The evaluation code as issue 13 counts it: the successors of the 13 modules that held it when the issue was
 # filed (2,242 lines; its goal is two-thirds of that). Not counted, then as now: the measurement physics
 # (faults, modules, resources, timing) and what later issues added beside the pipeline (roofline: the speed of
-# light; ray_guard: no Ray process outlives a run).
+# light; ray_guard: no Ray process outlives a run; clocks: the clocks users see, beside timing's GPU time).
 EVALUATION_BASELINE_LINES = 2242
-NOT_EVALUATION_CODE = ("faults", "modules", "resources", "timing", "roofline", "ray_guard")
+NOT_EVALUATION_CODE = ("faults", "modules", "resources", "timing", "roofline", "ray_guard", "clocks")
 
 
 def module_files(root: Path) -> dict[str, Path]:

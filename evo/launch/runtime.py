@@ -146,7 +146,8 @@ class PlanCache(dict):
 
 
 def signature(t):
-    """What a launch plan depends on for one tensor argument; None for anything else (the plan refuses it)."""
-    return (t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16 == 0) if isinstance(t, torch.Tensor) else None
+    """What a launch plan depends on for one tensor argument (Triton specialises pointers on 16-byte alignment);
+    None for anything else (the plan refuses it). get_device() is the cheapest device key (-1 on the CPU)."""
+    return (t.shape, t.stride(), t.dtype, t.get_device(), t.data_ptr() % 16) if isinstance(t, torch.Tensor) else None
 
 # ---- end of the evo launch runtime -----------------------------------------------------------------------------
