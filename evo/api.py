@@ -78,13 +78,7 @@ def as_torch_op(entry: Callable[..., Any], operator: Any, tag: str) -> Callable[
     op = torch.library.custom_op(name, impl, mutates_args=(), schema=operator.torch_schema)
     op.register_fake(operator.empty_output)
     is_compiling = torch.compiler.is_compiling
-    from operators.base import Operator
-
-    if type(operator).call_into is Operator.call_into:
-        eager = entry  # the entry takes the schema's arguments as they are: no wrapper on the eager path
-    else:
-        def eager(*args: Any) -> Any:
-            return operator.call_into(entry, *args, out=None)
+    eager = operator.eager_entry(entry)
 
     def dispatch(*args: Any) -> Any:
         return op(*args) if is_compiling() else eager(*args)

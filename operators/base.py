@@ -104,6 +104,11 @@ class Operator(ABC):
         """Run the entry function on the op's arguments, writing into `out`."""
         return entry(*args, out=out)
 
+    def eager_entry(self, entry: Callable[..., Any]) -> Callable[..., Any]:
+        """The entry function as a callable of the op's arguments: the entry itself unless an operator's entry
+        takes some of them after `out` (then a wrapper, which costs a call)."""
+        return entry
+
     # -- exported modules -----------------------------------------------------------------------------
     def selfcheck_source(self, problem: Problem) -> str | None:
         """Plain-torch code that `evo export` appends to a kernel so the module can check and time itself.

@@ -104,6 +104,12 @@ class RMSNormOperator(RowwiseOperator):
         x, weight, *eps = args  # eps comes after `out` in the entry function
         return entry(x, weight, out=out, **({"eps": eps[0]} if eps else {}))
 
+    def eager_entry(self, entry: Any) -> Any:
+        def rmsnorm(x: Any, weight: Any, eps: float = EPS) -> Any:
+            return entry(x, weight, eps=eps)
+
+        return rmsnorm
+
     # -- judging a kernel ---------------------------------------------------------------------------
     def make_inputs(self, problem: Problem, seed: int, device: str = "cuda") -> tuple[Any, ...]:
         import torch
