@@ -3,7 +3,8 @@
 The elite is the best of the archive rebuilt from the store (insert keeps the fastest correct kernel per
 cell, with the noise margin; best = highest objective), whose correct evaluations are those made on one GPU
 model and one set of software versions: those of the problem's latest correct evaluation (on the GPU the
-caller names, when that GPU measured any); failures count as evaluations wherever they ran.
+caller names, when that GPU measured any), judged by that evaluation's objective (its clock: per-call time or
+GPU time); failures count as evaluations wherever they ran.
 `ranked` lists the archive's elites best first (one per kernel source): the finalists `evo bench` re-times
 when asked. The experiment, when known, gives the descriptors and noise margin the search used.
 """
@@ -33,34 +34,48 @@ def settings(experiment: Experiment | None) -> tuple[Sequence[DescriptorSpec], f
     return (experiment.descriptors, experiment.evaluation.noise_margin) if experiment else ((), 0.01)
 
 
-def problem_archive(store: Any, problem: Problem, descriptors: Sequence[DescriptorSpec] = (),
-                    noise_margin: float = 0.01, gpu: str | None = None, operator: Any = None) -> GridArchive:
-    """The archive of `problem` from the store's rows on one GPU model and versions (see the module doc).
-    `operator` defaults to the registry's, unrestricted (earlier sessions may have used other overrides)."""
-    if operator is None:
-        import operators
-
-        operator = operators.get(problem.operator)
+def _judged_rows(store: Any, problem: Problem, gpu: str | None) -> list[Evaluation]:
+    """The rows the elite is chosen from (see the module doc), each judged by the objective of the latest correct
+    one (Evaluation.judged_by): a run resumed under another objective (allowed changes) does not rank one clock
+    against another."""
     rows = store.evaluations(problem.key)
     ok = [r for r in rows if r.status == "ok"]
     ok = [r for r in ok if r.gpu == gpu] or ok  # the GPU asked for, when it measured anything
-    if ok:  # failures count as evaluations wherever they ran; only these timings may become elites
-        chosen = (ok[-1].gpu, ok[-1].versions_key)
-        rows = [r for r in rows if r.status != "ok" or (r.gpu, r.versions_key) == chosen]
+    if not ok:
+        return rows
+    last = ok[-1]  # failures count as evaluations wherever they ran; only these timings may become elites
+    return [r.judged_by(last.objective) for r in rows
+            if r.status != "ok" or (r.gpu, r.versions_key) == (last.gpu, last.versions_key)]
+
+
+def _archive(rows: list[Evaluation], problem: Problem, descriptors: Sequence[DescriptorSpec], noise_margin: float,
+             operator: Any) -> GridArchive:
+    if operator is None:  # the registry's, unrestricted (earlier sessions may have used other overrides)
+        import operators
+
+        operator = operators.get(problem.operator)
     archive = GridArchive.for_problem(operator, problem, descriptors, noise_margin)
     archive.add(rows)
     return archive
 
 
+def problem_archive(store: Any, problem: Problem, descriptors: Sequence[DescriptorSpec] = (),
+                    noise_margin: float = 0.01, gpu: str | None = None, operator: Any = None) -> GridArchive:
+    """The archive of `problem` from the store's rows on one GPU model and versions (see the module doc).
+    `operator` defaults to the registry's, unrestricted (earlier sessions may have used other overrides)."""
+    return _archive(_judged_rows(store, problem, gpu), problem, descriptors, noise_margin, operator)
+
+
 def ranked(store: Any, problem: Problem, experiment: Experiment | None = None, gpu: str | None = None,
            operator: Any = None) -> list[Evaluation]:
     """The archive's elites, best first (earliest on a tie), one per kernel source."""
-    archive = problem_archive(store, problem, *settings(experiment), gpu=gpu, operator=operator)
+    rows = _judged_rows(store, problem, gpu)
+    archive = _archive(rows, problem, *settings(experiment), operator)
     best = archive.best
     elites = sorted(archive.elites(), key=lambda e: -e.objective)
     if best is not None:  # the archive's best leads even when a later elite is within its noise margin
         elites.sort(key=lambda e: e.genome_hash != best.genome_hash)
-    by_id = {r.id: r for r in store.evaluations(problem.key, "ok")}
+    by_id = {r.id: r for r in rows if r.status == "ok"}
     out, seen = [], set()
     for e in elites:
         ev = by_id.get(e.evaluation_id)

@@ -58,28 +58,33 @@ class Elite:
     """The archive's record of one cell. These fields are the archive's schema, declared here only."""
 
     cell: tuple[int, ...]
-    objective: float  # higher is better: the operator's throughput at the measured median time
+    objective: float  # higher is better: the operator's throughput at fitness_ms
     descriptors: tuple[float, ...]  # the raw descriptor values, in axis order
     genome: str  # Genome.canonical()
     genome_hash: str
     source_hash: str
     evaluation_id: int | None  # row id in the store
     index: int  # 1-based position of its evaluation among all evaluations offered to the archive
-    median_ms: float | None
-    ratio: float | None  # speed relative to the primary baseline (> 1 is faster)
+    median_ms: float | None  # GPU time of one launch
+    ratio: float | None  # speed relative to the primary baseline on the fitness's clock (> 1 is faster)
     origin: str
+    fitness_ms: float | None = None  # the time the objective comes from: the evaluation's objective's clock
+    call_ms: float | None = None  # per-call time of back-to-back eager calls
+    host_us: float | None = None  # host time of one call
 
 
 ELITE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Elite))
 
 
 def throughput_objective(operator: Any, problem: Problem) -> Objective:
-    """The archive's objective: the operator's throughput for a correct, timed evaluation, else None."""
+    """The archive's objective: the operator's throughput at a correct evaluation's fitness time (the clock its
+    objective names: per-call or GPU time), else None."""
 
     def objective(ev: Evaluation) -> float | None:
-        if ev.status != "ok" or not ev.median_ms or ev.median_ms <= 0:
+        ms = ev.fitness_ms
+        if ev.status != "ok" or not ms or ms <= 0:
             return None
-        return float(operator.throughput(problem, ev.median_ms))
+        return float(operator.throughput(problem, ms))
 
     return objective
 
@@ -183,7 +188,8 @@ class GridArchive:
             return AddResult(AddStatus.NOT_ADDED, cell, value, reason="not faster than the elite by the margin")
         elite = Elite(cell=cell, objective=value, descriptors=desc, genome=ev.genome, genome_hash=ev.genome_hash,
                       source_hash=ev.source_hash, evaluation_id=ev.id, index=self.evaluations,
-                      median_ms=ev.median_ms, ratio=ev.ratio, origin=ev.origin)
+                      median_ms=ev.median_ms, ratio=ev.ratio, origin=ev.origin, fitness_ms=ev.fitness_ms,
+                      call_ms=ev.call_ms, host_us=ev.host_us)
         self._elites[cell] = elite
         self._qd_score += value - (current.objective if current is not None else 0.0)
         if self._best is None or value > self._best.objective:

@@ -71,13 +71,16 @@ class Candidate:
             status=status, reason=reason, origin=self.origin, parents=list(self.parents), emitter=self.emitter,
             **fields)
 
-    def served(self, cached: Evaluation) -> Evaluation:
+    def served(self, cached: Evaluation, objective: str | None = None) -> Evaluation:
         """A new row for this candidate whose source was measured before: the measurement is reused, the
         genome, origin and parents are this candidate's; `worker` says where it came from: "store#<id>" (the
-        run's store), or "shared#<id>" as the shared results database (evo.store.shared) marks its rows."""
+        run's store), or "shared#<id>" as the shared results database (evo.store.shared) marks its rows.
+        `objective`: the serving experiment's, which judges the row (Evaluation.judged_by); None keeps the
+        cached row's."""
         now = time.time()
         where = cached.worker if cached.worker.startswith("shared#") else f"store#{cached.id}"
-        return dataclasses.replace(cached, genome=self.genome.canonical(), genome_hash=self.genome.hash,
-                                   origin=self.origin, parents=list(self.parents), emitter=self.emitter, run_id="",
-                                   id=None, worker=where, started_at=now, finished_at=now)
+        row = dataclasses.replace(cached, genome=self.genome.canonical(), genome_hash=self.genome.hash,
+                                  origin=self.origin, parents=list(self.parents), emitter=self.emitter, run_id="",
+                                  id=None, worker=where, started_at=now, finished_at=now)
+        return row.judged_by(objective) if objective else row
 

@@ -85,7 +85,8 @@ class Executor(ABC):
     def _render(self, cand: Candidate) -> Evaluation | None:
         """Stages 1 and 2: the candidate's row when it cannot be rendered or was measured before, else None."""
         first = self.infos[0] if self.infos else None
-        ev = pipeline.render(cand, self.target) or pipeline.look_up(cand, self.lookup, first)
+        ev = pipeline.render(cand, self.target) or pipeline.look_up(cand, self.lookup, first,
+                                                                     self.evaluation.objective)
         return self._named(ev) if ev is not None else None
 
 

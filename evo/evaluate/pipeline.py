@@ -60,13 +60,14 @@ def make_candidate(operator: Any, genome: Genome, problem: Problem, target: Targ
     return cand
 
 
-def look_up(cand: Candidate, lookup: Lookup | None, info: Any) -> Evaluation | None:
+def look_up(cand: Candidate, lookup: Lookup | None, info: Any, objective: str | None = None) -> Evaluation | None:
     """Stage 2: an earlier measurement of the same source, problem, GPU and versions, as this candidate's row
-    (a kernel's source is measured once). One search assumes one kind of GPU: the first worker's."""
+    (a kernel's source is measured once). One search assumes one kind of GPU: the first worker's. The row is
+    judged by `objective`, the serving experiment's (None: the cached row's)."""
     if lookup is None or info is None:
         return None
     cached = lookup(cand.source_hash, cand.problem.key, info.gpu, info.versions)
-    return cand.served(cached) if cached is not None else None
+    return cand.served(cached, objective) if cached is not None else None
 
 
 def compiled(cand: Candidate, result: CompileResult | None) -> Evaluation | None:

@@ -39,8 +39,9 @@ class Timing:
 
 
 FLUSH_MODES = ("read", "write")
-# Recorded with every measurement's versions: timings are served again only under the same protocol.
-PROTOCOL = "events+l2-flush-read"
+# Recorded with every measurement's versions: timings are served again only under the same protocol. "+call-host":
+# every row also holds the call and host clocks (evo.evaluate.clocks); rows measured before lack them.
+PROTOCOL = "events+l2-flush-read+call-host"
 
 
 def _flusher(device: Any, nbytes: int, mode: str) -> Callable[[], Any]:

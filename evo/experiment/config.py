@@ -18,6 +18,7 @@ import yaml
 
 from evo.experiment import limits
 from evo.experiment.spec import (
+    OBJECTIVES,
     Budget,
     DescriptorSpec,
     EmitterSpec,
@@ -313,7 +314,7 @@ def _executor(c: Checker, node: Any) -> ExecutorSpec:
 
 
 def _evaluation(c: Checker, node: Any) -> EvaluationSpec:
-    keys = ("reps", "warmup", "budget_ms", "timeout_s", "compile_timeout_s", "noise_margin")
+    keys = ("reps", "warmup", "budget_ms", "timeout_s", "compile_timeout_s", "noise_margin", "objective")
     get = _sub(c, node, "evaluation", keys)
     e = EvaluationSpec
     return EvaluationSpec(
@@ -325,6 +326,7 @@ def _evaluation(c: Checker, node: Any) -> EvaluationSpec:
                                    0.0),
         noise_margin=c.number(get("noise_margin", e.noise_margin), "evaluation.noise_margin", 0.0, 1.0,
                               low_open=False),
+        objective=c.choice(get("objective", e.objective), "evaluation.objective", OBJECTIVES, "objective"),
     )
 
 

@@ -37,7 +37,11 @@ _DECIDING: tuple[tuple[str, Any], ...] = (
     ("evaluation.timeout_s", lambda e: e.evaluation.timeout_s),
     ("evaluation.compile_timeout_s", lambda e: e.evaluation.compile_timeout_s),
     ("evaluation.noise_margin", lambda e: e.evaluation.noise_margin),
+    ("evaluation.objective", lambda e: e.evaluation.objective),
 )
+# What a run recorded before a deciding setting existed did, where that is known: every run before the objective
+# was judged by GPU time, so resuming one under the call clock is a change (its archive would mix the clocks).
+_BEFORE_IT_EXISTED: dict[str, Any] = {"evaluation.objective": "gpu"}
 
 
 def _short(value: Any) -> str:
@@ -52,7 +56,9 @@ def deciding(experiment: Experiment) -> dict[str, Any]:
 
 def experiment_changes(before: dict[str, Any], now: Experiment) -> list[str]:
     """One phrase per deciding setting that differs from `before` (a `deciding` dict, possibly from an older
-    version with fewer keys: a key it lacks is not compared), e.g. "seed: 0 -> 1"; [] if none."""
+    version with fewer keys: a key it lacks is not compared, unless what it was then is known), e.g.
+    "seed: 0 -> 1"; [] if none."""
+    before = {**_BEFORE_IT_EXISTED, **before} if before else {}  # nothing recorded: nothing to compare
     out = []
     for label, value in deciding(now).items():
         if label in before and before[label] != value:

@@ -11,7 +11,12 @@ from typing import Any
 from evo.problem import Problem
 
 __all__ = ["Experiment", "Budget", "ExecutorSpec", "DescriptorSpec", "EvaluationSpec", "EmitterSpec", "MemorySpec",
-           "DEFAULT_EMITTER_SPECS"]
+           "DEFAULT_EMITTER_SPECS", "OBJECTIVES"]
+
+# Which clock is the fitness (as evo.store.record.OBJECTIVES, which sits below this module and cannot import it):
+# "call" is what a user calling the kernel in an eager loop sees (host launch cost included), "gpu" the GPU time
+# of one launch alone. "call" comes first: it is the default.
+OBJECTIVES = ("call", "gpu")
 
 
 @dataclass(frozen=True)
@@ -50,10 +55,13 @@ class EvaluationSpec:
     timeout_s: float = 60.0  # per candidate on the GPU; the worker is replaced after it
     compile_timeout_s: float = 120.0
     noise_margin: float = 0.01  # relative: a challenger must beat an elite by this to replace it
+    objective: str = "call"  # the fitness's clock (OBJECTIVES): per-call time of eager calls, or GPU time
 
     def __post_init__(self) -> None:
         if self.reps < 1 or self.warmup < 0 or min(self.budget_ms, self.timeout_s, self.compile_timeout_s) <= 0:
             raise ValueError(f"bad evaluation settings: {self}")
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"evaluation objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
 
 
 @dataclass(frozen=True)

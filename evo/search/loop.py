@@ -306,6 +306,8 @@ class Search:
             raise RuntimeError(f"executor returned an evaluation of {ev.problem_key} {ev.genome_hash} for job "
                                f"{job.ticket} ({problem.key} {job.genome.hash})")
         ev.origin, ev.parents, ev.run_id, ev.emitter = job.origin, list(job.parents), self.run_id, job.emitter
+        # judged by the experiment's objective: the worker's rows are already; failures made outside one are now
+        ev.objective = ev.judged_by(self.experiment.evaluation.objective).objective
         self.store.add(ev)  # first the store, then the archive: the order from_store replays
         if self.shared is not None:
             self.shared.record(ev)
@@ -321,7 +323,8 @@ class Search:
         one experiment only; a store shared by several (a benchmark comparing searches) is told apart by the
         run ids, which are "<experiment name>#<session>"."""
         prefix = f"{self.experiment.name}#"
-        return [r for r in self.store.iter(problem.key) if r.run_id.startswith(prefix)]
+        objective = self.experiment.evaluation.objective  # earlier sessions' rows judged as this one judges
+        return [r.judged_by(objective) for r in self.store.iter(problem.key) if r.run_id.startswith(prefix)]
 
     def _stop_reason(self, archive: GridArchive, elapsed: float) -> str | None:
         b = self.experiment.budget
@@ -347,6 +350,8 @@ class Search:
 
     def _sol_share(self, archive: GridArchive) -> float | None:
         best = archive.best
+        # the speed of light is a floor on GPU time, whatever clock the fitness is on (the call clock keeps inputs in
+        # L2 between calls, so a memory-bound kernel's call time can even pass the floor)
         return self._floor.share(best.median_ms) if self._floor is not None and best is not None else None
 
     def _remembered(self, problem: Problem) -> list[Evaluation]:

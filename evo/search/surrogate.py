@@ -103,7 +103,8 @@ class Surrogate:
 
         usable = self._usable(rows)
         self.rows_seen = len(usable)
-        ok = [(ev, p, x) for ev, p, x in usable if ev.status == "ok" and ev.median_ms and ev.median_ms > 0]
+        # speed on each row's fitness clock (its objective's: per-call or GPU time), what the archive ranks by
+        ok = [(ev, p, x) for ev, p, x in usable if ev.status == "ok" and ev.fitness_ms and ev.fitness_ms > 0]
         if len(usable) < self.min_rows or len(ok) < 2:
             self._speed = None
             return False
@@ -122,9 +123,9 @@ class Surrogate:
             self._fail.fit(X, failed)
         best: dict[str, float] = {}
         for ev, _, _ in ok:
-            best[ev.problem_key] = min(best.get(ev.problem_key, math.inf), ev.median_ms)
-        y = np.array([math.log(best[ev.problem_key] / ev.median_ms) for ev, _, _ in ok])
-        idx = [i for i, (ev, _, _) in enumerate(usable) if ev.status == "ok" and ev.median_ms and ev.median_ms > 0]
+            best[ev.problem_key] = min(best.get(ev.problem_key, math.inf), ev.fitness_ms)
+        y = np.array([math.log(best[ev.problem_key] / ev.fitness_ms) for ev, _, _ in ok])
+        idx = [i for i, (ev, _, _) in enumerate(usable) if ev.status == "ok" and ev.fitness_ms and ev.fitness_ms > 0]
         self._speed = ExtraTreesRegressor(n_estimators=self.trees, min_samples_leaf=1, random_state=self.seed)
         self._speed.fit(X[idx], y)
         return True

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
-__all__ = ["Evaluation", "Status", "STATUSES", "MEASURED"]
+__all__ = ["Evaluation", "Status", "STATUSES", "MEASURED", "OBJECTIVES"]
 
 Status = Literal[
     "ok",  # correct and timed
@@ -25,6 +25,10 @@ STATUSES: tuple[str, ...] = Status.__args__  # type: ignore[attr-defined]
 # "crashed" is not among them: a lost worker (actor death, a host out-of-memory kill) is recorded the same way
 # as an illegal address, and one bad moment of the machine must not blacklist a kernel for good.
 MEASURED = ("ok", "compile_error", "out_of_resources", "wrong", "nan", "timeout")
+# Which clock is a row's fitness: "gpu", the GPU time of one launch (CUDA events, L2 flushed: median_ms), or
+# "call", the per-call time of back-to-back eager calls (call_ms: what a Python loop over the kernel sees, host
+# launch cost included). Rows stored before the call clock existed were judged by GPU time, hence the default.
+OBJECTIVES = ("call", "gpu")
 
 
 @dataclass
@@ -45,6 +49,11 @@ class Evaluation:
     baseline: str = ""  # name of the primary baseline, e.g. "cublas"
     baseline_ms: float | None = None
     baseline_spread_ms: float | None = None
+    call_ms: float | None = None  # per-call ms of back-to-back eager calls of the kernel (evo.evaluate.clocks)
+    baseline_call_ms: float | None = None
+    host_us: float | None = None  # host microseconds of one call of the kernel, the GPU idle before it
+    baseline_host_us: float | None = None
+    objective: str = "gpu"  # which clock is this row's fitness (OBJECTIVES)
     max_rel_error: float | None = None
     resources: dict[str, Any] = field(default_factory=dict)  # shared, registers, spills, from compilation
     compile_s: float | None = None
@@ -60,13 +69,39 @@ class Evaluation:
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
             raise ValueError(f"unknown status {self.status!r}; expected one of {STATUSES}")
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"unknown objective {self.objective!r}; expected one of {OBJECTIVES}")
+
+    @property
+    def fitness_ms(self) -> float | None:
+        """The time this row is judged by: call_ms under the "call" objective, else median_ms. Never the other
+        clock as a stand-in: a row without its objective's clock has no fitness, so clocks never mix."""
+        return self.call_ms if self.objective == "call" else self.median_ms
+
+    @property
+    def baseline_fitness_ms(self) -> float | None:
+        """The baseline's time on the same clock as `fitness_ms`."""
+        return self.baseline_call_ms if self.objective == "call" else self.baseline_ms
 
     @property
     def ratio(self) -> float | None:
-        """Speed relative to the primary baseline timed in the same process: > 1 is faster."""
-        if self.status != "ok" or not self.median_ms or not self.baseline_ms:
+        """Speed relative to the primary baseline measured in the same process, on the objective's clock: > 1 is
+        faster."""
+        mine, base = self.fitness_ms, self.baseline_fitness_ms
+        if self.status != "ok" or not mine or not base:
             return None
-        return self.baseline_ms / self.median_ms
+        return base / mine
+
+    def judged_by(self, objective: str) -> Evaluation:
+        """This row judged by `objective`. A row holding that objective's clock takes it (a GPU row holds both, so
+        it serves either objective), as does a failure (it has no fitness on any clock). A correct row without
+        that clock keeps its own objective rather than borrow the other clock: only a stand-in worker's rows (tests)
+        lack one, since a GPU row's versions name the timing protocol that records both."""
+        if objective not in OBJECTIVES:
+            raise ValueError(f"unknown objective {objective!r}; expected one of {OBJECTIVES}")
+        if self.status == "ok" and replace(self, objective=objective).fitness_ms is None:
+            return self
+        return replace(self, objective=objective)
 
     @property
     def versions_key(self) -> str:
@@ -85,4 +120,6 @@ class Evaluation:
         for k in ("versions", "times_ms", "resources", "parents"):
             row[k] = json.loads(row[k]) if row.get(k) else ({} if k in ("versions", "resources") else [])
         row.pop("versions_key", None)
+        if not row.get("objective"):  # a row of an older store: judged by GPU time then
+            row.pop("objective", None)
         return cls(**row)

@@ -57,7 +57,8 @@ class SharedResults(Store):
     def nearest_elites(self, problem: Problem, gpu: str, versions: dict[str, str], limit: int = 8,
                        problems: int = 3) -> list[Evaluation]:
         """Up to `limit` correct rows, one per genome: the fastest of the `problems` nearest problems measured
-        on `gpu` with `versions` (the problem itself first when it was measured), by ratio to the baseline."""
+        on `gpu` with `versions` (the problem itself first when it was measured), by ratio to the baseline (on the
+        clock of each row's objective)."""
         if limit < 1:
             return []
         key = json.dumps(versions, sort_keys=True)
@@ -76,7 +77,8 @@ class SharedResults(Store):
         taken: set[str] = set()
         for _, other in near[:problems]:
             rows = [r for r in self.evaluations(other.key, "ok") if r.gpu == gpu and r.versions_key == key]
-            rows.sort(key=lambda r: (-(r.ratio or 0.0), r.median_ms or 0.0, r.id or 0))
+            # each row by its own objective's clock: the ratio is to a baseline measured on that same clock
+            rows.sort(key=lambda r: (-(r.ratio or 0.0), r.fitness_ms or 0.0, r.id or 0))
             for r in rows:
                 if r.genome_hash not in taken:
                     taken.add(r.genome_hash)

@@ -22,7 +22,8 @@ _COLUMNS = {
     "operator": "TEXT", "problem_key": "TEXT", "problem": "TEXT", "genome": "TEXT", "genome_hash": "TEXT",
     "source_hash": "TEXT", "status": "TEXT", "reason": "TEXT", "gpu": "TEXT", "versions": "TEXT",
     "versions_key": "TEXT", "median_ms": "REAL", "spread_ms": "REAL", "times_ms": "TEXT", "baseline": "TEXT",
-    "baseline_ms": "REAL", "baseline_spread_ms": "REAL", "max_rel_error": "REAL", "resources": "TEXT",
+    "baseline_ms": "REAL", "baseline_spread_ms": "REAL", "call_ms": "REAL", "baseline_call_ms": "REAL",
+    "host_us": "REAL", "baseline_host_us": "REAL", "objective": "TEXT", "max_rel_error": "REAL", "resources": "TEXT",
     "compile_s": "REAL", "origin": "TEXT", "parents": "TEXT", "emitter": "TEXT", "run_id": "TEXT", "worker": "TEXT",
     "started_at": "REAL", "finished_at": "REAL",
 }
@@ -32,12 +33,19 @@ class StoreError(ValueError):
     """A store that cannot be opened as one (not SQLite, damaged, not an evo store); one-line message."""
 
 
+# What the old rows of a store hold in a column added later: a clock they never measured is NULL (None), not ''
+# (which would read back as a string); their objective was GPU time, the only one there was.
+_ADDED_DEFAULTS = {"REAL": "NULL", "objective": "'gpu'"}
+
+
 def _migrate(db: sqlite3.Connection) -> None:
-    """Add the columns a store made by an older evo lacks (e.g. `emitter`); their old rows read as ''."""
+    """Add the columns a store made by an older evo lacks (e.g. `emitter`, the call and host clocks); their old
+    rows read as '' (text), None (numbers) or "gpu" (objective)."""
     have = {r[1] for r in db.execute("PRAGMA table_info(evaluations)")}
     for name, kind in _COLUMNS.items():
         if name not in have:
-            db.execute(f"ALTER TABLE evaluations ADD COLUMN {name} {kind} DEFAULT ''")
+            default = _ADDED_DEFAULTS.get(name, _ADDED_DEFAULTS.get(kind, "''"))
+            db.execute(f"ALTER TABLE evaluations ADD COLUMN {name} {kind} DEFAULT {default}")
 
 
 class Store:

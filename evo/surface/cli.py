@@ -184,9 +184,10 @@ def _cmd_export(args: argparse.Namespace) -> int:
             p = elite.problem
             default = rd.path / f"{p.operator}_{p.shape_text}_{p.dtype}.py"
             ev = elite.evaluation
-            ratio = f", {ev.ratio:.3f}x {ev.baseline}" if ev.ratio else ""
+            ratio = f", {ev.ratio:.3f}x {ev.baseline} on the {ev.objective} clock" if ev.ratio else ""
+            call = f", {ev.call_ms:.4g} ms per call" if ev.call_ms else ""
             measured = f"smoke score {smoke_score(ev.median_ms)}" if is_smoke(ev, store.all_meta()) else \
-                f"{ev.median_ms:.4g} ms{ratio} on {ev.gpu or '?'}"
+                f"{ev.median_ms:.4g} ms GPU time{call}{ratio} on {ev.gpu or '?'}"
             what = f"elite of {p.key} ({measured})"
         smoke = _is_smoke(store, None)
     out = Path(args.output or default)

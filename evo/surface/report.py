@@ -2,7 +2,8 @@
 
 Per problem: the archive heatmap over two descriptors (colour = throughput or ratio to the baseline, hover =
 genome and numbers, click = the kernel's source), the failure map (which cells failed and why), the best
-throughput and QD-score against evaluations, and the elites' table; then the run's metadata. The archive is
+throughput and QD-score against evaluations, and the elites' table (GPU, per-call and host times; throughput,
+ratio and SOL on the clock the objective names); then the run's metadata. The archive is
 rebuilt from the store alone (`GridArchive.from_store`). Every text from the run is escaped: html.escape in
 markup, and JSON embedded in a script element with `<`, `>` and `&` written as \\u escapes.
 """
@@ -115,7 +116,8 @@ def _problem_data(store: Store, problem: Problem, op: Any, specs: tuple[Descript
             "descriptors": [_num(v) for v in e.descriptors],
             "baseline_ms": _num(ev.baseline_ms) if ev else None, "gpu": ev.gpu if ev else "",
             "spread_ms": _num(ev.spread_ms) if ev else None,
-            "sol": _num(floor["ms"] / e.median_ms, 3) if floor and e.median_ms else None,
+            "fitness_ms": _num(e.fitness_ms), "call_ms": _num(e.call_ms), "host_us": _num(e.host_us, 3),
+            "sol": _num(floor["ms"] / e.fitness_ms, 3) if floor and e.fitness_ms else None,
         })
 
     # failures: every evaluation that is not ok, placed by its genome (and resources, when it has them)
@@ -144,7 +146,9 @@ def _problem_data(store: Store, problem: Problem, op: Any, specs: tuple[Descript
             sample_reason[ev.status] = ev.reason[:300]
     hist = archive.history
     best = archive.best
-    sol = floor["ms"] / best.median_ms if floor and best is not None and best.median_ms else None
+    sol = floor["ms"] / best.median_ms if floor and best is not None and best.median_ms else None  # GPU-time floor
+    # the archive judges every correct row by the latest one's objective (evo.archive.elite)
+    objective = next((ev.objective for ev in reversed(evs) if ev.status == "ok"), None)
     times = [t for ev in evs for t in (ev.started_at, ev.finished_at) if t]
     spent = meta.get(f"wall_s:{problem.key}")  # saved by the search; else the evaluations' span
     elapsed = float(spent) if spent is not None else (max(times) - min(times)) if times else None
@@ -154,6 +158,7 @@ def _problem_data(store: Store, problem: Problem, op: Any, specs: tuple[Descript
         "x": {"name": ax_x.name, "doc": _doc(ax_x), "ticks": _ticks(ax_x)},
         "y": {"name": ax_y.name if ax_y else "", "doc": _doc(ax_y) if ax_y else "",
               "ticks": _ticks(ax_y) if ax_y else [""]},
+        "objective": objective,
         "nx": nx, "ny": ny, "axes": [a.name for a in archive.axes], "projected": len(archive.axes) > 2,
         "elites": elites, "failures": failures, "unplaced_failures": unplaced,
         "status_counts": dict(by_status), "sample_reason": sample_reason,
@@ -205,6 +210,7 @@ def report_data(inp: ReportInput, x: str | None = None, y: str | None = None) ->
     run_meta = {
         "name": inp.name, "experiment": exp.name if exp else "", "operator": exp.operator if exp else "",
         "seed": exp.seed if exp else meta.get("seed"), "executor": exp.executor.kind if exp else "",
+        "objective": exp.evaluation.objective if exp else "",
         "gpus": dict(gpus), "versions": {k: dict(c) for k, c in versions.items()},
         "descriptors": [d.name for d in specs], "selection": exp.selection if exp else "",
         "mutators": exp.mutators if exp else {}, "budget": asdict(exp.budget) if exp else {},
@@ -221,7 +227,8 @@ def _smoke_view(p: dict[str, Any]) -> None:
     """A smoke run's numbers as what they are: scores without a unit, no times, no ratios to a baseline."""
     p["unit"], p["baseline"] = SMOKE_SCORE, "no baseline (smoke)"
     for e in p["elites"]:
-        e.update(median_ms=None, spread_ms=None, ratio=None, baseline_ms=None)
+        e.update(median_ms=None, spread_ms=None, ratio=None, baseline_ms=None, fitness_ms=None, call_ms=None,
+                 host_us=None)
     p["summary"]["best_ratio"] = None
 
 

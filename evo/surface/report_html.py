@@ -52,7 +52,8 @@ _SCRIPT = r"""
     const p = DATA.problems[pi], e = p.elites[ei];
     const info = document.getElementById("info-" + pi), pre = document.getElementById("source-" + pi);
     info.textContent = p.x.name + "=" + p.x.ticks[e.x] + (p.y.name ? ", " + p.y.name + "=" + p.y.ticks[e.y] : "") +
-      ": " + fmt(e.objective) + " " + p.unit + ", " + fmt(e.median_ms) + " ms, " +
+      ": " + fmt(e.objective) + " " + p.unit + ", GPU " + fmt(e.median_ms) + " ms, " +
+      (DATA.smoke ? "" : "call " + fmt(e.call_ms) + " ms, host " + fmt(e.host_us, 3) + " µs, ") +
       (e.ratio === null ? "no ratio" : fmt(e.ratio, 3) + "x " + p.baseline) + " | " + e.genome;
     pre.textContent = DATA.sources[e.source] || "(source not available)";
     state.shown = { problem: pi, elite: ei, source: e.source };
@@ -63,7 +64,8 @@ _SCRIPT = r"""
     const z = grid(p, null), zr = grid(p, null), text = grid(p, "empty cell"), cd = grid(p, null);
     p.elites.forEach((e, j) => {
       z[e.y][e.x] = e.objective; zr[e.y][e.x] = e.ratio; cd[e.y][e.x] = j;
-      text[e.y][e.x] = "<b>" + fmt(e.objective) + " " + esc(p.unit) + "</b>, " + fmt(e.median_ms) + " ms<br>" +
+      text[e.y][e.x] = "<b>" + fmt(e.objective) + " " + esc(p.unit) + "</b>, GPU " + fmt(e.median_ms) + " ms<br>" +
+        (DATA.smoke ? "" : "call " + fmt(e.call_ms) + " ms, host " + fmt(e.host_us, 3) + " µs<br>") +
         "ratio to " + esc(p.baseline) + ": " + (e.ratio === null ? "-" : fmt(e.ratio, 3) + "x") + "<br>" +
         esc(e.genome).replace(/ /g, "<br>") + "<br>origin " + esc(e.origin) + ", evaluation #" + e.index;
     });
@@ -188,6 +190,19 @@ def _sol_text(s: dict[str, Any], smoke: bool) -> str:
             "GPU's dense peak or bytes at its copy bandwidth measured at start-up, whichever takes longer).")
 
 
+_CLOCKS = {"call": "per-call time of back-to-back eager calls (what a Python loop over the kernel sees, host "
+                   "launch cost included)",
+           "gpu": "GPU time of one launch (CUDA events, L2 flushed; no host cost)"}
+
+
+def _objective_text(p: dict[str, Any], smoke: bool) -> str:
+    """Which clock the problem's throughput, ratio and SOL are on (a smoke run's are on none)."""
+    if smoke or p.get("objective") not in _CLOCKS:
+        return ""
+    return (f' Objective {p["objective"]}: throughput, ratio and share of SOL are on the {_CLOCKS[p["objective"]]}; '
+            'the table shows the GPU, call and host times of each elite.')
+
+
 def _problem_section(p: dict[str, Any], pi: int, smoke: bool) -> str:
     s = p["summary"]
     unit = p["unit"]
@@ -196,7 +211,7 @@ def _problem_section(p: dict[str, Any], pi: int, smoke: bool) -> str:
              f'<p>{s["evaluations"]} evaluations, {s["ok"]} correct; best {_e(best)}'
              + f'; coverage {_n(s["coverage"], 3)} ({s["filled"]} of {s["cells"]} cells); QD-score '
              f'{_n(s["qd_score"])}; elapsed {_n(s["elapsed_s"], 3)} s. Archive descriptors: '
-             f'{_e(", ".join(p["axes"]))}.</p>',
+             f'{_e(", ".join(p["axes"]))}.{_e(_objective_text(p, smoke))}</p>',
              f'<p><label>Colour: <select id="colour-{pi}"><option value="throughput">'
              + (f'{_e(unit)}</option>' if smoke else f'throughput ({_e(unit)})</option><option value="ratio">ratio '
                 f'to {_e(p["baseline"])}</option>') + '</select></label> '
@@ -216,12 +231,13 @@ def _problem_section(p: dict[str, Any], pi: int, smoke: bool) -> str:
                      f'descriptor needs compile-time resources they lack).</p>')
     rows, attrs = [], []
     for j, e in enumerate(p["elites"]):
-        timed = [] if smoke else [_num_td(e["median_ms"]), _num_td(e["ratio"], 3, "x"), _num_td(e.get("sol"), 3)]
+        timed = [] if smoke else [_num_td(e["median_ms"]), _num_td(e.get("call_ms")), _num_td(e.get("host_us"), 3),
+                                  _num_td(e["ratio"], 3, "x"), _num_td(e.get("sol"), 3)]
         rows.append([_num_td(j + 1, 6), f"<td>{_e(p['x']['ticks'][e['x']])}</td>",
                      f"<td>{_e(p['y']['ticks'][e['y']])}</td>", _num_td(e["objective"]), *timed,
                      f'<td class="mono">{_e(e["genome"])}</td>', f"<td>{_e(e['origin'])}</td>", _num_td(e["index"], 8)])
         attrs.append(f' class="elite" data-p="{pi}" data-e="{j}"')
-    timed_head = [] if smoke else ["median ms", f"ratio to {p['baseline']}", "share of SOL"]
+    timed_head = [] if smoke else ["GPU ms", "call ms", "host µs", f"ratio to {p['baseline']}", "share of SOL"]
     head = ["#", p["x"]["name"], p["y"]["name"] or "-", unit, *timed_head, "genome", "origin", "evaluation #"]
     parts.append("<h3>Elites</h3>" + _table(head, rows, attrs) + "</section>")
     return "\n".join(parts)
@@ -259,7 +275,8 @@ def _meta_section(data: dict[str, Any]) -> str:
     run = data["run"]
     rows = []
     for label, value in (("run", run["name"]), ("experiment", run["experiment"]), ("operator", run["operator"]),
-                         ("executor", run["executor"]), ("seed", run["seed"]),
+                         ("executor", run["executor"]), ("objective", run.get("objective") or "-"),
+                         ("seed", run["seed"]),
                          ("GPUs (evaluations)", ", ".join(f"{k or '?'} ({v})" for k, v in run["gpus"].items())),
                          ("versions", "; ".join(f"{k} " + ", ".join(vs) for k, vs in run["versions"].items())),
                          ("descriptors", ", ".join(run["descriptors"]) or "the search's default"),

@@ -32,19 +32,22 @@ def overview_data(store: Any, problems: list[tuple[Any, Any, dict[str, Any]]], s
         flops, nbytes = op.flops(problem), op.bytes(problem)
         by_baseline: dict[str, list[float]] = {}
         for ev in store.iter(problem.key, status="ok"):
-            for ms in (ev.median_ms, ev.baseline_ms):
+            for ms in (ev.median_ms, ev.baseline_ms):  # the roofline is the GPU's: GPU times only
                 if ms and not smoke:
                     best_flops = max(best_flops, flops / (ms * 1e-3))
                     best_bytes = max(best_bytes, nbytes / (ms * 1e-3))
-            if ev.baseline and ev.baseline_ms and (elite is None or ev.gpu == elite["gpu"]):
-                by_baseline.setdefault(ev.baseline, []).append(ev.baseline_ms)
+            # ratios on the clock the problem's elite was judged by (its objective), as the archive's are
+            base_ms = ev.judged_by(p["objective"]).baseline_fitness_ms if p.get("objective") else ev.baseline_ms
+            if ev.baseline and base_ms and (elite is None or ev.gpu == elite["gpu"]):
+                by_baseline.setdefault(ev.baseline, []).append(base_ms)
         ratios = {}
-        if elite is not None and elite["median_ms"] and not smoke:
-            ratios = {name: _num(median(times) / elite["median_ms"], 3) for name, times in by_baseline.items()}
+        if elite is not None and elite["fitness_ms"] and not smoke:
+            ratios = {name: _num(median(times) / elite["fitness_ms"], 3) for name, times in by_baseline.items()}
         baselines += [name for name in ratios if name not in baselines]
         rows.append({"key": p["key"], "unit": p["unit"], "best": elite["objective"] if elite else None,
                      "median_ms": elite["median_ms"] if elite else None, "gpu": elite["gpu"] if elite else "",
-                     "ratios": ratios, "elites": len(p["elites"])})
+                     "call_ms": elite["call_ms"] if elite else None, "host_us": elite["host_us"] if elite else None,
+                     "objective": p.get("objective"), "ratios": ratios, "elites": len(p["elites"])})
         if smoke or not flops or not nbytes:
             continue
         for j, e in enumerate(p["elites"]):
@@ -73,23 +76,31 @@ def _n(v: float | None, digits: int = 4, suffix: str = "") -> str:
 
 def overview_html(ov: dict[str, Any]) -> str:
     """The overview section: a table (escaped here, readable without JavaScript) and the roofline's place."""
-    head = ["problem", "best kernel", "median time"] + [f"ratio to {b}" for b in ov["baselines"]] + ["GPU"]
+    head = ["problem", "best kernel", "GPU time", "call time", "host time"]
+    head += [f"ratio to {b}" for b in ov["baselines"]] + ["GPU"]
     out = ['<section id="overview"><h2>Overview</h2>', "<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head)
            + "</tr>"]
     for i, r in enumerate(ov["rows"]):
         cells = [f'<td><a href="#problem-{i}">{_e(r["key"])}</a></td>',
                  f'<td class="num">{_e(_n(r["best"]))} {_e(r["unit"]) if r["best"] is not None else ""}</td>',
-                 f'<td class="num">{_e(_n(r["median_ms"], 4, " ms"))}</td>']
+                 f'<td class="num">{_e(_n(r["median_ms"], 4, " ms"))}</td>',
+                 f'<td class="num">{_e(_n(r["call_ms"], 4, " ms"))}</td>',
+                 f'<td class="num">{_e(_n(r["host_us"], 3, " µs"))}</td>']
         cells += [f'<td class="num">{_e(_n(r["ratios"].get(b), 3, "×"))}</td>' for b in ov["baselines"]]
         cells.append(f"<td>{_e(r['gpu'] or '-')}</td>")
         out.append("<tr>" + "".join(cells) + "</tr>")
     if len(ov["rows"]) > 1 and ov["geomean"]:
-        cells = ['<th colspan="3">geometric mean</th>']
+        cells = ['<th colspan="5">geometric mean</th>']
         cells += [f'<td class="num">{_e(_n(ov["geomean"].get(b), 3, "×"))}</td>' for b in ov["baselines"]]
         out.append("<tr>" + "".join(cells) + "<td></td></tr>")
     out.append("</table>")
-    note = ('A ratio is the baseline\'s median time over the elite\'s, both timed in the same process on the same '
-            'inputs: above 1× the elite is faster.')
+    objectives = sorted({r["objective"] for r in ov["rows"] if r.get("objective")})
+    clock = {"call": "per-call time (back-to-back eager calls, host launch cost included)",
+             "gpu": "GPU time (one launch, L2 flushed)"}
+    on = " and ".join(f"{clock[o]} (objective {o})" for o in objectives) or "the fitness clock"
+    note = (f'A ratio is the baseline\'s time over the elite\'s on the {on}, both measured in the same process on '
+            'the same inputs: above 1× the elite is faster. GPU time: CUDA events around one launch; call time: '
+            'back-to-back eager calls; host time: the CPU time of one call.')
     if ov["smoke"]:
         out.append('<p class="muted" id="roofline-none">No ratios and no roofline: a smoke run times nothing (its '
                    'scores are stand-ins computed on the CPU).</p>')

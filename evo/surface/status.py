@@ -1,5 +1,6 @@
 """A run's summary from its store alone: per problem, evaluations, ok/failed by status, best throughput, its
-ratio to the baseline, archive coverage and elapsed time. Used by `evo status` and at the end of `evo run`."""
+ratio to the baseline, the best's clocks (per-call and host time), archive coverage and elapsed time, and which
+clock the fitness is (the objective). Used by `evo status` and at the end of `evo run`."""
 
 from __future__ import annotations
 
@@ -33,6 +34,9 @@ class ProblemStatus:
     cells: int
     elapsed_s: float | None
     sol_share: float | None = None  # the best's share of the speed-of-light floor (None: no floor known)
+    call_ms: float | None = None  # the best's per-call time of back-to-back eager calls
+    host_us: float | None = None  # the best's host time of one call
+    objective: str | None = None  # the clock best, ratio and SOL are on (None: no correct evaluation)
 
 
 def sol_share(store: Store, problem_key: str, median_ms: float | None) -> float | None:
@@ -70,12 +74,16 @@ def run_status(store: Store, experiment: Experiment | None = None) -> list[Probl
         # the search saves the wall time spent on each problem; older or foreign stores: the evaluations' span
         times = [t for ev in evs for t in (ev.started_at, ev.finished_at) if t]
         spent = store.meta(f"wall_s:{key}")
+        # the latest correct row's objective is the archive's (evo.archive.elite judges every row by it)
+        objective = next((ev.objective for ev in reversed(evs) if ev.status == "ok"), None)
         rows.append(ProblemStatus(
             key=key, evaluations=len(evs), ok=sum(ev.status == "ok" for ev in evs), failed=failed,
             best=best.objective if best else None, unit=op.throughput_unit, ratio=best.ratio if best else None,
             baseline=next((ev.baseline for ev in evs if ev.baseline), ""), coverage=archive.coverage,
-            filled=len(archive), cells=archive.cells, sol_share=sol_share(store, key, best.median_ms if best else None),
-            elapsed_s=float(spent) if spent is not None else (max(times) - min(times)) if times else None))
+            filled=len(archive), cells=archive.cells,
+            sol_share=sol_share(store, key, best.median_ms if best else None),  # SOL: a GPU-time floor
+            elapsed_s=float(spent) if spent is not None else (max(times) - min(times)) if times else None,
+            call_ms=best.call_ms if best else None, host_us=best.host_us if best else None, objective=objective))
     return rows
 
 
@@ -86,9 +94,18 @@ def _elapsed(s: float | None) -> str:
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
 
 
+def _best_head(rows: list[ProblemStatus], smoke: bool) -> str:
+    """The best column's title names the objective: the clock that best, ratio and SOL are on ("call": per-call
+    time of back-to-back eager calls; "gpu": GPU time of one launch)."""
+    used = sorted({r.objective for r in rows if r.objective})
+    return "best" if smoke or not used else f"best (objective {'/'.join(used)})"
+
+
 def format_status(rows: list[ProblemStatus], smoke: bool = False) -> str:
-    """A plain-text table; a smoke run's throughput column is labelled as not a timing."""
-    head = ["problem", "evals", "ok", "failed", "best", "ratio", "SOL", "coverage", "elapsed"]
+    """A plain-text table; a smoke run's throughput column is labelled as not a timing, and its clocks are left
+    out (nothing of it is timed). `call`: the best's per-call time; `host`: its host time of one call."""
+    head = ["problem", "evals", "ok", "failed", _best_head(rows, smoke), "ratio", "call", "host", "SOL", "coverage",
+            "elapsed"]
     table = [head]
     for r in rows:
         failed = " ".join(f"{_ABBREV.get(k, k)} {n}" for k, n in sorted(r.failed.items(), key=lambda kv: -kv[1]))
@@ -96,7 +113,9 @@ def format_status(rows: list[ProblemStatus], smoke: bool = False) -> str:
         ratio = f"{r.ratio:.2f}x {r.baseline}".strip() if r.ratio is not None and not smoke else "-"
         coverage = f"{r.coverage:.0%} ({r.filled}/{r.cells})" if r.coverage is not None else "-"
         sol = "n/a (smoke)" if smoke else f"{r.sol_share:.0%}" if r.sol_share is not None else "-"
-        table.append([r.key, str(r.evaluations), str(r.ok), failed or "-", best, ratio, sol, coverage,
+        call = f"{r.call_ms:.4g} ms" if r.call_ms is not None and not smoke else "-"
+        host = f"{r.host_us:.3g} us" if r.host_us is not None and not smoke else "-"
+        table.append([r.key, str(r.evaluations), str(r.ok), failed or "-", best, ratio, call, host, sol, coverage,
                       _elapsed(r.elapsed_s)])
     widths = [max(len(row[i]) for row in table) for i in range(len(head))]
     numeric = {1, 2}

@@ -29,8 +29,8 @@ def timed(monkeypatch):
     return calls
 
 
-def state():
-    return GpuState(0, EvaluationSpec(), device="cpu")
+def state(objective="gpu"):
+    return GpuState(0, EvaluationSpec(objective=objective), device="cpu")
 
 
 def evaluate(st, fault, n=256, seed=5, compiled=None):
@@ -47,6 +47,10 @@ def test_ok_is_checked_then_timed_against_the_baseline(timed):
     assert ev.max_rel_error < 1e-6 and ev.compile_s == 0.25 and ev.resources["registers"] == 20
     assert ev.resources["eval"]["seed"] == 5
     assert timed == [2]  # candidate and baseline interleaved in one measurement
+    # the user's clocks are measured beside the GPU time, and the objective says which one is the fitness
+    assert ev.objective == "gpu" and ev.call_ms > 0 and ev.baseline_call_ms > 0 and ev.host_us > 0
+    on_call = evaluate(state("call"), "none", compiled=compiled)
+    assert on_call.objective == "call" and on_call.ratio == on_call.baseline_call_ms / on_call.call_ms
 
 
 @pytest.mark.parametrize("fault,status", [("wrong", "wrong"), ("nan", "nan"), ("unwritten", "nan"),
