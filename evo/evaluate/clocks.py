@@ -65,7 +65,7 @@ def call_ms(fns: list[Callable[[], Any]], *, rounds: int = 7, round_ms: float = 
     return [float(np.median(p)) for p in per_call]
 
 
-def host_us(fns: list[Callable[[], Any]], *, reps: int = 15, burst: int = 10, warmup: int = 3,
+def host_us(fns: list[Callable[[], Any]], *, reps: int = 9, burst: int = 8, warmup: int = 3,
             device: Any = "cuda") -> list[float]:
     """Median host microseconds of one call of each fn: the wall time of `burst` calls issued back to back after
     a synchronisation, over `burst`, read before anything waits for the GPU (a queue of a few launches never
