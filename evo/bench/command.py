@@ -4,7 +4,8 @@ For each problem of an experiment: search (evo.search.loop.run_experiment), or r
 take the elite (evo.archive.elite, as status, report and export do; with `--finalists N` the archive's best N
 re-timed on other inputs, the fastest kept), its genome rendered again by the operator; then, in ONE process on
 ONE GPU, on the same fresh random inputs, check every contender (the operator's `bench_baselines()` and evo)
-with the search's check and time the correct ones interleaved (evo.evaluate.timing.time_interleaved).
+with the search's check and time the correct ones interleaved (evo.evaluate.timing.time_interleaved), then
+measure them on the clocks a caller sees (evo.evaluate.clocks: eager calls, CUDA-graph replay, host µs).
 Results go to `<out>/<operator>-<gpu slug>.json` and a markdown table beside it (evo.bench.results).
 
 With several GPUs visible, problems are benchmarked concurrently, one child process per GPU and problem
@@ -25,6 +26,7 @@ from typing import Any
 from evo.archive.elite import ranked
 from evo.bench.entrants import evo_entrant, select_problems, versions
 from evo.bench.measure import (
+    Clocks,
     ContenderResult,
     Entrant,
     Timer,
@@ -32,6 +34,7 @@ from evo.bench.measure import (
     measure_contenders,
     peak_tflops,
     search_summary,
+    user_clocks,
 )
 from evo.bench.results import EVO_NAME, SCHEMA, load_report, merge_reports, print_summary, unit_key, write_report
 from evo.experiment.oneline import one_line
@@ -50,8 +53,8 @@ EVO = EVO_NAME  # the contender name of evo's elite kernel
 # -- one problem --------------------------------------------------------------------------------------------
 def problem_entry(operator: Any, problem: Problem, results: list[ContenderResult], *, primary: str,
                   copy_GBps: float | None, gpu: str) -> dict[str, Any]:
-    """The JSON entry of one problem from its contenders' results: throughput, ratio to `primary`,
-    and the fraction of copy bandwidth reached."""
+    """The JSON entry of one problem from its contenders' results: throughput, ratio to `primary` (on GPU
+    time, and as `call_ratio`/`graph_ratio` on the caller's clocks), and the fraction of copy bandwidth reached."""
     ukey = unit_key(operator.throughput_unit)
     flops, nbytes = int(operator.flops(problem)), int(operator.bytes(problem))
     floor_ms = nbytes / (copy_GBps * 1e9) * 1e3 if copy_GBps else None
@@ -75,6 +78,11 @@ def problem_entry(operator: Any, problem: Problem, results: list[ContenderResult
                 c["ratio"] = round(base_ms / r.median_ms, 4)
             if floor_ms:
                 c["copy_fraction"] = round(floor_ms / r.median_ms, 4)
+            for clock in ("call", "graph"):
+                mine = getattr(r, f"{clock}_ms")
+                theirs = getattr(base, f"{clock}_ms") if base_ms else None
+                if mine and theirs:
+                    c[f"{clock}_ratio"] = round(theirs / mine, 4)
         contenders[r.name] = c
     return {"key": problem.key, **problem.dims, "dtype": problem.dtype, "dims": [d for d, _ in problem.shape],
             "flops": flops, "bytes": nbytes, "intensity": round(intensity, 3) if intensity else None,
@@ -84,7 +92,8 @@ def problem_entry(operator: Any, problem: Problem, results: list[ContenderResult
 
 def _bench_problem(operator: Any, problem: Problem, store: Store | None, entrants: list[Entrant], *,
                    target: Target, gpu: str, copy_GBps: float, timer: Timer, device: str, seed: int, reps: int,
-                   finalists: int, with_evo: bool, experiment: Experiment | None = None) -> dict[str, Any]:
+                   finalists: int, with_evo: bool, experiment: Experiment | None = None,
+                   clocks: Clocks | None = None) -> dict[str, Any]:
     extra: dict[str, Any] = {"evo_genome": None}
     evo_result: ContenderResult | None = None
     # the elites status, report and export name (evo.archive.elite), this GPU's when it measured any
@@ -117,7 +126,8 @@ def _bench_problem(operator: Any, problem: Problem, store: Store | None, entrant
     elif with_evo:
         why = "no run store" if store is None else "the search found no correct kernel for this problem"
         evo_result = ContenderResult(EVO, status="missing", reason=why)
-    results = measure_contenders(operator, problem, all_entrants, timer=timer, device=device, seed=seed, reps=reps)
+    results = measure_contenders(operator, problem, all_entrants, timer=timer, device=device, seed=seed, reps=reps,
+                                 clocks=clocks)
     if evo_result is not None:
         results.append(evo_result)
     entry = problem_entry(operator, problem, results, primary=entrants[0].name, copy_GBps=copy_GBps, gpu=gpu)
@@ -142,8 +152,9 @@ def search_problems(experiment: Experiment, problems: list[Problem], run_dir: Pa
 
 def run_bench(experiment: Experiment, problems: list[Problem], run_dir: Path | None, *, search: bool,
               contenders: list[str] | None = None, seed: int = 1234, reps: int = 100, finalists: int = 3,
-              device: str = "cuda", timer: Timer | None = None) -> dict[str, Any]:
-    """Search (when `search`) into `run_dir`, then benchmark every problem here; returns the JSON document."""
+              device: str = "cuda", timer: Timer | None = None, clocks: Clocks | None = None) -> dict[str, Any]:
+    """Search (when `search`) into `run_dir`, then benchmark every problem here; returns the JSON document.
+    On a GPU the caller's clocks are measured too (`clocks`, default evo.bench.measure.user_clocks)."""
     import torch
 
     import operators
@@ -171,6 +182,8 @@ def run_bench(experiment: Experiment, problems: list[Problem], run_dir: Path | N
         entrants = [e for i, e in enumerate(entrants) if i == 0 or e.name in contenders]
     with_evo = not contenders or EVO in contenders
     timer = timer or (lambda fns, **kw: time_interleaved(fns, device=device, **kw))
+    if clocks is None and on_gpu:
+        clocks = lambda fns: user_clocks(fns, device)  # noqa: E731
     # off a GPU (tests, with a stand-in timer) the device is named as such: nothing there is a GPU timing
     gpu = torch.cuda.get_device_name(device) if on_gpu else f"{device} (not a GPU)"
     meta = store.all_meta() if store is not None else {}
@@ -187,7 +200,7 @@ def run_bench(experiment: Experiment, problems: list[Problem], run_dir: Path | N
             try:
                 entry = _bench_problem(operator, problem, store, entrants, target=target, gpu=gpu, copy_GBps=copy_GBps,
                                        timer=timer, device=device, seed=seed, reps=reps, finalists=finalists,
-                                       with_evo=with_evo, experiment=experiment)
+                                       with_evo=with_evo, experiment=experiment, clocks=clocks)
             except Exception as e:
                 failures.append({"key": problem.key, "reason": f"{type(e).__name__}: {e}"})
                 print(f"[bench] {problem.key}: failed: {type(e).__name__}: {e}", flush=True)
@@ -203,7 +216,7 @@ def run_bench(experiment: Experiment, problems: list[Problem], run_dir: Path | N
             "contenders": names, "experiment": experiment.name, "run_dir": str(run_dir) if run_dir else None,
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "settings": {"seed": seed, "reps": reps, "finalists": finalists, "searched": search,
-                         "contenders_asked": contenders},
+                         "contenders_asked": contenders, "clocks": clocks is not None},
             "wall_s": round(time.time() - t0, 1), "problems": entries, "failures": failures}
 
 

@@ -5,6 +5,10 @@ against the operator's reference by the search's own check (evo.evaluate.check.c
 output, both calls judged, inputs that must stay untouched), and only if correct timed — all correct
 contenders together, interleaved, through one timer (evo.evaluate.timing.time_interleaved on a GPU). Anything a
 contender raises becomes its status and reason; nothing is dropped silently.
+
+Given `clocks` (on a GPU: `user_clocks`), the correct contenders are then measured, interleaved too, on the
+clocks a caller sees (evo.evaluate.clocks): per-call time of back-to-back eager calls, per-call time under
+CUDA-graph replay (None for a contender that cannot be captured) and host µs of one call.
 """
 
 from __future__ import annotations
@@ -19,11 +23,14 @@ from evo.evaluate.roofline import copy_bandwidth, peak_tflops
 from evo.problem import Problem
 from evo.store.sqlite import Store
 
-__all__ = ["Entrant", "ContenderResult", "Timer", "measure_contenders", "copy_bandwidth", "peak_tflops",
-           "search_summary"]
+__all__ = ["Entrant", "ContenderResult", "Timer", "Clocks", "measure_contenders", "user_clocks", "copy_bandwidth",
+           "peak_tflops", "search_summary"]
 
 # (list of zero-argument callables, reps=, warmup=, budget_ms=) -> list of objects with median_ms, spread_ms
 Timer = Callable[..., list[Any]]
+# (list of zero-argument callables) -> per callable {"call_ms": ..., "graph_ms": ..., "host_us": ...} (None: unknown)
+Clocks = Callable[[list[Callable[[], Any]]], list[dict[str, float | None]]]
+CLOCK_KEYS = ("call_ms", "graph_ms", "host_us")
 
 
 @dataclass(frozen=True)
@@ -46,13 +53,18 @@ class ContenderResult:
     median_ms: float | None = None
     spread_ms: float | None = None
     reps: int | None = None
+    call_ms: float | None = None  # back-to-back eager calls, per call
+    graph_ms: float | None = None  # CUDA-graph replay, per call; None also when it cannot be captured
+    host_us: float | None = None  # host time of one call
     fn: Callable[..., Any] | None = None  # the set-up callable (not written out)
 
     def to_json(self) -> dict[str, Any]:
         out = {"status": self.status, "reason": self.reason, "doc": self.doc, "setup_s": self.setup_s,
                "max_rel_error": self.max_rel_error, "median_ms": self.median_ms, "spread_ms": self.spread_ms,
-               "reps": self.reps}
-        return {k: v for k, v in out.items() if v not in (None, "")}
+               "reps": self.reps, "call_ms": self.call_ms, "graph_ms": self.graph_ms, "host_us": self.host_us}
+        # a graph clock missing beside a measured call clock is a finding (not capturable): it stays, as null
+        keep = {"graph_ms"} if self.call_ms is not None else set()
+        return {k: v for k, v in out.items() if k in keep or v not in (None, "")}
 
 
 def _one_line(e: BaseException, limit: int = 300) -> str:
@@ -94,10 +106,22 @@ def _setup_and_check(entrant: Entrant, problem: Problem, inputs: tuple[Any, ...]
     return res
 
 
+def user_clocks(fns: list[Callable[[], Any]], device: str = "cuda") -> list[dict[str, float | None]]:
+    """The clocks a caller sees (evo.evaluate.clocks), each interleaved across `fns`. The graph clock comes last:
+    a capture that fails must not disturb the eager clocks of the others."""
+    from evo.evaluate import clocks
+
+    call = clocks.call_ms(fns, device=device)
+    host = clocks.host_us(fns, device=device)
+    graph = clocks.graph_ms(fns, device=device)
+    return [{"call_ms": c, "graph_ms": g, "host_us": h} for c, g, h in zip(call, graph, host, strict=True)]
+
+
 def measure_contenders(operator: Any, problem: Problem, entrants: list[Entrant], *, timer: Timer,
                        device: str = "cuda", seed: int = 0, reps: int = 100, warmup: int = 5,
-                       budget_ms: float = 4000.0) -> list[ContenderResult]:
-    """Set up, check and time `entrants` on one problem; results in the order of `entrants`."""
+                       budget_ms: float = 4000.0, clocks: Clocks | None = None) -> list[ContenderResult]:
+    """Set up, check and time `entrants` on one problem (and, given `clocks`, measure the correct ones on
+    those clocks); results in the order of `entrants`."""
     if not entrants:
         raise ValueError("no contenders to measure")
     inputs = operator.make_inputs(problem, seed, device)
@@ -112,9 +136,22 @@ def measure_contenders(operator: Any, problem: Problem, entrants: list[Entrant],
         for r, t in zip(ok, timings, strict=True):
             r.median_ms, r.spread_ms = float(t.median_ms), float(t.spread_ms)
             r.reps = len(getattr(t, "times_ms", []) or []) or None
+        if clocks is not None:
+            _measure_clocks(ok, fns, clocks)
     for r in results:
         r.fn = None  # release kernels and their caches before the next problem
     return results
+
+
+def _measure_clocks(ok: list[ContenderResult], fns: list[Callable[[], Any]], clocks: Clocks) -> None:
+    try:
+        figures = clocks(fns)
+    except Exception as e:  # the GPU times stand; the clocks' absence is said where a reader looks for them
+        for r in ok:
+            r.reason = f"clocks not measured: {_one_line(e)}"
+        return
+    for r, f in zip(ok, figures, strict=True):
+        r.call_ms, r.graph_ms, r.host_us = (None if f.get(k) is None else float(f[k]) for k in CLOCK_KEYS)
 
 
 def search_summary(store: Store, problem_key: str) -> dict[str, Any]:

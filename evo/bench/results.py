@@ -14,40 +14,35 @@ Dimension names come from the problem (M/N/K, rows/cols); the throughput key fro
 ("tflops" for TFLOP/s, "GBps" for GB/s). A contender's status is "ok" (checked, then timed), "wrong" (its output
 failed the check, so it was not timed), "skipped" (it could not run here; the reason says why) or "missing"
 (evo found no correct kernel). Ratios are the primary contender's median time over the contender's.
+
+On a GPU every timed contender also has the clocks a user sees (evo.evaluate.clocks): `call_ms` (back-to-back
+eager calls), `graph_ms` (CUDA-graph replay; null when the contender cannot be captured) and `host_us` (host
+time of one call), with `call_ratio` and `graph_ratio` to the primary on those clocks (results_clocks.py draws
+their table).
 """
 
 from __future__ import annotations
 
 import json
-import math
-import re
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SCHEMA", "gpu_slug", "unit_key", "geomean", "report_paths", "write_report", "load_report",
+from evo.bench.cells import EVO_NAME, geomean, gpu_slug
+from evo.bench.cells import fmt as _fmt
+from evo.bench.cells import problem_label as _problem_label
+from evo.bench.results_clocks import clocks_table, not_capturable
+
+__all__ = ["SCHEMA", "EVO_NAME", "gpu_slug", "unit_key", "geomean", "report_paths", "write_report", "load_report",
            "merge_reports", "to_markdown", "summary_table", "print_summary"]
 
 SCHEMA = 1
 _UNIT_KEYS = {"TFLOP/s": "tflops", "GB/s": "GBps"}
 
 
-def gpu_slug(name: str) -> str:
-    """'NVIDIA H100 80GB HBM3' -> 'nvidia-h100-80gb-hbm3' (file names name the GPU)."""
-    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
-    return slug or "unknown-gpu"
-
-
 def unit_key(unit: str) -> str:
     if unit not in _UNIT_KEYS:
         raise ValueError(f"unknown throughput unit {unit!r}; expected one of {sorted(_UNIT_KEYS)}")
     return _UNIT_KEYS[unit]
-
-
-def geomean(values: list[float]) -> float | None:
-    vals = [v for v in values if v is not None and v > 0 and math.isfinite(v)]
-    if not vals:
-        return None
-    return math.exp(sum(math.log(v) for v in vals) / len(vals))
 
 
 def report_paths(doc: dict[str, Any], out_dir: str | Path) -> tuple[Path, Path]:
@@ -134,20 +129,6 @@ def merge_reports(docs: list[dict[str, Any]], names: list[str] | None = None) ->
 
 
 # -- markdown -------------------------------------------------------------------------------------------
-def _fmt(x: float | None, digits: int = 3) -> str:
-    if x is None or not math.isfinite(x):
-        return "-"
-    if abs(x) >= 100:
-        return f"{x:.0f}"
-    return f"{x:.{digits}g}"
-
-
-def _problem_label(p: dict[str, Any]) -> str:
-    dims = p.get("dims") or []
-    shape = "×".join(str(p[d]) for d in dims) if dims else p["key"]
-    return f"{shape} {p['dtype']}"
-
-
 def _cell(p: dict[str, Any], name: str, ukey: str, primary: str) -> str:
     c = p["contenders"].get(name)
     if c is None:
@@ -165,7 +146,6 @@ def _ratios(doc: dict[str, Any], name: str) -> list[float]:
             if p["contenders"].get(name, {}).get("status") == "ok" and p["contenders"][name].get("ratio")]
 
 
-EVO_NAME = "evo"  # the contender name of evo's elite kernel
 RIVAL = "torch_compile"  # with the primary, what a user would pick instead of evo (one line each)
 
 
@@ -290,6 +270,17 @@ def to_markdown(doc: dict[str, Any]) -> str:
         out += [f"Device-to-device copy bandwidth measured in the same run: {doc['copy_GBps']:.0f} GB/s "
                 "(bytes read plus bytes written).", ""]
     out += [summary_table(doc), ""]
+    clocks = clocks_table(doc)
+    if clocks:
+        out += ["## The clocks a caller sees", "",
+                "The table above is GPU time (CUDA events, L2 flushed). A caller in an eager loop pays the call "
+                "clock (back-to-back calls, synchronised at the ends of each round: host launch cost included), a "
+                "CUDA-graph user the graph clock (replay of captured calls: no host cost). Ratios are the other's "
+                "time over evo's (> 1: evo is faster); host µs is one call's host time, the GPU idle before it.",
+                "", clocks, ""]
+        stuck = not_capturable(doc)
+        if stuck:
+            out += ["Not capturable in a CUDA graph (no graph clock): " + ", ".join(stuck) + ".", ""]
     roof = _roofline_table(doc)
     if roof:
         out += ["## Memory-bound problems: fraction of copy bandwidth", "",
@@ -315,4 +306,7 @@ def to_markdown(doc: dict[str, Any]) -> str:
 
 def print_summary(doc: dict[str, Any], paths: tuple[Path, Path | None]) -> None:
     print(summary_table(doc))
+    clocks = clocks_table(doc)
+    if clocks:
+        print(clocks)
     print("wrote " + ", ".join(str(p) for p in paths if p is not None))

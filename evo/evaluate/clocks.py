@@ -42,8 +42,10 @@ def calls_per_round(per_call_ms: float, round_ms: float = 5.0, lo: int = 8, hi: 
 
 def call_ms(fns: list[Callable[[], Any]], *, rounds: int = 7, round_ms: float = 5.0, warmup: int = 3,
             device: Any = "cuda") -> list[float]:
-    """Per-call milliseconds of back-to-back eager calls of each fn: the median over `rounds` rounds of the wall
-    time of a round (synchronised at both ends) divided by its calls."""
+    """Per-call milliseconds of back-to-back eager calls of each fn: the fastest of `rounds` rounds, each the wall
+    time of a round (synchronised at both ends) over its calls. The fastest, not the median: other processes (a
+    search's compile workers) only ever add time to a round, and the search keeps the best of many candidates, so a
+    noisy figure would be picked for its luck (medians differed by half between a search and a re-measurement)."""
     n = []
     for fn in fns:
         for _ in range(warmup):
@@ -62,7 +64,7 @@ def call_ms(fns: list[Callable[[], Any]], *, rounds: int = 7, round_ms: float = 
                 fn()
             _sync(device)
             per_call[i].append((time.perf_counter() - t) * 1e3 / n[i])
-    return [float(np.median(p)) for p in per_call]
+    return [float(min(p)) for p in per_call]
 
 
 def host_us(fns: list[Callable[[], Any]], *, reps: int = 9, burst: int = 8, warmup: int = 3,

@@ -3,8 +3,11 @@
 `export_one` writes the elite of one problem (evo.archive.elite, the definition status, report and bench
 share: the archive's best on one GPU model and versions): the operator's rendered source, a header stating
 how it was measured, and a `__main__` self-check that compares it with torch on fresh random inputs and, on
-CUDA, times it against the baseline (triton.testing.do_bench, median). The self-check code comes from the
-operator (`Operator.selfcheck_source`), so this module knows nothing of any operator.
+CUDA, measures it against the baseline with the run's own protocol (_MAIN: GPU time as evo.evaluate.timing
+takes it, the call clock and host µs as evo.evaluate.clocks do), printing both ratios beside the header's and
+whether they agree. `_evo_measure()` in the module returns those figures, for benchmarks to call. The
+self-check code comes from the operator (`Operator.selfcheck_source`), so this module knows nothing of any
+operator.
 
 `export_all` writes one module holding every measured problem's elite, dispatching a call to the elite of its
 problem, or of the *nearest* measured problem when the call's shape was not measured: same dtype, smallest
@@ -24,6 +27,7 @@ from evo.experiment.spec import Experiment
 from evo.problem import HOPPER, Problem, Target, shape_distance
 from evo.store.record import Evaluation
 from evo.store.sqlite import Store
+from evo.surface.export_selfcheck import OBJECTIVES, SELFCHECK_MAIN, row_clocks, selfcheck_constants
 
 __all__ = ["ExportError", "BestKernel", "elites", "find_elite", "export_one", "export_all", "is_smoke", "run_target",
            "render_module"]
@@ -114,11 +118,14 @@ def _header(op: Any, elite: BestKernel, meta: dict[str, Any], smoke: bool, match
         lines.append(f"Smoke fitness (from the CPU smoke evaluator, NOT a GPU timing): {ev.median_ms:.4g}.")
     else:
         spread = f", inter-quartile range {ev.spread_ms:.3g} ms" if ev.spread_ms is not None else ""
-        lines.append(f"Median time: {ev.median_ms:.4g} ms ({op.throughput(p, ev.median_ms):.4g} {op.throughput_unit}"
-                     f"{spread}, {len(ev.times_ms)} timed runs, L2 flushed before each).")
-        if ev.baseline_ms and ev.ratio:
+        lines.append(f"Median time: {ev.median_ms:.4g} ms of GPU time (CUDA events around one launch, L2 flushed "
+                     f"before each; {op.throughput(p, ev.median_ms):.4g} {op.throughput_unit}{spread}, "
+                     f"{len(ev.times_ms)} timed runs).")
+        clocks = row_clocks(ev)  # (ev.ratio is on the objective's clock: each clock's ratio is named apart)
+        if clocks["gpu_ratio"]:
             lines.append(f"Baseline {_clean(ev.baseline or '?')}: {ev.baseline_ms:.4g} ms, timed in the same process "
-                         f"on the same inputs: ratio {ev.ratio:.3f}x (> 1: this kernel is faster).")
+                         f"on the same inputs: ratio {clocks['gpu_ratio']:.3f}x (> 1: this kernel is faster).")
+        lines += _clock_lines(clocks)
     if ev.max_rel_error is not None:
         lines.append(f"Relative error against the reference when measured: {ev.max_rel_error:.3g}.")
     lines += [f"Genome: {_clean(' '.join(f'{k}={v}' for k, v in sorted(genome.items())))}",
@@ -128,9 +135,28 @@ def _header(op: Any, elite: BestKernel, meta: dict[str, Any], smoke: bool, match
         lines.append("NOTE: re-rendering this genome gave a source different from the one measured (the renderer "
                      "changed since the run); the code below is the re-rendered one.")
     lines += ["", f"Entry point: {op.entry}(*inputs).",
-              "Run `python THIS_FILE.py` to check it against torch on fresh random inputs and, with CUDA, time it",
-              "against the baseline (triton.testing.do_bench, median). Without a GPU it runs in the Triton",
-              "interpreter (check only; bf16 cannot be checked there: exit status 77)."]
+              "Run `python THIS_FILE.py` to check it against torch on fresh random inputs and, with CUDA, measure it",
+              "against the baseline as the run did (GPU time with L2 flushed by reading 256 MiB, CUDA events, median,",
+              "interleaved; the call clock of back-to-back eager calls; host us of one call), to compare with the",
+              "figures above; _evo_measure() returns what it measures as a dict. Without a GPU it runs in the",
+              "Triton interpreter (check only; bf16 cannot be checked there: exit status 77)."]
+    return lines
+
+
+def _clock_lines(clocks: dict[str, Any]) -> list[str]:
+    """The header's lines on the clocks a caller sees and on what the search ranked kernels by."""
+    lines = []
+    if clocks["call_ms"]:
+        base = (f", baseline {clocks['baseline_call_ms']:.4g} ms: ratio {clocks['call_ratio']:.3f}x"
+                if clocks["call_ratio"] else "")
+        lines.append(f"Call clock (back-to-back eager calls, host launch cost included): {clocks['call_ms']:.4g} ms "
+                     f"per call{base}.")
+    if clocks["host_us"]:
+        base = f" (baseline {clocks['baseline_host_us']:.3g} us)" if clocks["baseline_host_us"] else ""
+        lines.append(f"Host time of one call: {clocks['host_us']:.3g} us{base}.")
+    objective = clocks["objective"]
+    lines.append(f"Objective: {_clean(objective)}: the search ranked kernels by {OBJECTIVES.get(objective, 'its own')}"
+                 f"{'' if objective == 'gpu' or clocks['call_ms'] else ' (this row has no call-clock figures)'}.")
     return lines
 
 
@@ -143,48 +169,6 @@ if __name__ == "__main__" and not _evo_os.environ.get("TRITON_INTERPRET"):
         # no GPU: run the kernel in Triton's CPU interpreter (must be set before @triton.jit runs)
         _evo_os.environ["TRITON_INTERPRET"] = "1"
 '''
-
-_MAIN = '''
-
-def _evo_selfcheck() -> int:
-    """Check the kernel against torch on fresh random inputs; on CUDA also time it against the baseline."""
-    import sys
-
-    import torch
-
-    interpret = bool(_evo_os.environ.get("TRITON_INTERPRET"))
-    device = "cpu" if interpret or not torch.cuda.is_available() else "cuda"
-    if device == "cpu" and _EVO_DTYPE == "bf16":
-        print("NOT CHECKED: the Triton CPU interpreter computes bf16 wrongly; run this on a GPU", file=sys.stderr)
-        return 77
-    inputs = selfcheck_inputs(device)
-    sizes = tuple(problem_sizes(*inputs))
-    if sizes != _EVO_SIZES:
-        print(f"FAIL: self-check inputs have sizes {sizes}, expected {_EVO_SIZES}", file=sys.stderr)
-        return 1
-    out = {entry}(*inputs)
-    ref = selfcheck_reference(*inputs)
-    err = ((out.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-30)).item()
-    finite = bool(torch.isfinite(out).all())
-    ok = finite and err <= SELFCHECK_TOLERANCE
-    print(f"check {_EVO_PROBLEM} on {device}: relative error {err:.3g} (tolerance {SELFCHECK_TOLERANCE:.3g})"
-          f"{'' if finite else ', non-finite values'}: {'PASS' if ok else 'FAIL'}")
-    if not ok:
-        return 1
-    if device == "cuda":
-        from triton.testing import do_bench
-
-        ms = do_bench(lambda: {entry}(*inputs), return_mode="median")
-        base = do_bench(lambda: selfcheck_baseline(*inputs), return_mode="median")
-        print(f"time: kernel {ms:.4f} ms ({_EVO_WORK_PER_MS / ms:.4g} {_EVO_UNIT}), baseline {_EVO_BASELINE} "
-              f"{base:.4f} ms: ratio {base / ms:.3f}x (the run measured {_EVO_MEASURED_RATIO} on {_EVO_GPU})")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(_evo_selfcheck())
-'''
-
 
 def _split_future(source: str) -> tuple[list[str], str]:
     """`from __future__` lines must open a module: lift them out of the rendered source."""
@@ -210,15 +194,14 @@ def render_module(op: Any, elite: BestKernel, meta: dict[str, Any]) -> str:
     if check is None:
         parts.append("# The operator offers no self-check code, so this module has none.")
         return "\n".join(parts) + "\n"
-    ratio = f"{ev.ratio:.3f}x" if ev.ratio and not smoke else "no GPU ratio (smoke run)" if smoke else "no ratio"
     consts = {
         "_EVO_PROBLEM": p.key, "_EVO_DTYPE": p.dtype, "_EVO_SIZES": p.sizes, "_EVO_UNIT": op.throughput_unit,
         "_EVO_WORK_PER_MS": op.throughput(p, 1.0), "_EVO_BASELINE": ev.baseline or "baseline",
-        "_EVO_MEASURED_RATIO": ratio, "_EVO_GPU": ev.gpu or "?",
+        **selfcheck_constants(ev, meta, smoke),
     }
     parts += ["", "# ---- self-check (plain torch, supplied by the operator) " + "-" * 46, check.strip("\n"), ""]
     parts += [f"{k} = {v!r}" for k, v in consts.items()]
-    parts.append(_MAIN.replace("{entry}", op.entry))
+    parts.append(SELFCHECK_MAIN.replace("{entry}", op.entry))
     return "\n".join(parts)
 
 
@@ -333,12 +316,15 @@ def export_all(store: Store, experiment: Experiment | None = None) -> tuple[str,
              "|log2(size / measured size)|, earliest measured on a tie. That kernel was neither timed nor checked",
              "at the new shape (a warning says so once per shape). kernel_for(sizes, dtype) returns the function.",
              "Run `python THIS_FILE.py` to self-check every measured elite (see each one's own header).", "",
-             "Measured problems (median time, ratio to the baseline):"]
+             "Measured problems (median GPU time and ratio to the baseline; call clock and its ratio where measured):"]
     for e in found:
         ev = e.evaluation
-        ratio = f"{ev.ratio:.3f}x {ev.baseline}" if ev.ratio and not smoke else "-"
+        clocks = row_clocks(ev)
+        ratio = f"{clocks['gpu_ratio']:.3f}x {ev.baseline}" if clocks["gpu_ratio"] and not smoke else "-"
+        if clocks["call_ratio"] and not smoke:
+            ratio += f"; call clock {clocks['call_ms']:.4g} ms, {clocks['call_ratio']:.3f}x"
         head.append(f"  {e.problem.key}: {ev.median_ms:.4g} ms{' (NOT a GPU timing)' if smoke else ''}, {ratio}, "
-                    f"on {_clean(ev.gpu or '?')}")
+                    f"on {_clean(ev.gpu or '?')}" + ("" if smoke else f"; objective {_clean(clocks['objective'])}"))
     variants = {}
     for e in found:
         variants[f"{e.problem.shape_text}:{e.problem.dtype}"] = {

@@ -183,3 +183,120 @@ def test_every_operator_offers_a_self_check(name):
     base = namespace["selfcheck_baseline"](*inputs)
     err = ((base.float() - ref.float()).norm() / ref.float().norm()).item()
     assert err <= namespace["SELFCHECK_TOLERANCE"], name
+
+
+# -- the clocks a caller sees: header, _evo_measure, self-check ----------------------------------------------
+def _elite_with_clocks(gemm_run, objective: str = "call"):
+    """The fixture's elite with made-up caller clocks (TEST DATA): call 0.03 ms against a baseline's 0.06 ms,
+    host 12 us against 8 us; its GPU ratio stays the fixture's 0.05 / 0.02 = 2.5."""
+    from evo.surface.export import elites
+
+    with Store(gemm_run / "store.sqlite") as store:
+        elite = next(e for e in elites(store) if e.problem.sizes == (64, 64, 64))
+        meta = store.all_meta()
+    ev = elite.evaluation
+    ev.call_ms, ev.baseline_call_ms, ev.host_us, ev.baseline_host_us, ev.objective = 0.03, 0.06, 12.0, 8.0, objective
+    return elite, meta
+
+
+def _load(text: str, path: Path):
+    import importlib.util
+
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location(f"exported_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_header_shows_both_clocks_and_the_objective(gemm_run):
+    import operators
+    from evo.surface.export import render_module
+
+    elite, meta = _elite_with_clocks(gemm_run)
+    text = render_module(operators.get("gemm"), elite, meta)
+    header = text.split("import os", 1)[0]
+    # the GPU ratio is named as such even when the run ranked by the call clock (Evaluation.ratio follows the objective)
+    assert "Baseline torch-test: 0.05 ms" in header and "ratio 2.500x" in header
+    assert "Call clock (back-to-back eager calls, host launch cost included): 0.03 ms per call, baseline 0.06 ms: " \
+           "ratio 2.000x." in header
+    assert "Host time of one call: 12 us (baseline 8 us)." in header
+    assert "Objective: call: the search ranked kernels by the call clock" in header
+    assert "_EVO_HEADER_GPU_RATIO = 2.5\n" in text and "_EVO_HEADER_CALL_RATIO = 2.0\n" in text
+    assert "_EVO_OBJECTIVE = 'call'\n" in text
+    plain = export_one(Store(gemm_run / "store.sqlite"), (64, 64, 64))[0].split("import os", 1)[0]
+    assert "Call clock" not in plain and "Objective: gpu: the search ranked kernels by GPU time" in plain
+
+
+def test_evo_measure_reports_both_ratios_against_the_header(gemm_run, tmp_path):
+    """_evo_measure with stand-in timers patched into the loaded module (made-up figures, not timings)."""
+    import operators
+    from evo.surface.export import render_module
+
+    elite, meta = _elite_with_clocks(gemm_run)
+    module = _load(render_module(operators.get("gemm"), elite, meta), tmp_path / "clocked.py")
+    module._evo_gpu_ms = lambda fns, device: [0.02, 0.05]  # ratio 2.5: as the header
+    module._evo_call_ms = lambda fns, device: [0.03, 0.036]  # ratio 1.2 against the header's 2.0
+    module._evo_host_us = lambda fns, device: [11.0, 7.0]
+    m = module._evo_measure("cpu")
+    assert set(m) == {"gpu_ms", "base_gpu_ms", "gpu_ratio", "call_ms", "base_call_ms", "call_ratio", "host_us",
+                      "base_host_us", "header_gpu_ratio", "header_call_ratio", "objective"}
+    assert m["gpu_ratio"] == pytest.approx(2.5) and m["call_ratio"] == pytest.approx(1.2)
+    assert (m["header_gpu_ratio"], m["header_call_ratio"], m["objective"]) == (2.5, 2.0, "call")
+    versions = {"torch": "test", "triton": "test"}
+    same = module._evo_report(m, TEST_GPU, versions)
+    assert "ratio 2.500x; agrees with the header's 2.500x within 5% (+0.0%)" in same[0]
+    assert "ratio 1.200x; differs by 40% from the header's 2.000x: same GPU model and versions" in same[1]
+    assert "host time of one call: kernel 11.0 us, baseline 7.0 us" == same[2]
+    assert "objective of the run: call (the search ranked kernels by call clock)" == same[3]
+    assert module._evo_report(m, TEST_GPU, {"torch": "test+cu130", "triton": "test"}) == same  # local part ignored
+    other = module._evo_report(m, "NVIDIA H100", {"torch": "2.13", "triton": "test"})
+    assert f"differs by 40% from the header's 2.000x: the header was measured on {TEST_GPU}, this is NVIDIA H100; " \
+           "torch test there, 2.13 here" in other[1]
+    own = _load(render_module(operators.get("gemm"), elite, meta), tmp_path / "own.py")
+    with pytest.raises(ValueError, match="CUDA"):  # the module's own GPU timer, unpatched, needs CUDA
+        own._evo_measure("cpu")
+
+
+def test_module_call_clock_and_host_time_follow_the_calls(gemm_run, tmp_path, monkeypatch):
+    """The module's eager clocks on CPU callables (no GPU to wait for: its synchronisation is stubbed out)."""
+    import time
+
+    module = _load(export_one(Store(gemm_run / "store.sqlite"), (64, 64, 64))[0], tmp_path / "eager.py")
+    monkeypatch.setattr(module, "_evo_sync", lambda device: None)
+    calls = {"fast": 0, "slow": 0}
+
+    def fast():
+        calls["fast"] += 1
+
+    def slow():
+        calls["slow"] += 1
+        time.sleep(0.002)
+
+    fast_ms, slow_ms = module._evo_call_ms([fast, slow], "cpu", rounds=3)
+    assert slow_ms >= 1.9 and fast_ms < 0.5
+    # 3 warm-up + 1 sizing call, then rounds of 5 ms worth within [8, 200] calls
+    assert calls["slow"] == 4 + 3 * 8 and 4 + 3 * 8 < calls["fast"] <= 4 + 3 * 200
+    fast_us, slow_us = module._evo_host_us([fast, slow], "cpu", reps=5)
+    assert slow_us >= 1900 and fast_us < 500
+
+
+@pytest.mark.gpu
+def test_module_measures_itself_on_cuda(gemm_run, tmp_path):
+    """On a GPU: _evo_measure gives positive times on every clock, and the self-check prints both ratios beside
+    the header's (the fixture's header was not measured on this GPU, so they differ and say why)."""
+    text, _ = export_one(Store(gemm_run / "store.sqlite"), (64, 64, 64))
+    path = tmp_path / "cuda_kernel.py"
+    module = _load(text, path)
+    m = module._evo_measure()
+    assert all(m[k] > 0 for k in ("gpu_ms", "base_gpu_ms", "call_ms", "base_call_ms", "host_us", "base_host_us"))
+    assert m["call_ms"] >= m["gpu_ms"] * 0.5  # a call costs at least about its GPU work
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    env.pop("TRITON_INTERPRET", None)
+    result = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, env=env, cwd=tmp_path,
+                            timeout=240)
+    assert result.returncode == 0, result.stderr
+    assert "PASS" in result.stdout and "GPU time (L2 flushed" in result.stdout and "call clock" in result.stdout
+    assert "agrees with the header" in result.stdout or "the header was measured on TEST DATA" in result.stdout
