@@ -4,6 +4,8 @@ fullgraph=True; loading from an exported module and from a run directory. GPU: t
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 
@@ -74,3 +76,38 @@ def test_load_refuses_what_it_cannot_load(tmp_path):
         load(tmp_path)
     with pytest.raises(LoadError, match="shape and dtype choose an elite of a run directory"):
         load(tmp_path / "plain.py", shape="4x4x4")
+
+
+FAST = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64)  # the fixture run's elites: one program per 64x64 tile
+
+
+@pytest.fixture(scope="module")
+def gemm_run(tmp_path_factory):
+    from tests.fixtures.run_fixture import make_run
+
+    return make_run(tmp_path_factory.mktemp("runs"), shapes=("64x64x64", "48x80x64"), dtype="fp32", fast_elite=FAST)
+
+
+def test_load_an_elite_from_a_run_directory_and_from_its_exported_module(gemm_run, tmp_path):
+    from evo.store.sqlite import Store
+    from evo.surface.export import export_one
+
+    mm = load(gemm_run, shape="48x80x64")
+    a, b = torch.randn(48, 64), torch.randn(64, 80)
+    assert mm.operator == "gemm" and torch.allclose(mm(a, b), a @ b, atol=1e-4)
+    with Store(gemm_run / "store.sqlite", readonly=True) as store:
+        (tmp_path / "k.py").write_text(export_one(store, (48, 80, 64))[0])
+    assert load(tmp_path / "k.py") is mm  # the same source is one op, registered once
+    with pytest.raises(LoadError, match="no measured kernel for shape 1x2x3"):
+        load(gemm_run, shape="1x2x3")
+
+
+def test_a_run_directory_without_a_shape_loads_every_elite_behind_one_dispatch(gemm_run):
+    mm = load(gemm_run)
+    for m, n, k in ((64, 64, 64), (48, 80, 64)):
+        a, b = torch.randn(m, k), torch.randn(k, n)
+        assert torch.allclose(mm(a, b), a @ b, atol=1e-4)
+    module = sys.modules[mm.entry.__module__]
+    assert len(module._EVO_CHOSEN) == 2  # chosen once per input shapes and dtype, then a dictionary look-up
+    out = torch.empty(64, 64)
+    assert mm.entry(torch.randn(64, 64), torch.randn(64, 64), out=out) is out  # the entry's own options pass on

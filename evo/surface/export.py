@@ -191,6 +191,7 @@ def render_module(op: Any, elite: BestKernel, meta: dict[str, Any]) -> str:
     parts = ["\n".join(f"# {line}".rstrip() for line in _header(op, elite, meta, smoke, match)), ""]
     parts += future + ([""] if future else [])
     parts += [_PREAMBLE, "# ---- kernel (rendered by evo from the genome above) " + "-" * 50, body.strip("\n"), ""]
+    parts += [f"_EVO_OPERATOR = {p.operator!r}  # evo.api.load makes the entry a torch op of this operator's schema"]
     if check is None:
         parts.append("# The operator offers no self-check code, so this module has none.")
         return "\n".join(parts) + "\n"
@@ -274,15 +275,26 @@ def kernel_for(sizes, dtype):
     return getattr(_evo_load(key), _EVO_ENTRY)
 
 
-def {entry}(*inputs):
-    """Run the elite kernel for the problem these inputs form."""
+def _evo_choose(inputs):
+    """The entry function for inputs like these (chosen once per input shapes and dtype)."""
     import torch
 
     first = _evo_load(next(iter(_EVO_VARIANTS)))
     sizes = tuple(first.problem_sizes(*inputs))
     tensor = next(t for t in inputs if isinstance(t, torch.Tensor))
     dtype = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}.get(tensor.dtype, str(tensor.dtype))
-    return kernel_for(sizes, dtype)(*inputs)
+    fn = kernel_for(sizes, dtype)
+    _EVO_CHOSEN[(tuple(getattr(t, "shape", None) for t in inputs), inputs[0].dtype)] = fn
+    return fn
+
+
+def {entry}(*inputs, **options):
+    """Run the elite kernel for the problem these inputs form (`options`: the entry's own, e.g. out=)."""
+    try:  # a dictionary look-up per call: the choice is made once per input shapes and dtype
+        fn = _EVO_CHOSEN[(tuple(getattr(t, "shape", None) for t in inputs), inputs[0].dtype)]
+    except (KeyError, IndexError, AttributeError):
+        fn = _evo_choose(inputs)
+    return fn(*inputs, **options)
 
 
 def _evo_selfcheck_all() -> int:
@@ -333,7 +345,8 @@ def export_all(store: Store, experiment: Experiment | None = None) -> tuple[str,
         }
     lines = ["\n".join(f"# {line}".rstrip() for line in head), "", "import os as _evo_os", "",
              _PREAMBLE.split("\n", 2)[2].rstrip(), "",
-             f"_EVO_ENTRY = {op.entry!r}", f"_EVO_DIMS = {tuple(op.dims)!r}", "_EVO_LOADED = {}", "_EVO_WARNED = set()",
+             f"_EVO_OPERATOR = {op.name!r}", f"_EVO_ENTRY = {op.entry!r}", f"_EVO_DIMS = {tuple(op.dims)!r}",
+             "_EVO_LOADED = {}", "_EVO_WARNED = set()", "_EVO_CHOSEN = {}  # (input shapes, dtype) -> entry function",
              "# Each measured problem's standalone module, one source line per list item.",
              "_EVO_VARIANTS = {"]
     for key, v in variants.items():
