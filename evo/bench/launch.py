@@ -19,15 +19,17 @@ import dataclasses
 import datetime as _dt
 import hashlib
 import importlib.util
+import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from evo.bench.cells import EVO_NAME
 from evo.bench.command import problem_entry, search_problems, select_problems, versions
-from evo.bench.launch_results import RIVAL, SCHEMA, launch_table, write_launch
+from evo.bench.launch_results import RIVAL, SCHEMA, launch_paths, launch_table, merge_launch, write_launch
 from evo.bench.measure import Clocks, Entrant, Timer, measure_contenders, user_clocks
 from evo.experiment.oneline import one_line
 from evo.experiment.rundir import EXPERIMENT_NAME, STORE_NAME
@@ -67,6 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keys, shapes or 1-based positions (positions count in each experiment)")
     p.add_argument("--max-problems", type=int, metavar="N", help="at most N problems of each experiment")
     p.add_argument("--out", default="reports/bench", help="folder for launch-<gpu>.json/.md [reports/bench]")
+    p.add_argument("--merge", action="store_true",
+                   help="join the problems measured here to the launch-<gpu>.json already in --out (same GPU model)")
     p.add_argument("--reps", type=int, default=100, help="timed runs per contender on GPU time [100]")
     p.add_argument("--seed", type=int, default=1234, help="seed of the benchmark's random inputs [1234]")
     return p
@@ -181,8 +185,10 @@ def measure_problem(operator: Any, problem: Problem, store: Store, job: Job, *, 
 
 
 def run_launch(jobs: list[Job], *, evaluations: int, search_dir: str | None = None, seed: int = 1234,
-               reps: int = 100, device: str = "cuda") -> dict[str, Any]:
-    """Search where needed, then measure every job's problems here; returns the JSON document."""
+               reps: int = 100, device: str = "cuda",
+               progress: Callable[[dict[str, Any]], Any] | None = None) -> dict[str, Any]:
+    """Search where needed, then measure every job's problems here; returns the JSON document. `progress` gets the
+    document as it stands after each problem (so a run cut short keeps what it measured)."""
     import torch
 
     import operators
@@ -195,6 +201,14 @@ def run_launch(jobs: list[Job], *, evaluations: int, search_dir: str | None = No
     entries: list[dict[str, Any]] = []
     failures: list[dict[str, Any]] = []
     t0 = time.time()
+
+    def document() -> dict[str, Any]:
+        return {"schema": SCHEMA, "kind": "launch", "gpu": gpu, "versions": versions(),
+                "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                "settings": {"seed": seed, "reps": reps, "evaluations": evaluations,
+                             "experiments": [j.experiment.name for j in jobs]},
+                "wall_s": round(time.time() - t0, 1), "problems": entries, "failures": failures}
+
     for job in jobs:
         exp = job.experiment
         if job.run is None:
@@ -220,11 +234,16 @@ def run_launch(jobs: list[Job], *, evaluations: int, search_dir: str | None = No
                                                    reps=reps))
                 except Exception as e:
                     failures.append({"key": problem.key, "reason": one_line(f"{type(e).__name__}: {e}")})
-    return {"schema": SCHEMA, "kind": "launch", "gpu": gpu, "versions": versions(),
-            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "settings": {"seed": seed, "reps": reps, "evaluations": evaluations,
-                         "experiments": [j.experiment.name for j in jobs]},
-            "wall_s": round(time.time() - t0, 1), "problems": entries, "failures": failures}
+                if progress is not None:
+                    progress(document())
+    return document()
+
+
+def launch_paths_for(out: str) -> Path:
+    """The launch bench JSON of this machine's GPU under `out`."""
+    import torch
+
+    return launch_paths({"gpu": torch.cuda.get_device_name(0)}, out)[0]
 
 
 def _cuda_visible() -> bool:
@@ -247,8 +266,17 @@ def launch_main(argv: list[str] | None = None) -> int:
     if not jobs:
         print("evo launch bench: no problem to measure", file=sys.stderr)
         return 2
-    doc = run_launch(jobs, evaluations=args.evaluations, search_dir=args.search_dir, seed=args.seed, reps=args.reps)
-    paths = write_launch(doc, args.out)
+    earlier = None
+    if args.merge and launch_paths_for(args.out).exists():
+        earlier = json.loads(launch_paths_for(args.out).read_text())
+
+    def save(doc: dict[str, Any]) -> tuple[Path, Path]:
+        return write_launch(merge_launch(earlier, doc) if earlier is not None else doc, args.out)
+
+    doc = run_launch(jobs, evaluations=args.evaluations, search_dir=args.search_dir, seed=args.seed, reps=args.reps,
+                     progress=save)
+    paths = save(doc)
+    doc = merge_launch(earlier, doc) if earlier is not None else doc
     print("wrote " + ", ".join(str(p) for p in paths))
     print(launch_table(doc))
     return 0 if doc["problems"] and not doc["failures"] else 1

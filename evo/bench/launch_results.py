@@ -51,6 +51,41 @@ def write_launch(doc: dict[str, Any], out_dir: str | Path) -> tuple[Path, Path]:
     return json_path, md_path
 
 
+def merge_launch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """`new` joined to `old` (one GPU model): problems measured again replace their entries, the rest are kept."""
+    if old.get("gpu") != new.get("gpu"):
+        raise ValueError(f"cannot merge a launch bench of {new.get('gpu')} into one of {old.get('gpu')}")
+    keys = {p["key"] for p in new["problems"]}
+    done = keys | {f["key"] for f in new.get("failures", [])}
+    merged = dict(new, problems=[p for p in old["problems"] if p["key"] not in keys] + new["problems"],
+                  failures=[f for f in old.get("failures", []) if f["key"] not in done] + new.get("failures", []))
+    experiments = old.get("settings", {}).get("experiments", []) + new.get("settings", {}).get("experiments", [])
+    merged["settings"] = dict(new.get("settings", {}), experiments=list(dict.fromkeys(experiments)))
+    merged["wall_s"] = round(old.get("wall_s", 0) + new.get("wall_s", 0), 1)
+    return merged
+
+
+def goal_misses(doc: dict[str, Any]) -> list[str]:
+    """Issue 23's goals, per problem: evo's host µs per call <= the primary's; the call-clock ratio >= 0.97 x
+    min(GPU-time ratio, 1) and the graph-clock ratio >= 0.97 x the GPU-time ratio, both against the primary; the
+    exported module's self-check within 5% of its header. One line per miss."""
+    misses = []
+    for p in doc["problems"]:
+        label, primary = problem_label(p), p["primary"]
+        gpu, call, graph = (_versus(p, primary, key) for key, _ in CLOCKS)
+        host, host_primary = _time(p, EVO_NAME, "host_us"), _time(p, primary, "host_us")
+        if host is not None and host_primary is not None and host > host_primary:
+            misses.append(f"{label}: host {host:.1f} µs per call, {primary} {host_primary:.1f} µs")
+        if gpu is not None and call is not None and call < 0.97 * min(gpu, 1.0):
+            misses.append(f"{label}: call-clock ratio {call:.2f}× under 0.97 × min(GPU-time ratio {gpu:.2f}×, 1)")
+        if gpu is not None and graph is not None and graph < 0.97 * gpu:
+            misses.append(f"{label}: graph-clock ratio {graph:.2f}× under 0.97 × GPU-time ratio {gpu:.2f}×")
+        check, header = p.get("selfcheck_ratio"), p.get("header_ratio")
+        if check is not None and header and abs(check / header - 1) > 0.05:
+            misses.append(f"{label}: self-check {check:.2f}× against the header's {header:.2f}×")
+    return misses
+
+
 def _time(p: dict[str, Any], name: str, key: str) -> float | None:
     c = p["contenders"].get(name, {})
     return c.get(key) if c.get("status") == "ok" else None
@@ -109,6 +144,12 @@ def to_markdown(doc: dict[str, Any]) -> str:
         "the exported module's own `_evo_measure()` on the run's objective clock, beside its header's figure.",
         "", launch_table(doc), "",
     ]
+    misses = goal_misses(doc)
+    out += ["## Goals (issue 23)", "",
+            "Host µs per call ≤ the primary's; call-clock ratio ≥ 0.97 × min(GPU-time ratio, 1); graph-clock ratio "
+            "≥ 0.97 × GPU-time ratio; self-check within 5% of the header. "
+            + (f"{len(misses)} misses:" if misses else "Every problem meets them."), ""]
+    out += [f"- {m}" for m in misses] + ([""] if misses else [])
     notes = [f"- {n} on {problem_label(p)}: {c['status']} — {c.get('reason') or 'no reason given'}"
              for p in doc["problems"] for n, c in p["contenders"].items() if c.get("status") != "ok"]
     notes += [f"- {n} on {problem_label(p)}: not capturable in a CUDA graph" for p in doc["problems"]

@@ -159,3 +159,32 @@ def test_write_launch_names_the_gpu_and_notes_what_was_not_timed(tmp_path):
     with pytest.raises(ValueError, match="missing"):
         write_launch({"gpu": "x"}, tmp_path)
     assert to_markdown(doc) == md
+
+
+def test_merge_replaces_problems_measured_again_and_keeps_the_rest():
+    from evo.bench.launch_results import merge_launch
+
+    def doc(gpu, keys, wall):  # TEST DATA: made-up documents
+        return {"gpu": gpu, "problems": [{"key": k, "v": wall} for k in keys], "failures": [],
+                "settings": {"experiments": [f"e{wall}"]}, "wall_s": wall}
+
+    merged = merge_launch(doc("G", ["a", "b"], 1), doc("G", ["b", "c"], 2))
+    assert [(p["key"], p["v"]) for p in merged["problems"]] == [("a", 1), ("b", 2), ("c", 2)]
+    assert merged["settings"]["experiments"] == ["e1", "e2"] and merged["wall_s"] == 3
+    with pytest.raises(ValueError, match="cannot merge"):
+        merge_launch(doc("G", [], 1), doc("H", [], 1))
+
+
+def test_goal_misses_name_each_goal_a_problem_misses():
+    from evo.bench.launch_results import goal_misses
+
+    def contender(gpu, call, graph, host):  # TEST DATA
+        return {"status": "ok", "median_ms": gpu, "call_ms": call, "graph_ms": graph, "host_us": host}
+
+    good = {"key": "k1", "primary": "cublas", "selfcheck_ratio": 1.0, "header_ratio": 1.02, "dtype": "bf16",
+            "contenders": {"cublas": contender(1.0, 1.0, 1.0, 20.0), "evo": contender(0.9, 0.9, 0.9, 10.0)}}
+    bad = {"key": "k2", "primary": "cublas", "selfcheck_ratio": 0.8, "header_ratio": 1.0, "dtype": "fp16",
+           "contenders": {"cublas": contender(1.0, 1.0, 1.0, 20.0), "evo": contender(0.9, 1.5, 1.2, 30.0)}}
+    assert goal_misses({"problems": [good]}) == []
+    misses = goal_misses({"problems": [good, bad]})
+    assert len(misses) == 4 and all(m.startswith("k2 fp16") for m in misses), misses
