@@ -18,11 +18,8 @@ signature compiles (or loads from Triton's cache) and binds the kernel.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
-import sys
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 __all__ = ["load", "as_torch_op", "LoadError"]
@@ -50,7 +47,9 @@ def load(source: str | Path, shape: str | tuple[int, ...] | None = None,
             raise LoadError(f"{path}: cannot read it ({e})") from None
     else:
         raise LoadError(f"{path}: no such file or run directory")
-    module = _import(text)
+    from evo.evaluate.modules import load_source
+
+    module = load_source(text)  # from a file named by its hash: Triton reads kernel source from files
     import operators
 
     name = getattr(module, "_EVO_OPERATOR", None)
@@ -106,22 +105,3 @@ def _export(run: Path, shape: str | tuple[int, ...] | None, dtype: str | None) -
     except (ExportError, ValueError) as e:
         raise LoadError(f"{run}: {e}") from None
 
-
-def _import(text: str) -> ModuleType:
-    """Import module text from a file named by its hash (Triton reads kernel source from files)."""
-    from evo.evaluate.modules import write_source
-
-    path = write_source(text)
-    name = f"evo_loaded_{path.stem}"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[name]
-        raise
-    return module
