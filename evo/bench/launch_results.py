@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from evo.bench.cells import EVO_NAME, fmt, geomean, gpu_slug, problem_label, speedup
+from evo.store.atomic_file import write_atomic
 
 __all__ = ["SCHEMA", "RIVAL", "CLOCKS", "launch_paths", "write_launch", "launch_table", "to_markdown"]
 
@@ -46,8 +47,8 @@ def write_launch(doc: dict[str, Any], out_dir: str | Path) -> tuple[Path, Path]:
         raise ValueError(f"not a launch benchmark document, missing {', '.join(missing)}")
     json_path, md_path = launch_paths(doc, out_dir)
     json_path.parent.mkdir(parents=True, exist_ok=True)
-    json_path.write_text(json.dumps(doc, indent=1) + "\n")
-    md_path.write_text(to_markdown(doc))
+    write_atomic(json_path, json.dumps(doc, indent=1) + "\n")
+    write_atomic(md_path, to_markdown(doc))
     return json_path, md_path
 
 

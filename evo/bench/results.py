@@ -31,6 +31,7 @@ from evo.bench.cells import EVO_NAME, geomean, gpu_slug
 from evo.bench.cells import fmt as _fmt
 from evo.bench.cells import problem_label as _problem_label
 from evo.bench.results_clocks import clocks_table, not_capturable
+from evo.store.atomic_file import write_atomic
 
 __all__ = ["SCHEMA", "EVO_NAME", "gpu_slug", "unit_key", "geomean", "report_paths", "write_report", "load_report",
            "merge_reports", "to_markdown", "summary_table", "print_summary"]
@@ -56,10 +57,10 @@ def write_report(doc: dict[str, Any], out_dir: str | Path, markdown: bool = True
     _check(doc, "<document>")
     json_path, md_path = report_paths(doc, out_dir)
     json_path.parent.mkdir(parents=True, exist_ok=True)
-    json_path.write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n")
+    write_atomic(json_path, json.dumps(doc, indent=1, sort_keys=False) + "\n")
     if not markdown:
         return json_path, None
-    md_path.write_text(to_markdown(doc))
+    write_atomic(md_path, to_markdown(doc))
     return json_path, md_path
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from evo.bench.results import gpu_slug
+from evo.store.atomic_file import write_atomic
 
 __all__ = ["write_search_report", "search_markdown", "search_html", "goals", "reach"]
 
@@ -149,7 +150,7 @@ def write_search_report(doc: dict[str, Any], out_dir: str | Path) -> list[Path]:
     stem = search_report_path(doc["gpu"], out).with_suffix("")
     doc["html"] = str(stem.with_suffix(".html"))
     paths = [stem.with_suffix(".json"), stem.with_suffix(".md"), stem.with_suffix(".html")]
-    paths[0].write_text(json.dumps(doc, indent=1) + "\n")
-    paths[1].write_text(search_markdown(doc))
-    paths[2].write_text(search_html(doc))
+    write_atomic(paths[0], json.dumps(doc, indent=1) + "\n")
+    write_atomic(paths[1], search_markdown(doc))
+    write_atomic(paths[2], search_html(doc))
     return paths

@@ -17,6 +17,7 @@ import numpy as np
 import yaml
 
 from evo.experiment import limits
+from evo.experiment.bounded_read import TooLarge, read_text_bounded
 from evo.experiment.spec import (
     OBJECTIVES,
     Budget,
@@ -75,7 +76,9 @@ def load_experiment(path: str | Path) -> Experiment:
     path = Path(path)
     file = str(path)
     try:
-        text = path.read_text()
+        text = read_text_bounded(path, limits.MAX_TEXT_BYTES)  # /dev/zero is refused, not read into memory
+    except TooLarge as e:
+        raise ConfigError(file, "", str(e)) from None
     except FileNotFoundError:
         raise ConfigError(file, "", "no such file") from None
     except IsADirectoryError:

@@ -43,9 +43,11 @@ from evo.search import emitters as emitting
 from evo.search.events import ProblemSummary, RunSummary, SearchEvent
 from evo.search.selection import get as get_selection
 from evo.search.variation import Variation
+from evo.store.atomic_file import write_atomic
 from evo.store.record import Evaluation
-from evo.store.shared import SharedResults, chain_lookups, default_path
-from evo.store.sqlite import Store
+from evo.store.resumable import check_resumable
+from evo.store.shared import SharedResults, chain_lookups, default_path, open_shared
+from evo.store.sqlite import Store, StoreError
 
 __all__ = ["run_experiment", "Search", "EventCallback", "StartupError"]
 
@@ -89,10 +91,11 @@ def _run_locked(experiment: Experiment, rd: RunDir, resume: bool, on_event: Even
     if resume:
         changes = _check_resumable(rd, experiment, allow_changes)
     if experiment.source and experiment.source != previous:
-        rd.experiment.write_text(experiment.source)
+        write_atomic(rd.experiment, experiment.source)
     store = Store(rd.store)
     memory = experiment.memory
-    shared = SharedResults(default_path(memory.db)) if memory.enabled else None
+    # the platform's cache, else this run's directory; an unusable one is a notice, never the end of the run
+    shared, notice = open_shared(default_path(memory.db, rd.path)) if memory.enabled else (None, "")
     owned = executor is None
     try:
         if executor is None:
@@ -113,7 +116,7 @@ def _run_locked(experiment: Experiment, rd: RunDir, resume: bool, on_event: Even
             for path in (rd.store, Path(f"{rd.store}-wal"), Path(f"{rd.store}-shm"), rd.experiment):
                 path.unlink(missing_ok=True)
         elif previous is not None and previous != experiment.source:
-            rd.experiment.write_text(previous)  # the resume did not happen: the copy describes the run again
+            write_atomic(rd.experiment, previous)  # the resume did not happen: the copy describes the run again
         raise
     with store:
         session = int(store.meta("sessions", 0)) + 1
@@ -129,7 +132,7 @@ def _run_locked(experiment: Experiment, rd: RunDir, resume: bool, on_event: Even
         try:
             store.set_meta("target", {k: v for k, v in asdict(executor.target).items() if k != "extra"})
             search = Search(experiment, operator, store, executor, on_event, run_id=f"{experiment.name}#{session}",
-                            shared=shared)
+                            shared=shared, notices=[notice] if notice else [])
             summary = search.run()
         finally:
             if owned:
@@ -148,6 +151,7 @@ class StartupError(RuntimeError):
 def _check_resumable(rd: RunDir, experiment: Experiment, allow_changes: bool = False) -> list[str]:
     """A resumed run must be the same search: its archive is rebuilt from rows this experiment would make.
     Returns the differences that decide results (allowed by `allow_changes`; otherwise refused)."""
+    check_resumable(rd.store, StoreError)  # empty, foreign, damaged or locked: refused before it is opened to write
     with Store(rd.store) as store:
         meta = store.all_meta()
     smoke_before = meta.get("executor") == "smoke"
@@ -179,7 +183,7 @@ class Search:
 
     def __init__(self, experiment: Experiment, operator: object, store: Store, executor: Executor,
                  on_event: EventCallback | None = None, run_id: str | None = None,
-                 shared: SharedResults | None = None) -> None:
+                 shared: SharedResults | None = None, notices: Sequence[str] = ()) -> None:
         run_id = run_id or f"{experiment.name}#1"
         if not run_id.startswith(f"{experiment.name}#"):
             raise ValueError(f"run id {run_id!r} must be '<experiment name>#<session>'")
@@ -195,6 +199,7 @@ class Search:
         self.selection = get_selection(experiment.selection)
         self.margin = experiment.evaluation.noise_margin
         self.shared = shared  # the results database shared across runs (evo.store.shared), or None
+        self._notices = list(notices)  # one-line messages for the user, shown once the search has begun
         self.emitters = [emitting.get(e.name, dict(e.settings)) for e in experiment.emitters]
         self.scheduler: emitting.BanditScheduler | None = None  # per problem
         self._arm: dict[int, int] = {}  # ticket -> the scheduler's emitter index
@@ -248,6 +253,8 @@ class Search:
         ctx = emitting.EmitContext(problem, archive, variation, seen, rng, seed=exp.seed, rows=lambda: [
             r for r in self.store.iter() if r.run_id.startswith(prefix) and r.operator == problem.operator])
         self._emit("problem_start", index, problem, archive, elapsed())
+        while self._notices:
+            self._emit("message", index, problem, archive, elapsed(), message=self._notices.pop(0))
         if exp.budget.sol is not None and self._floor is None:
             self._emit("message", index, problem, archive, elapsed(), message=(
                 f"budget.sol {exp.budget.sol} is not used for {problem.key}: no speed-of-light floor on "

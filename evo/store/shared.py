@@ -15,28 +15,41 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
 from evo.problem import Problem, shape_distance
+from evo.store.cache_dir import cache_root
 from evo.store.record import MEASURED, Evaluation
-from evo.store.sqlite import Store
+from evo.store.sqlite import Store, StoreError
 
-__all__ = ["SharedResults", "default_path", "SHARED_PREFIX", "ENV_VAR", "chain_lookups", "is_served"]
+__all__ = ["SharedResults", "default_path", "open_shared", "SHARED_PREFIX", "ENV_VAR", "chain_lookups", "is_served"]
 
 ENV_VAR = "EVO_RESULTS_DB"
 SHARED_PREFIX = "shared#"
 _SERVED_PREFIXES = ("store#", SHARED_PREFIX)
 
 
-def default_path(configured: str | None = None) -> Path:
-    """The experiment's path, else $EVO_RESULTS_DB, else $XDG_CACHE_HOME (or ~/.cache)/evo/results.sqlite."""
+def default_path(configured: str | None = None, fallback: Path | None = None) -> Path:
+    """The experiment's path, else $EVO_RESULTS_DB, else <cache>/evo/results.sqlite, <cache> being the platform's
+    cache directory when it can be written, else `fallback` (evo.store.cache_dir)."""
     if configured:
         return Path(configured).expanduser()
     if os.environ.get(ENV_VAR):
         return Path(os.environ[ENV_VAR]).expanduser()
-    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(cache) / "evo" / "results.sqlite"
+    return cache_root(fallback) / "evo" / "results.sqlite"
+
+
+def open_shared(path: Path) -> tuple[SharedResults | None, str]:
+    """The results database at `path`, or (None, one line saying why) where it cannot be used: it only saves
+    measurements, so a run goes on without it rather than fail on it."""
+    try:
+        return SharedResults(path), ""
+    except (OSError, StoreError, sqlite3.Error) as e:
+        why = getattr(e, "strerror", None) or str(e)
+        return None, (f"warning: the results database {path} cannot be used ({why}); this run goes on without it "
+                      f"(set {ENV_VAR} or memory.db to a writable file)")
 
 
 def is_served(ev: Evaluation) -> bool:

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from evo.store.record import MEASURED, Evaluation
+from evo.store.row_check import BadRow, Skipped, decode_row
+from evo.store.store_lock import LOCK_WAIT_S, locked_message
 
 __all__ = ["Store", "StoreError"]
 
@@ -27,6 +29,9 @@ _COLUMNS = {
     "compile_s": "REAL", "origin": "TEXT", "parents": "TEXT", "emitter": "TEXT", "run_id": "TEXT", "worker": "TEXT",
     "started_at": "REAL", "finished_at": "REAL",
 }
+
+
+_WRITE_WAIT_MS = 30_000
 
 
 class StoreError(ValueError):
@@ -58,6 +63,7 @@ class Store:
     def __init__(self, path: str | Path, readonly: bool = False) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
+        self.skipped = Skipped()  # damaged rows met while reading (evo.store.row_check): skipped, not fatal
         try:
             if readonly:
                 from evo.store.store_readonly import connect_readonly
@@ -65,9 +71,14 @@ class Store:
                 self._db = connect_readonly(self.path)
             else:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                self._db = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30)
+                # a bounded wait while opening (another program holding the store is named, not waited on for
+                # 30 s); once open, a run's writes wait out a reader's checkpoint rather than lose a row
+                self._db = sqlite3.connect(str(self.path), check_same_thread=False, timeout=LOCK_WAIT_S)
                 self._create()
+                self._db.execute(f"PRAGMA busy_timeout={_WRITE_WAIT_MS}")
         except sqlite3.DatabaseError as e:
+            if "locked" in str(e) and not readonly:
+                raise StoreError(locked_message(self.path)) from None
             raise StoreError(f"{self.path}: cannot be opened as an evo store ({e})") from None
 
     def _create(self) -> None:
@@ -114,7 +125,7 @@ class Store:
                 f"AND status IN ({marks}) ORDER BY id DESC LIMIT 1",
                 (source_hash, problem_key, gpu, json.dumps(versions, sort_keys=True), *MEASURED),
             ).fetchone()
-        return Evaluation.from_row(dict(row)) if row else None
+        return self._decode(row) if row else None  # a damaged row is measured again, not served
 
     def evaluations(self, problem_key: str | None = None, status: str | None = None) -> list[Evaluation]:
         """Evaluations in the order they were stored, optionally for one problem and/or status."""
@@ -132,7 +143,16 @@ class Store:
         with self._lock:
             rows = self._db.execute(sql, args).fetchall()
         for row in rows:
-            yield Evaluation.from_row(dict(row))
+            ev = self._decode(row)
+            if ev is not None:
+                yield ev
+
+    def _decode(self, row: sqlite3.Row) -> Evaluation | None:
+        try:
+            return decode_row(dict(row))
+        except BadRow as e:
+            self.skipped.add(row["id"], str(e))
+            return None
 
     def count(self, problem_key: str | None = None) -> int:
         with self._lock:
@@ -145,7 +165,14 @@ class Store:
         with self._lock:
             rows = self._db.execute("SELECT problem_key, MIN(id) AS first FROM evaluations "
                                     "GROUP BY problem_key ORDER BY first").fetchall()
-        return [r["problem_key"] for r in rows]
+        return [r["problem_key"] for r in rows if self._has_intact_row(r["problem_key"])]
+
+    def _has_intact_row(self, problem_key: str) -> bool:
+        """Whether any row of the problem decodes: a problem whose every row is damaged is not listed, so readers
+        never meet a problem without rows."""
+        with self._lock:
+            rows = self._db.execute("SELECT * FROM evaluations WHERE problem_key=? ORDER BY id", (problem_key,))
+            return any(self._decode(row) is not None for row in rows)
 
     def frame(self):  # -> pandas.DataFrame
         """All evaluations as a pandas DataFrame (one row per evaluation, JSON columns left as text)."""
@@ -162,9 +189,20 @@ class Store:
     def meta(self, key: str, default: Any = None) -> Any:
         with self._lock:
             row = self._db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
-        return json.loads(row["value"]) if row else default
+        return _meta_value(row["value"], default) if row else default
 
     def all_meta(self) -> dict[str, Any]:
         with self._lock:
             rows = self._db.execute("SELECT key, value FROM meta ORDER BY key").fetchall()
-        return {r["key"]: json.loads(r["value"]) for r in rows}
+        missing = object()
+        values = {r["key"]: _meta_value(r["value"], missing) for r in rows}
+        return {k: v for k, v in values.items() if v is not missing and isinstance(k, str)}
+
+
+def _meta_value(text: Any, default: Any) -> Any:
+    """A metadata value, or `default` where the stored text is not JSON (an edited store): readers then behave
+    as for a key never written, and a resume refuses the store (evo.store.resumable)."""
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError):
+        return default

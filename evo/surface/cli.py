@@ -16,6 +16,8 @@ from typing import Any, NoReturn
 
 from evo import __version__
 from evo.experiment.oneline import one_line
+from evo.store.atomic_file import write_atomic
+from evo.surface.safe_stream import DroppingStream, reopen_closed_std_fds, say
 from evo.surface.smoke_label import smoke_score
 
 __all__ = ["main", "UsageError"]
@@ -46,12 +48,30 @@ def _open_run(path: str) -> tuple[Any, Any, str, Any]:
         raise UsageError(f"{path}: not a run directory (no {rd.store.name} in it)")
     text, experiment = "", None
     if rd.experiment.exists():
-        text = rd.experiment.read_text()
         try:
-            experiment = load_experiment(rd.experiment)
+            experiment = load_experiment(rd.experiment)  # bounded: a huge or device copy is refused, not read
+            text = experiment.source
         except ConfigError as e:  # the copy no longer validates (e.g. an operator changed): summarise anyway
             print(f"evo: warning: {e}; using default descriptors", file=sys.stderr)
+            text = _bounded_text(rd.experiment)
     return rd, Store(rd.store, readonly=True), text, experiment
+
+
+def _bounded_text(path: Path) -> str:
+    """The run's experiment copy for the report, or '' when it is too large or unreadable (the report says so)."""
+    from evo.experiment.bounded_read import read_text_bounded
+    from evo.experiment.limits import MAX_TEXT_BYTES
+
+    try:
+        return read_text_bounded(path, MAX_TEXT_BYTES)
+    except (OSError, ValueError):
+        return ""
+
+
+def _warn_damaged(store: Any) -> None:
+    """One line for the rows the store skipped as damaged (evo.store.row_check); the command used the rest."""
+    if store.skipped:
+        print(f"evo: warning: {one_line(store.skipped.line(store.path))}", file=sys.stderr)
 
 
 def _is_smoke(store: Any, experiment: Any) -> bool:
@@ -83,46 +103,57 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(f"{rd.path}: nothing to resume (no {rd.store.name} in it)")
     from evo.evaluate.executor import WorkersLost
     from evo.search.loop import StartupError, run_experiment  # imported late: it brings in the executor machinery
+    from evo.surface.stop_signals import StopSignals
 
     smoke = experiment.executor.kind == "smoke"
+    out = DroppingStream(sys.stdout)  # a closed or broken stdout drops the run's progress, never the run
     print(f"evo {__version__}: experiment {experiment.name} ({experiment.operator}, {len(experiment.problems)} "
-          f"problems, executor {experiment.executor.kind}) -> {rd.path}{' (resuming)' if args.resume else ''}")
+          f"problems, executor {experiment.executor.kind}) -> {rd.path}{' (resuming)' if args.resume else ''}",
+          file=out)
     if smoke:
-        print(SMOKE_NOTE)
-    progress = Progress(experiment.problems, budget=experiment.budget.evaluations, smoke=smoke)
+        print(SMOKE_NOTE, file=out)
+    progress = Progress(experiment.problems, budget=experiment.budget.evaluations, smoke=smoke, stream=out)
     resume_hint = f"evo run {_q(args.experiment)} --out {_q(rd.path)} --resume"
-    print(f"starting {experiment.executor.kind} workers and compiling the first candidates ...", flush=True)
+    print(f"starting {experiment.executor.kind} workers and compiling the first candidates ...", file=out)
+    out.flush()
+
+    def on_event(event: Any) -> None:
+        stops.reassert()  # Ray's init, in the executor's start, took SIGTERM over
+        progress(event)
+
+    with StopSignals() as stops:
+        try:
+            summary = run_experiment(experiment, rd.path, resume=args.resume, on_event=on_event,
+                                     **({"allow_changes": True} if args.allow_changes else {}))
+        except StartupError as e:
+            raise UsageError(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
+        except KeyboardInterrupt:
+            progress.close()
+            if not progress.started:
+                say(f"evo: interrupted before the search started: nothing was evaluated, {rd.path} is as it was")
+            else:
+                say(f"evo: interrupted: every completed evaluation is stored; continue with {resume_hint}")
+            return stops.exit_status()
+        except WorkersLost as e:
+            progress.close()
+            say(f"evo: error: {e}; continue with {resume_hint}")
+            return 1
+        except (OSError, sqlite3.OperationalError) as e:
+            if not _disk_full(e):
+                raise
+            progress.close()
+            say(f"evo: error: no space left on the disk of {rd.path}: every evaluation stored before is kept; free "
+                f"some space, then continue with {resume_hint}")
+            return 1
+        finally:
+            progress.close()
     try:
-        summary = run_experiment(experiment, rd.path, resume=args.resume, on_event=progress,
-                                 **({"allow_changes": True} if args.allow_changes else {}))
-    except StartupError as e:
-        raise UsageError(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
-    except KeyboardInterrupt:
-        progress.close()
-        if not progress.started:
-            print(f"evo: interrupted before the search started: nothing was evaluated, {rd.path} is as it was",
-                  file=sys.stderr)
-        else:
-            print(f"evo: interrupted: every completed evaluation is stored; continue with {resume_hint}",
-                  file=sys.stderr)
-        return 130
-    except WorkersLost as e:
-        progress.close()
-        print(f"evo: error: {e}; continue with {resume_hint}", file=sys.stderr)
-        return 1
-    except (OSError, sqlite3.OperationalError) as e:
-        if not _disk_full(e):
-            raise
-        progress.close()
-        print(f"evo: error: no space left on the disk of {rd.path}: every evaluation stored before is kept; free "
-              f"some space, then continue with {resume_hint}", file=sys.stderr)
-        return 1
-    finally:
-        progress.close()
-    _cmd_status(argparse.Namespace(run=str(rd.path)), after_run=not summary.interrupted)
+        _cmd_status(argparse.Namespace(run=str(rd.path)), after_run=not summary.interrupted)
+    except (OSError, ValueError):  # stdout went away: the summary is in the store, `evo status` shows it again
+        pass
     if summary.interrupted:
-        print(f"interrupted: every completed evaluation is stored; continue with {resume_hint}", file=sys.stderr)
-        return 130
+        say(f"interrupted: every completed evaluation is stored; continue with {resume_hint}")
+        return stops.exit_status()
     return 0
 
 
@@ -147,6 +178,7 @@ def _cmd_status(args: argparse.Namespace, after_run: bool = False) -> int:
     with store:
         rows = run_status(store, experiment)
         smoke = _is_smoke(store, experiment)
+    _warn_damaged(store)
     name = experiment.name if experiment else rd.path.name
     print(f"run {rd.path} (experiment {name}): {sum(r.evaluations for r in rows)} evaluations")
     if smoke:
@@ -190,9 +222,10 @@ def _cmd_export(args: argparse.Namespace) -> int:
                 f"{ev.median_ms:.4g} ms GPU time{call}{ratio} on {ev.gpu or '?'}"
             what = f"elite of {p.key} ({measured})"
         smoke = _is_smoke(store, None)
+    _warn_damaged(store)
     out = Path(args.output or default)
     try:
-        out.write_text(text)
+        write_atomic(out, text)  # a full disk or a signal leaves the old file or none, never half a module
     except OSError as e:
         raise UsageError(f"cannot write {out}: {e.strerror or e}") from None
     print(f"wrote {out}: {what}")
@@ -210,10 +243,11 @@ def _cmd_report(args: argparse.Namespace) -> int:
     name = experiment.name if experiment else rd.path.name
     with store:
         page = build_report(ReportInput(store, name, experiment, text), args.x, args.y)
+    _warn_damaged(store)
     out = Path(args.output) if args.output else rd.path / "report.html"
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(page)
+        write_atomic(out, page)
     except OSError as e:
         raise UsageError(f"cannot write {out}: {e.strerror or e}") from None
     print(f"wrote {out} ({len(page) / 1e6:.1f} MB, self-contained: open it in a browser, no network needed)")
@@ -307,6 +341,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    reopen_closed_std_fds()  # before any file is opened: a closed 1 must not become the store's descriptor
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
@@ -319,19 +354,21 @@ def main(argv: list[str] | None = None) -> int:
     from evo.surface.export import ExportError
     from evo.surface.report import ReportError
 
+    status = 141  # what a command that stopped on a broken stdout ends with, as cat does
     try:
         status = args.func(args)
         sys.stdout.flush()  # a reader that went away shows here, not as an error at exit
         return status
     except (ConfigError, UsageError, ExportError, ReportError, RunDirError, StoreError) as e:
-        print(f"evo: error: {one_line(str(e))}", file=sys.stderr)
+        say(f"evo: error: {one_line(str(e))}")
         return 2
     except KeyboardInterrupt:
-        print("evo: interrupted", file=sys.stderr)
+        say("evo: interrupted")
         return 130
     except BrokenPipeError:  # the reader went away (`evo genes gemm | head`): stop quietly, as cat does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 141
+        # a run's outcome is in its store and its status says it; only what is read from stdout ends at 141
+        return status if args.func is _cmd_run else 141
 
 
 if __name__ == "__main__":

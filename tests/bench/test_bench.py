@@ -254,8 +254,14 @@ def test_helion_is_skipped_with_reason_when_absent(monkeypatch):
 
 
 # -- elites from a store ------------------------------------------------------------------------------------
+def _problem_json(key):  # rows name a problem that decodes to their key (evo.store.row_check)
+    _, shape, dtype = key.split(":")
+    return json.dumps({"operator": "gemm", "shape": [[d, int(s)] for d, s in zip("MNK", shape.split("x"), strict=True)],
+                       "dtype": dtype})
+
+
 def _ev(key, source, status="ok", ms=1.0, base=1.0, gpu="G", t0=0.0, t1=1.0):
-    return Evaluation("gemm", key, "{}", '{"family":"gemm","genes":{}}', "h" + source, source, status,
+    return Evaluation("gemm", key, _problem_json(key), '{"family":"gemm","genes":{}}', "h" + source, source, status,
                       gpu=gpu, median_ms=ms if status == "ok" else None, baseline_ms=base if status == "ok" else None,
                       started_at=t0, finished_at=t1)
 

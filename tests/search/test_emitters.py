@@ -101,7 +101,9 @@ def test_old_store_gains_the_emitter_column(tmp_path):
                "baseline_ms REAL, baseline_spread_ms REAL, max_rel_error REAL, resources TEXT, compile_s REAL, "
                "origin TEXT, parents TEXT, run_id TEXT, worker TEXT, started_at REAL, finished_at REAL)")
     db.execute("INSERT INTO evaluations (operator, problem_key, problem, genome, genome_hash, source_hash, status) "
-               "VALUES ('gemm', 'k', '{}', '{}', 'g', 's', 'ok')")
+               "VALUES ('gemm', 'gemm:64x64x64:fp16', "
+               "'{\"operator\": \"gemm\", \"shape\": [[\"M\", 64], [\"N\", 64], [\"K\", 64]], \"dtype\": \"fp16\"}', "
+               "'{}', 'g', 's', 'ok')")
     db.commit()
     db.close()
     with Store(path) as store:

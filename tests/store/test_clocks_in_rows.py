@@ -5,6 +5,7 @@ import sqlite3
 
 import pytest
 
+from evo.problem import Problem
 from evo.store.record import Evaluation
 from evo.store.shared import SharedResults
 from evo.store.sqlite import Store
@@ -14,7 +15,8 @@ def row(objective="gpu", status="ok", **kw):
     fields = dict(median_ms=2.0, baseline_ms=3.0, call_ms=5.0, baseline_call_ms=4.0, host_us=7.5,
                   baseline_host_us=6.0)
     fields.update(kw)
-    return Evaluation(operator="op", problem_key="op:8:fp32", problem="{}", genome="{}", genome_hash="g",
+    return Evaluation(operator="op", problem_key="op:8:fp32", problem=Problem("op", (("N", 8),), "fp32").to_json(),
+                      genome="{}", genome_hash="g",
                       source_hash="s", status=status, objective=objective, **fields)
 
 
@@ -69,7 +71,8 @@ def _old_store(path):
         db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
         db.execute("INSERT INTO evaluations (operator, problem_key, problem, genome, genome_hash, source_hash, status, "
                    "reason, gpu, versions, versions_key, median_ms, baseline_ms, run_id, worker) VALUES "
-                   "('op', 'op:8:fp32', '{}', '{}', 'g', 's', 'ok', '', 'G', '{}', '{}', 2.0, 3.0, 'r#1', 'w')")
+                   "('op', 'op:8:fp32', '{\"operator\": \"op\", \"shape\": [[\"N\", 8]], \"dtype\": \"fp32\"}', "
+                   "'{}', 'g', 's', 'ok', '', 'G', '{}', '{}', 2.0, 3.0, 'r#1', 'w')")
     db.close()
 
 

@@ -9,6 +9,7 @@ import sys
 import textwrap
 import time
 
+from evo.problem import Problem
 from evo.store.record import Evaluation
 from evo.store.sqlite import Store
 
@@ -19,15 +20,19 @@ WRITER = textwrap.dedent("""
     store = Store(sys.argv[1])
     i = 0
     while True:
-        store.add(Evaluation(operator="faulty", problem_key=f"faulty:{i}:fp32", problem="{}", genome="{}",
-                             genome_hash="g", source_hash=f"s{i}", status="ok", median_ms=1.0 + i))
+        store.add(Evaluation(operator="faulty", problem_key=f"faulty:{i + 1}:fp32",
+                             problem=f'{{"operator": "faulty", "shape": [["N", {i + 1}]], "dtype": "fp32"}}',
+                             genome="{}", genome_hash="g", source_hash=f"s{i}", status="ok", median_ms=1.0 + i))
         i += 1
         print(i, flush=True)  # printed only after the row was committed
 """)
 
 
+PROBLEM = Problem("faulty", (("N", 1024),), "fp32").to_json()  # rows must name a problem that decodes
+
+
 def row(source_hash="abc", status="ok", gpu="gpu-a", versions=None, **kw):
-    return Evaluation(operator="faulty", problem_key="faulty:1024:fp32", problem="{}", genome="{}", genome_hash="g",
+    return Evaluation(operator="faulty", problem_key="faulty:1024:fp32", problem=PROBLEM, genome="{}", genome_hash="g",
                       source_hash=source_hash, status=status, gpu=gpu,
                       versions=versions or {"triton": "3.6.0", "torch": "2.11", "cuda": "13.0"}, **kw)
 

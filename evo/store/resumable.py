@@ -1,0 +1,69 @@
+"""Whether a store can be resumed, decided before anything is written to it or any worker starts.
+
+Opening a store for writing creates its tables, so a zero-byte file (a full disk, a `touch`) or another
+program's SQLite database would silently become a fresh run, and a damaged row would be replayed into the archive
+or stop the search halfway. A resume first reads the store read-only and refuses, in one line that says what to do,
+a store that is empty, foreign, damaged or locked by another process.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+from evo.store.row_check import BadRow, Skipped, decode_row
+from evo.store.store_lock import locked_message, try_write_lock
+from evo.store.store_readonly import connect_readonly
+
+__all__ = ["check_resumable"]
+
+_NEW_RUN = "start a new run with --out DIR"
+
+
+def check_resumable(path: Path, error: type[Exception] = ValueError) -> None:
+    """Raise `error` (one line) unless the store at `path` is an evo store whose every row decodes and whose
+    write lock is free."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+    except OSError as e:
+        raise error(f"cannot resume: {path} cannot be read ({e.strerror or e})") from None
+    if size == 0:
+        raise error(f"cannot resume: {path} is empty (0 bytes), nothing was stored; remove it, or {_NEW_RUN}")
+    try:
+        db = connect_readonly(path)
+    except sqlite3.DatabaseError as e:
+        raise error(f"cannot resume: {path} is not an evo store ({e}); {_NEW_RUN}") from None
+    try:
+        problem = _damage(db)
+    except sqlite3.DatabaseError as e:
+        problem = f"cannot be read ({e})"
+    finally:
+        db.close()
+    if problem:
+        raise error(f"cannot resume: {path} {problem}; `evo status`, `evo export` and `evo report` still read "
+                    f"its intact rows; {_NEW_RUN}")
+    if not try_write_lock(path):
+        raise error(f"cannot resume: {locked_message(path)}")
+
+
+def _damage(db: sqlite3.Connection) -> str:
+    """What is wrong with the store ('' when nothing): SQLite's own check, then every row and metadata value."""
+    verdict = db.execute("PRAGMA quick_check").fetchone()[0]
+    if verdict != "ok":
+        return f"is damaged (SQLite: {verdict})"
+    skipped = Skipped()
+    for row in db.execute("SELECT * FROM evaluations ORDER BY id"):
+        try:
+            decode_row(dict(row))
+        except BadRow as e:
+            skipped.add(row["id"], str(e))
+    if skipped:
+        return f"has {skipped.summary()}"
+    for key, value in db.execute("SELECT key, value FROM meta"):
+        try:
+            json.loads(value)
+        except (TypeError, ValueError):
+            return f"has damaged run metadata (key {key!r} is not JSON)"
+    return ""
