@@ -24,6 +24,7 @@ from typing import Any
 
 __all__ = ["load", "as_torch_op", "LoadError"]
 
+MAX_MODULE_BYTES = 64 << 20  # an `evo export --all` of thousands of elites is a few MiB
 _LOADED: dict[str, Callable[..., Any]] = {}  # op name -> its dispatching callable (a source loads once)
 
 
@@ -41,8 +42,12 @@ def load(source: str | Path, shape: str | tuple[int, ...] | None = None,
     elif path.is_file():
         if shape is not None or dtype is not None:
             raise LoadError(f"{path}: shape and dtype choose an elite of a run directory, not of a module file")
-        try:
-            text = path.read_text()
+        from evo.experiment.bounded_read import TooLarge, read_text_bounded
+
+        try:  # refused by size before it is read: a huge file given by mistake must not fill memory
+            text = read_text_bounded(path, MAX_MODULE_BYTES, "an exported module (--all included) is far smaller")
+        except TooLarge as e:
+            raise LoadError(f"{path}: {e}") from None
         except (OSError, UnicodeDecodeError) as e:
             raise LoadError(f"{path}: cannot read it ({e})") from None
     else:

@@ -61,6 +61,12 @@ class Operator(ABC):
     def make_inputs(self, problem: Problem, seed: int, device: str = "cuda") -> tuple[Any, ...]:
         """Fresh random inputs (never zeros), deterministic in `seed`."""
 
+    def tensor_shapes(self, problem: Problem) -> list[tuple[int, ...]] | None:
+        """The shapes of every input and of the result, computed without torch, so that an experiment's problems
+        are checked before torch is imported (which takes seconds). None (the default) says "not known without
+        torch": the check then makes the inputs on torch's meta device, after every other check."""
+        return None
+
     @abstractmethod
     def reference(self, *inputs: Any) -> Any:
         """The exact result in float32 or better, computed with torch."""

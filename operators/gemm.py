@@ -82,6 +82,10 @@ class GemmOperator(Operator):
         b = torch.randn((d["K"], d["N"]), generator=gen, device=device, dtype=torch.float32).to(dtype)
         return a, b
 
+    def tensor_shapes(self, problem: Problem) -> list[tuple[int, ...]]:
+        d = problem.dims
+        return [(d["M"], d["K"]), (d["K"], d["N"]), (d["M"], d["N"])]  # A, B, C
+
     def empty_output(self, *args: Any) -> Any:
         a, b = args
         return a.new_empty((a.shape[0], b.shape[1]))

@@ -121,6 +121,9 @@ class RMSNormOperator(RowwiseOperator):
         weight = torch.randn(problem.dims["cols"], generator=gen, device=device, dtype=x.dtype)
         return x, weight
 
+    def tensor_shapes(self, problem: Problem) -> list[tuple[int, ...]]:
+        return super().tensor_shapes(problem) + [(problem.dims["cols"],)]  # and the weight
+
     def reference(self, *inputs: Any) -> Any:
         import torch
 

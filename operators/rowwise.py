@@ -254,6 +254,10 @@ class RowwiseOperator(Operator):
         gen = torch.Generator(device=device).manual_seed(seed)
         return torch.randn(m, n, generator=gen, device=device, dtype=dtype)
 
+    def tensor_shapes(self, problem: Problem) -> list[tuple[int, ...]]:
+        m, n = problem.dims["rows"], problem.dims["cols"]
+        return [(m, n), (m, n)]  # the rows in, the rows out
+
     def tolerance(self, problem: Problem) -> float:
         return TOLERANCE[problem.dtype]
 

@@ -5,6 +5,7 @@ fullgraph=True; loading from an exported module and from a run directory. GPU: t
 from __future__ import annotations
 
 import sys
+import time
 
 import pytest
 import torch
@@ -76,6 +77,18 @@ def test_load_refuses_what_it_cannot_load(tmp_path):
         load(tmp_path)
     with pytest.raises(LoadError, match="shape and dtype choose an elite of a run directory"):
         load(tmp_path / "plain.py", shape="4x4x4")
+
+
+def test_load_refuses_a_huge_file_by_size_before_reading_it(tmp_path):
+    from evo.api import MAX_MODULE_BYTES
+
+    huge = tmp_path / "huge.py"
+    with open(huge, "wb") as f:  # sparse: its size without the disk space
+        f.truncate(MAX_MODULE_BYTES + 1)
+    start = time.perf_counter()
+    with pytest.raises(LoadError, match="huge.py: is larger than 65536 KiB") as refused:
+        load(huge)
+    assert time.perf_counter() - start < 0.5 and "\n" not in str(refused.value)  # not read: one line, at once
 
 
 FAST = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64)  # the fixture run's elites: one program per 64x64 tile

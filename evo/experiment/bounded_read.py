@@ -18,10 +18,11 @@ class TooLarge(ValueError):
     """More than the limit; the message is one line without the file name (the caller adds it)."""
 
 
-def read_text_bounded(path: str | Path, limit: int) -> str:
-    """The UTF-8 text of `path`, refusing (TooLarge) anything over `limit` bytes before reading it all.
-    Raises OSError (FileNotFoundError, IsADirectoryError, ...) and UnicodeDecodeError as reading would."""
-    too_large = TooLarge(f"is larger than {limit >> 10} KiB; an experiment file is a page of YAML")
+def read_text_bounded(path: str | Path, limit: int, why: str = "an experiment file is a page of YAML") -> str:
+    """The UTF-8 text of `path`, refusing (TooLarge, saying `why` the limit is sane) anything over `limit` bytes
+    before reading it all. Raises OSError (FileNotFoundError, IsADirectoryError, ...) and UnicodeDecodeError as
+    reading would."""
+    too_large = TooLarge(f"is larger than {limit >> 10} KiB; {why}")
     with open(path, "rb") as f:
         info = os.fstat(f.fileno())
         if stat.S_ISDIR(info.st_mode):

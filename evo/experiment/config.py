@@ -115,7 +115,8 @@ def parse_experiment(text: str, file: str = "<experiment>", default_name: str = 
     except ImportError as e:
         raise c.fail("operator", f"operator {op_name!r} cannot be loaded: {e}") from None
     executor = _executor(c, d.get("executor", {}))
-    problems = _problems(c, d["problems"], op)
+    wheres: dict[str, str] = {}
+    problems = _problems(c, d["problems"], op, wheres)
     smoke_dtype = limits.check_smoke_dtypes(problems) if executor.kind == "smoke" else None
     if smoke_dtype:
         raise c.fail("problems", smoke_dtype)
@@ -135,7 +136,7 @@ def parse_experiment(text: str, file: str = "<experiment>", default_name: str = 
 
     selection = c.choice(d.get("selection", Experiment.selection), "selection",
                          _registry_names("evo.search.selection", ("uniform", "curiosity")), "selection")
-    return Experiment(
+    experiment = Experiment(
         name=name,
         operator=op_name,
         problems=problems,
@@ -157,6 +158,13 @@ def parse_experiment(text: str, file: str = "<experiment>", default_name: str = 
         memory=_memory(c, d.get("memory", {})),
         source=text,
     )
+    # last: an operator that cannot give its tensors' shapes without torch makes them on torch's meta device, and
+    # importing torch takes seconds; every other mistake is refused before that (in well under a second)
+    for problem in problems:
+        too_big = limits.check_indexable(op, problem)
+        if too_big:
+            raise c.fail(wheres[problem.key], too_big)
+    return experiment
 
 
 def _output(c: Checker, node: Any) -> str:
@@ -166,8 +174,9 @@ def _output(c: Checker, node: Any) -> str:
     return text
 
 
-def _problems(c: Checker, node: Any, op: Any) -> tuple[Problem, ...]:
-    """`problems` is a mapping {shapes: [...], dtypes: [...]} (every shape in every dtype) or a list of them."""
+def _problems(c: Checker, node: Any, op: Any, wheres: dict[str, str]) -> tuple[Problem, ...]:
+    """`problems` is a mapping {shapes: [...], dtypes: [...]} (every shape in every dtype) or a list of them;
+    `wheres` receives each problem's key path (for `_check_indexable`, which runs last)."""
     groups = [(node, "problems")] if isinstance(node, dict) else \
         [(g, f"problems[{i}]") for i, g in enumerate(c.listing(node, "problems"))]
     out: dict[str, Problem] = {}
@@ -190,10 +199,8 @@ def _problems(c: Checker, node: Any, op: Any) -> tuple[Problem, ...]:
                     raise c.fail(where, str(e)) from None
                 if problem.key in out:
                     raise c.fail(where, f"problem {problem.key} is listed twice")
-                too_big = limits.check_indexable(op, problem)
-                if too_big:
-                    raise c.fail(where, too_big)
                 out[problem.key] = problem
+                wheres[problem.key] = where
                 if len(out) > limits.MAX_PROBLEMS:
                     raise c.fail("problems", f"more than {limits.MAX_PROBLEMS} problems; split the experiment")
     return tuple(out.values())

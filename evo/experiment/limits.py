@@ -8,6 +8,7 @@ indexable by the kernels, which compute offsets in 32 bits.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import yaml
@@ -114,23 +115,32 @@ def check_ceiling(path: str, value: float | None, smoke: bool = False) -> str | 
 
 def check_indexable(op: Any, problem: Any) -> str | None:
     """A one-line complaint when a tensor of `problem` (an input or the result) has more elements than the
-    kernels can index, else None. Shapes come from the operator itself on torch's meta device (no memory)."""
+    kernels can index, else None. Shapes come from the operator's `tensor_shapes` (no torch), else from its inputs
+    made on torch's meta device (no memory, but torch's import: seconds)."""
+    shapes = op.tensor_shapes(problem) if hasattr(op, "tensor_shapes") else None
+    if shapes is None:
+        shapes = _meta_shapes(op, problem)
+    for shape in shapes:
+        elements = math.prod(shape)
+        if elements > MAX_ELEMENTS:
+            return (f"problem {problem.key} needs a {'x'.join(str(s) for s in shape)} tensor of {elements:,} "
+                    f"elements; the kernels index at most {MAX_ELEMENTS:,} (2^31 - 1) elements per tensor")
+    return None
+
+
+def _meta_shapes(op: Any, problem: Any) -> list[tuple[int, ...]]:
+    """The shapes of an operator's inputs and result made on torch's meta device ([] when it cannot make them)."""
     try:
         inputs = op.make_inputs(problem, 0, device="meta")
     except Exception:  # an operator whose inputs cannot be made on the meta device: nothing to check here
-        return None
+        return []
     tensors = [t for t in inputs if hasattr(t, "numel")]
     try:
         out = op.reference(*inputs)
         tensors += [out] if hasattr(out, "numel") else []
     except Exception:  # a reference that cannot run on meta tensors: its inputs still bound it
         pass
-    for t in tensors:
-        if t.numel() > MAX_ELEMENTS:
-            dims = "x".join(str(s) for s in t.shape)
-            return (f"problem {problem.key} needs a {dims} tensor of {t.numel():,} elements; the kernels index at "
-                    f"most {MAX_ELEMENTS:,} (2^31 - 1) elements per tensor")
-    return None
+    return [tuple(t.shape) for t in tensors]
 
 
 def check_path_text(text: str) -> str | None:

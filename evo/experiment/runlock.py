@@ -8,18 +8,43 @@ processes (Ray's daemons), so they cannot keep a finished run's directory locked
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 from pathlib import Path
 from types import TracebackType
 
-__all__ = ["RunLock", "RunDirError", "PID_NAME"]
+__all__ = ["RunLock", "RunDirError", "PID_NAME", "check_run_path"]
 
 PID_NAME = "run.pid"
 
 
 class RunDirError(ValueError):
     """The run directory cannot be used (a file is in the way, no permission, another run holds it); one line."""
+
+
+def check_run_path(path: Path) -> None:
+    """Raise RunDirError (one line) when `path` cannot become or be a run directory: a file, a file among its
+    parents, or a symbolic-link loop. Path.exists() reads a loop as "missing", so without this the refusal came
+    from mkdir, after the workers had started."""
+    path = Path(path)
+    try:
+        os.stat(path)  # follows every link of every component: a loop anywhere shows here
+    except FileNotFoundError:
+        if os.path.islink(path):  # a link to nothing: mkdir would fail on it ("file exists")
+            raise RunDirError(f"cannot make run directory {path}: it is a symbolic link to {os.readlink(path)}, "
+                              f"which does not exist; choose another --out or output") from None
+        return  # made by RunLock, with its parents
+    except NotADirectoryError:
+        blocking = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+        raise RunDirError(f"cannot make run directory {path}: {blocking or 'a parent'} is a file") from None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise RunDirError(f"cannot make run directory {path}: it, or a folder above it, is a symbolic link that "
+                              f"loops back on itself; choose another --out or output") from None
+        raise RunDirError(f"cannot use run directory {path}: {e.strerror or e}") from None
+    if not path.is_dir():
+        raise RunDirError(f"{path} is a file, not a run directory: choose another --out or output")
 
 
 class RunLock:
@@ -34,8 +59,7 @@ class RunLock:
         self._fd: int | None = None
 
     def acquire(self) -> RunLock:
-        if self.path.exists() and not self.path.is_dir():
-            raise RunDirError(f"{self.path} is a file, not a run directory: choose another --out or output")
+        check_run_path(self.path)
         try:
             self.created = not self.path.exists()
             self.path.mkdir(parents=True, exist_ok=True)

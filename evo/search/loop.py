@@ -33,7 +33,7 @@ import numpy as np
 from evo.archive import AddStatus, Elite, GridArchive
 from evo.evaluate import Candidate, Executor, make_executor
 from evo.evaluate.roofline import Floor, floor
-from evo.experiment.resume_check import deciding, experiment_changes, record_resume
+from evo.experiment.resume_check import deciding, record_resume
 from evo.experiment.rundir import RunDir
 from evo.experiment.runlock import RunDirError, RunLock
 from evo.experiment.spec import Experiment
@@ -45,7 +45,7 @@ from evo.search.selection import get as get_selection
 from evo.search.variation import Variation
 from evo.store.atomic_file import write_atomic
 from evo.store.record import Evaluation
-from evo.store.resumable import check_resumable
+from evo.store.resumable import check_resumable, resume_changes
 from evo.store.shared import SharedResults, chain_lookups, default_path, open_shared
 from evo.store.sqlite import Store, StoreError
 
@@ -149,33 +149,10 @@ class StartupError(RuntimeError):
 
 
 def _check_resumable(rd: RunDir, experiment: Experiment, allow_changes: bool = False) -> list[str]:
-    """A resumed run must be the same search: its archive is rebuilt from rows this experiment would make.
-    Returns the differences that decide results (allowed by `allow_changes`; otherwise refused)."""
+    """Refuse a store that cannot be resumed, or a resume that would be another search (evo.store.resumable; `evo
+    run` made the same checks before importing this module); returns the differences allowed by `allow_changes`."""
     check_resumable(rd.store, StoreError)  # empty, foreign, damaged or locked: refused before it is opened to write
-    with Store(rd.store) as store:
-        meta = store.all_meta()
-    smoke_before = meta.get("executor") == "smoke"
-    smoke_now = experiment.executor.kind == "smoke"
-    checks = [("experiment", experiment.name), ("operator", experiment.operator)]
-    for key, value in checks:
-        if key in meta and meta[key] != value:
-            raise StartupError(f"cannot resume {rd.path}: its {key} is {meta[key]!r}, the experiment's is {value!r}")
-    if "executor" in meta and smoke_before != smoke_now:
-        kinds = ("a CPU smoke run", "a GPU run")
-        raise StartupError(f"cannot resume {rd.path}: it is {kinds[not smoke_before]}, the experiment asks for "
-                         f"{kinds[not smoke_now]} (smoke fitness is not a timing and must not mix with timings)")
-    changes = _changes_since(rd, experiment, meta)
-    if changes and not allow_changes:
-        raise StartupError(f"cannot resume {rd.path}: the experiment changed in what decides results: "
-                           f"{'; '.join(changes)} (pass --allow-changes to resume anyway; the run records the change)")
-    return changes
-
-
-def _changes_since(rd: RunDir, experiment: Experiment, meta: dict) -> list[str]:
-    """What differs from the run's latest session in what decides results (kept in the store's metadata; a run
-    from before that was kept has its seed only)."""
-    before = meta.get("deciding") or ({"seed": meta["seed"]} if "seed" in meta else {})
-    return experiment_changes(before, experiment)
+    return resume_changes(rd.store, experiment, allow_changes, StartupError)
 
 
 class Search:

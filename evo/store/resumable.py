@@ -3,7 +3,8 @@
 Opening a store for writing creates its tables, so a zero-byte file (a full disk, a `touch`) or another
 program's SQLite database would silently become a fresh run, and a damaged row would be replayed into the archive
 or stop the search halfway. A resume first reads the store read-only and refuses, in one line that says what to do,
-a store that is empty, foreign, damaged or locked by another process.
+a store that is empty, foreign, damaged or locked by another process; then `resume_changes` compares the run with
+the experiment (`evo run` calls both before it imports the executor machinery, so a refusal takes well under 1 s).
 """
 
 from __future__ import annotations
@@ -11,12 +12,15 @@ from __future__ import annotations
 import json
 import sqlite3
 from pathlib import Path
+from typing import Any
 
+from evo.experiment.resume_check import experiment_changes
 from evo.store.row_check import BadRow, Skipped, decode_row
+from evo.store.sqlite import Store
 from evo.store.store_lock import locked_message, try_write_lock
 from evo.store.store_readonly import connect_readonly
 
-__all__ = ["check_resumable"]
+__all__ = ["check_resumable", "resume_changes"]
 
 _NEW_RUN = "start a new run with --out DIR"
 
@@ -67,3 +71,29 @@ def _damage(db: sqlite3.Connection) -> str:
         except (TypeError, ValueError):
             return f"has damaged run metadata (key {key!r} is not JSON)"
     return ""
+
+
+def resume_changes(path: Path, experiment: Any, allow_changes: bool = False,
+                   error: type[Exception] = ValueError) -> list[str]:
+    """A resumed run must be the same search: its archive is rebuilt from rows this experiment would make. Reads
+    the store at `path` (already passed by `check_resumable`) read-only; raises `error` (one line) when it is another
+    experiment or operator, smoke against GPU, or changed in what decides results without `allow_changes`. Returns
+    the differences that decide results (those allowed)."""
+    with Store(path, readonly=True) as store:
+        meta = store.all_meta()
+    run = Path(path).parent
+    for key, value in (("experiment", experiment.name), ("operator", experiment.operator)):
+        if key in meta and meta[key] != value:
+            raise error(f"cannot resume {run}: its {key} is {meta[key]!r}, the experiment's is {value!r}")
+    smoke_before, smoke_now = meta.get("executor") == "smoke", experiment.executor.kind == "smoke"
+    if "executor" in meta and smoke_before != smoke_now:
+        kinds = ("a CPU smoke run", "a GPU run")
+        raise error(f"cannot resume {run}: it is {kinds[not smoke_before]}, the experiment asks for "
+                    f"{kinds[not smoke_now]} (smoke fitness is not a timing and must not mix with timings)")
+    # the latest session's deciding settings; a run from before they were kept has its seed only
+    before = meta.get("deciding") or ({"seed": meta["seed"]} if "seed" in meta else {})
+    changes = experiment_changes(before, experiment)
+    if changes and not allow_changes:
+        raise error(f"cannot resume {run}: the experiment changed in what decides results: {'; '.join(changes)} "
+                    f"(pass --allow-changes to resume anyway; the run records the change)")
+    return changes

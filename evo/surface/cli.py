@@ -92,15 +92,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise UsageError("--allow-changes goes with --resume (a new run has nothing to change)")
     experiment = load_experiment(args.experiment)
     rd = RunDir(Path(args.out)) if args.out else RunDir.of(experiment.output, experiment.name)
-    if rd.path.exists() and not rd.path.is_dir():
-        raise UsageError(f"{rd.path} is a file, not a run directory: choose another --out or output")
-    blocking = next((p for p in rd.path.parents if p.exists() and not p.is_dir()), None)
-    if blocking is not None:
-        raise UsageError(f"cannot make run directory {rd.path}: {blocking} is a file")
-    if rd.exists() and not args.resume:
-        raise UsageError(f"{rd.path} already holds a run: pass --resume to continue it, or --out DIR for a new one")
-    if args.resume and not rd.exists():
-        raise UsageError(f"{rd.path}: nothing to resume (no {rd.store.name} in it)")
+    _check_before_workers(rd, experiment, args)
     from evo.evaluate.executor import WorkersLost
     from evo.search.loop import StartupError, run_experiment  # imported late: it brings in the executor machinery
     from evo.surface.stop_signals import StopSignals
@@ -155,6 +147,24 @@ def _cmd_run(args: argparse.Namespace) -> int:
         say(f"interrupted: every completed evaluation is stored; continue with {resume_hint}")
         return stops.exit_status()
     return 0
+
+
+def _check_before_workers(rd: Any, experiment: Any, args: argparse.Namespace) -> None:
+    """Every refusal that needs no worker, made before the executor machinery (torch, triton, Ray) is imported:
+    the run directory (a file, a symbolic-link loop), and on --resume a store that cannot be resumed or an
+    experiment that changed in what decides results (e.g. its seed). run_experiment checks the same again."""
+    from evo.experiment.runlock import check_run_path
+    from evo.store.resumable import check_resumable, resume_changes
+    from evo.store.sqlite import StoreError
+
+    check_run_path(rd.path)
+    if rd.exists() and not args.resume:
+        raise UsageError(f"{rd.path} already holds a run: pass --resume to continue it, or --out DIR for a new one")
+    if args.resume and not rd.exists():
+        raise UsageError(f"{rd.path}: nothing to resume (no {rd.store.name} in it)")
+    if args.resume:
+        check_resumable(rd.store, StoreError)
+        resume_changes(rd.store, experiment, args.allow_changes, UsageError)
 
 
 def _q(path: str | Path) -> str:
