@@ -49,9 +49,10 @@ class BoundKernel:
         self.grid = tuple(grid) + (1,) * (3 - len(grid))
         self.descriptors = sorted((descriptors or {}).items(), reverse=True)  # spliced from the last position
         self.scratch = scratch  # the kernel makes tensor descriptors in device memory (Triton's allocator)
-        self.device = None
+        self.device = None  # the CUDA device index once bound
+        self._tried = False  # whether the first call tried to bind (a kernel that could not be: the JIT every call)
         self._raw = None  # (launch, fixed head after the stream) once bound
-        self._encode = None
+        self._encode = None  # host descriptors: (position, (shape, strides, block), metadata, cache) once bound
 
     def _jit(self, args):
         """A launch through Triton's JIT: returns the compiled kernel (None under the interpreter)."""
@@ -79,14 +80,15 @@ class BoundKernel:
             scratch = _scratch_allocator(programs * scratch_size, scratch_align, None)
         if self.descriptors:
             from triton.backends.nvidia.driver import make_tensordesc_arg
+            from triton.tools.tensor_descriptor import TensorDescriptor
 
             metas = getattr(compiled.metadata, "tensordesc_meta", None) or [None] * len(self.descriptors)
             ordered = sorted(pos for pos, _ in self.descriptors)
             meta_of = {pos: metas[i] for i, pos in enumerate(ordered)}
             self._encode = [(pos, spec, meta_of[pos], {}) for pos, spec in self.descriptors]
-            self._make_desc = make_tensordesc_arg
+            self._make_desc, self._descriptor = make_tensordesc_arg, TensorDescriptor  # imported once, not per call
+        # the head holds the scratch buffer: it lives as long as the binding
         head = (compiled.function, coop, pdl, scratch, None, compiled.packed_metadata, None, None, None)
-        self._scratch_buf = scratch  # kept alive as long as the binding
         self._raw = (launch, head)
 
     @property
@@ -95,8 +97,6 @@ class BoundKernel:
         return self._raw is not None
 
     def _expanded(self, args):
-        from triton.tools.tensor_descriptor import TensorDescriptor
-
         args = list(args)
         for pos, (shape, strides, block), meta, cache in self._encode:
             t = args[pos]
@@ -105,18 +105,18 @@ class BoundKernel:
             if flat is None:
                 if len(cache) >= _DESCRIPTORS_KEPT:
                     cache.clear()
-                desc = TensorDescriptor(t, list(shape), list(strides), list(block))
+                desc = self._descriptor(t, list(shape), list(strides), list(block))
                 flat = cache[ptr] = tuple(self._make_desc(desc, meta))
             args[pos:pos + 1] = flat
         return args
 
     def __call__(self, *args):
         raw = self._raw
-        if raw is None:
-            if self.device is not None:  # bound before, but this Triton exposes no launcher: the JIT every time
-                return self._jit(args)
-            self.device = -1
-            self._bind(self._jit(args), args)
+        if raw is None:  # the first call, or a kernel that could not be bound: through the JIT
+            compiled = self._jit(args)
+            if not self._tried:
+                self._tried = True
+                self._bind(compiled, args)
             return None
         launch, head = raw
         if self._encode is not None:

@@ -28,6 +28,7 @@ MEASURED = ("ok", "compile_error", "out_of_resources", "wrong", "nan", "timeout"
 # Which clock is a row's fitness: "gpu", the GPU time of one launch (CUDA events, L2 flushed: median_ms), or
 # "call", the per-call time of back-to-back eager calls (call_ms: what a Python loop over the kernel sees, host
 # launch cost included). Rows stored before the call clock existed were judged by GPU time, hence the default.
+# (evo.experiment.spec names the same two: importing it from here would add two import floors.)
 OBJECTIVES = ("call", "gpu")
 
 
@@ -51,7 +52,7 @@ class Evaluation:
     baseline_spread_ms: float | None = None
     call_ms: float | None = None  # per-call ms of back-to-back eager calls of the kernel (evo.evaluate.clocks)
     baseline_call_ms: float | None = None
-    host_us: float | None = None  # host microseconds of one call of the kernel, the GPU idle before it
+    host_us: float | None = None  # host microseconds of one call of the kernel (bursts of calls: evo.evaluate.clocks)
     baseline_host_us: float | None = None
     objective: str = "gpu"  # which clock is this row's fitness (OBJECTIVES)
     max_rel_error: float | None = None
@@ -72,16 +73,20 @@ class Evaluation:
         if self.objective not in OBJECTIVES:
             raise ValueError(f"unknown objective {self.objective!r}; expected one of {OBJECTIVES}")
 
+    def _clock(self, objective: str) -> tuple[float | None, float | None]:
+        """(kernel, baseline) times on `objective`'s clock."""
+        return (self.call_ms, self.baseline_call_ms) if objective == "call" else (self.median_ms, self.baseline_ms)
+
     @property
     def fitness_ms(self) -> float | None:
         """The time this row is judged by: call_ms under the "call" objective, else median_ms. Never the other
         clock as a stand-in: a row without its objective's clock has no fitness, so clocks never mix."""
-        return self.call_ms if self.objective == "call" else self.median_ms
+        return self._clock(self.objective)[0]
 
     @property
     def baseline_fitness_ms(self) -> float | None:
         """The baseline's time on the same clock as `fitness_ms`."""
-        return self.baseline_call_ms if self.objective == "call" else self.baseline_ms
+        return self._clock(self.objective)[1]
 
     @property
     def ratio(self) -> float | None:
@@ -99,7 +104,7 @@ class Evaluation:
         lack one, since a GPU row's versions name the timing protocol that records both."""
         if objective not in OBJECTIVES:
             raise ValueError(f"unknown objective {objective!r}; expected one of {OBJECTIVES}")
-        if self.status == "ok" and replace(self, objective=objective).fitness_ms is None:
+        if objective == self.objective or (self.status == "ok" and self._clock(objective)[0] is None):
             return self
         return replace(self, objective=objective)
 

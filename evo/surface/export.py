@@ -27,7 +27,7 @@ from evo.experiment.spec import Experiment
 from evo.problem import HOPPER, Problem, Target, shape_distance
 from evo.store.record import Evaluation
 from evo.store.sqlite import Store
-from evo.surface.export_selfcheck import OBJECTIVES, SELFCHECK_MAIN, row_clocks, selfcheck_constants
+from evo.surface.export_selfcheck import OBJECTIVE_TEXT, SELFCHECK_MAIN, row_clocks, selfcheck_constants
 
 __all__ = ["ExportError", "BestKernel", "elites", "find_elite", "export_one", "export_all", "is_smoke", "run_target",
            "render_module"]
@@ -155,7 +155,8 @@ def _clock_lines(clocks: dict[str, Any]) -> list[str]:
         base = f" (baseline {clocks['baseline_host_us']:.3g} us)" if clocks["baseline_host_us"] else ""
         lines.append(f"Host time of one call: {clocks['host_us']:.3g} us{base}.")
     objective = clocks["objective"]
-    lines.append(f"Objective: {_clean(objective)}: the search ranked kernels by {OBJECTIVES.get(objective, 'its own')}"
+    ranked_by = OBJECTIVE_TEXT.get(objective, "its own")
+    lines.append(f"Objective: {_clean(objective)}: the search ranked kernels by {ranked_by}"
                  f"{'' if objective == 'gpu' or clocks['call_ms'] else ' (this row has no call-clock figures)'}.")
     return lines
 

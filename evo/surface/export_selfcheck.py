@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["OBJECTIVES", "row_clocks", "selfcheck_constants", "SELFCHECK_MAIN"]
+from evo.store.record import Evaluation
 
-# what the search ranked kernels by (Evaluation.objective); rows from before the field existed were "gpu"
-OBJECTIVES = {"gpu": "GPU time (CUDA events, L2 flushed)",
+__all__ = ["OBJECTIVE_TEXT", "row_clocks", "selfcheck_constants", "SELFCHECK_MAIN"]
+
+# what the search ranked kernels by (Evaluation.objective), in words
+OBJECTIVE_TEXT = {"gpu": "GPU time (CUDA events, L2 flushed)",
               "call": "the call clock (back-to-back eager calls: host launch cost included)"}
 
 
@@ -23,19 +25,18 @@ def _over(base: float | None, mine: float | None) -> float | None:
     return base / mine if mine and base else None
 
 
-def row_clocks(ev: Any) -> dict[str, Any]:
+def row_clocks(ev: Evaluation) -> dict[str, Any]:
     """A row's ratio on each clock (`Evaluation.ratio` is on the run's objective's clock, whichever it is), the
-    caller's clocks it carries, and the run's objective. Read with defaults: rows stored before these fields
-    existed have no call clock (and were ranked on GPU time)."""
-    call, base_call = getattr(ev, "call_ms", None), getattr(ev, "baseline_call_ms", None)
-    return {"gpu_ratio": _over(ev.baseline_ms, ev.median_ms) if ev.status == "ok" else None,
-            "call_ms": call, "baseline_call_ms": base_call,
-            "call_ratio": _over(base_call, call) if ev.status == "ok" else None,
-            "host_us": getattr(ev, "host_us", None), "baseline_host_us": getattr(ev, "baseline_host_us", None),
-            "objective": getattr(ev, "objective", None) or "gpu"}
+    caller's clocks it carries, and the run's objective. Rows stored before the clocks existed have None there
+    (and objective "gpu")."""
+    ok = ev.status == "ok"
+    return {"gpu_ratio": _over(ev.baseline_ms, ev.median_ms) if ok else None,
+            "call_ms": ev.call_ms, "baseline_call_ms": ev.baseline_call_ms,
+            "call_ratio": _over(ev.baseline_call_ms, ev.call_ms) if ok else None,
+            "host_us": ev.host_us, "baseline_host_us": ev.baseline_host_us, "objective": ev.objective}
 
 
-def selfcheck_constants(ev: Any, meta: dict[str, Any], smoke: bool) -> dict[str, Any]:
+def selfcheck_constants(ev: Evaluation, meta: dict[str, Any], smoke: bool) -> dict[str, Any]:
     """The module-level constants SELFCHECK_MAIN reads besides the operator's: the header's figures, where
     they were measured, and the run's timing settings."""
     clocks = row_clocks(ev)

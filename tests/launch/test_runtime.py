@@ -73,3 +73,29 @@ def test_a_plan_is_made_once_per_signature_and_bad_arguments_make_none():
     with pytest.raises(ValueError, match="out must be a contiguous 40x24"):
         module.matmul(a, b, out=torch.empty(24, 40).t())
     assert len(module._PLANS) == 2
+
+
+def test_a_bound_launch_expands_descriptors_once_per_address(monkeypatch):
+    """The bound path on the CPU, its GPU pieces stood in for: the launcher gets the grid, the current stream, the
+    fixed head and the arguments with each descriptor position expanded, encoded once per base address."""
+    from evo.launch import runtime
+
+    launched, encoded = [], []
+    kernel = runtime.BoundKernel(lambda: None, (3,), {}, descriptors={1: ([4, 8], [8, 1], [2, 8])})
+    kernel.device, kernel._tried = 0, True
+    kernel._raw = (lambda *args: launched.append(args), ("fn", "head"))
+    kernel._encode = [(1, ([4, 8], [8, 1], [2, 8]), None, {})]
+    kernel._descriptor = lambda t, shape, strides, block: (t, shape, strides, block)
+
+    def make_desc(desc, meta):
+        encoded.append(desc)
+        return ["map", *desc[1], *desc[2]]
+
+    kernel._make_desc = make_desc
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 77, raising=False)
+    a, b = torch.zeros(4, 8), torch.zeros(4, 8)
+    kernel("x", a, 5)
+    kernel("y", a, 6)
+    kernel("z", b, 7)
+    assert launched[0] == (3, 1, 1, 77, "fn", "head", "x", "map", 4, 8, 8, 1, 5)
+    assert launched[1][-1] == 6 and len(encoded) == 2  # a's descriptor encoded once, b's once
