@@ -18,6 +18,7 @@ signature compiles (or loads from Triton's cache) and binds the kernel.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -72,7 +73,8 @@ def as_torch_op(entry: Callable[..., Any], operator: Any, tag: str) -> Callable[
 
     if not operator.torch_schema:
         raise LoadError(f"operator {operator.name!r} declares no torch op schema")
-    name = f"evo::{operator.name}_{tag}"
+    ident = re.sub(r"\W", "_", operator.name)  # gemm+bias+gelu -> gemm_bias_gelu: an op name is an identifier
+    name = f"evo::{ident}_{tag}"
     if name in _LOADED:
         return _LOADED[name]
 
@@ -87,7 +89,7 @@ def as_torch_op(entry: Callable[..., Any], operator: Any, tag: str) -> Callable[
     def dispatch(*args: Any) -> Any:
         return op(*args) if is_compiling() else eager(*args)
 
-    dispatch.__name__ = dispatch.__qualname__ = f"{operator.name}_{tag}"
+    dispatch.__name__ = dispatch.__qualname__ = f"{ident}_{tag}"
     dispatch.__doc__ = entry.__doc__
     dispatch.op, dispatch.entry, dispatch.operator = op, entry, operator.name  # type: ignore[attr-defined]
     _LOADED[name] = dispatch

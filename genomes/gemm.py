@@ -64,9 +64,10 @@ def unaligned_rows(problem: Problem) -> tuple[str, ...]:
     return tuple(d for d in ("K", "N") if (problem.dims[d] * e) % 16)
 
 
-def smem_estimate(g: Mapping[str, Any], dtype: str) -> int:
-    """Bytes of shared memory the kernel needs: the pipelined A and B tiles, plus the output staging
-    tile when the epilogue goes through a tensor descriptor (halved by epilogue subtiling)."""
+def smem_estimate(g: Mapping[str, Any], dtype: str, b_tiles: int = 1) -> int:
+    """Bytes of shared memory the kernel needs: the pipelined A and B tiles (`b_tiles` of B per K step: 2 for
+    SwiGLU's gate and up), plus the output staging tile when the epilogue goes through a tensor descriptor
+    (halved by epilogue subtiling)."""
     e = ELEM_BYTES[dtype]
     tma = g["memory"] in DESCRIPTOR_MEMORY
     # a K loop with its own depth (loop_stages > 0) replaces the kernel's num_stages for that loop; a
@@ -75,7 +76,7 @@ def smem_estimate(g: Mapping[str, Any], dtype: str) -> int:
     stages = (g["loop_stages"] or g["num_stages"]) + (1 if g["persistent"] and not tma else 0)
     # an unrolled, pipelined K loop keeps a set of stage buffers per unrolled copy of its loads (seen in sm_90
     # compiles: loop_unroll=4 allocated four times the shared memory of the same genome unrolled once)
-    per_stage = (g["BLOCK_M"] * g["BLOCK_K"] + g["BLOCK_K"] * g["BLOCK_N"]) * e
+    per_stage = (g["BLOCK_M"] * g["BLOCK_K"] + b_tiles * g["BLOCK_K"] * g["BLOCK_N"]) * e
     operands = stages * per_stage * g["loop_unroll"]
     if not tma:
         return operands
@@ -86,8 +87,8 @@ def smem_estimate(g: Mapping[str, Any], dtype: str) -> int:
     return max(operands, epilogue)
 
 
-def acc_regs_per_thread(g: Mapping[str, Any]) -> int:
-    return g["BLOCK_M"] * g["BLOCK_N"] // (32 * g["num_warps"])
+def acc_regs_per_thread(g: Mapping[str, Any], b_tiles: int = 1) -> int:
+    return b_tiles * g["BLOCK_M"] * g["BLOCK_N"] // (32 * g["num_warps"])
 
 
 def _descriptor_ok(g: Mapping[str, Any], problem: Problem, target: Target) -> bool:
@@ -113,8 +114,23 @@ def _structure(g: Mapping[str, Any], resources: Any) -> float:
     return 2.0 * (g["memory"] == "descriptor") + g["persistent"]
 
 
+# what a kernel with two B tiles per K step (SwiGLU: gate and up, two accumulators) is not combined with
+TWO_TILE_REFUSALS = (("split_k", 1, "split-K (partials of two accumulators)"), ("stream_k", False, "stream-K"),
+                     ("warp_specialize", False, "warp specialization"), ("pad_rows", False, "padded rows"))
+
+
 class GemmFamily(GenomeFamily):
+    """The GEMM genes. `b_tiles` = 2 makes the family of a kernel that reads two B tiles per K step into two
+    accumulators (the fused SwiGLU epilogue): it counts twice the B buffers and accumulator registers, and
+    refuses the features that do not carry a second accumulator (TWO_TILE_REFUSALS, wide two-block tiles)."""
+
     name = "gemm"
+
+    def __init__(self, overrides: Mapping[str, list[Any]] | None = None, b_tiles: int = 1) -> None:
+        if b_tiles not in (1, 2):
+            raise ValueError(f"b_tiles must be 1 or 2, got {b_tiles}")
+        self.b_tiles = b_tiles
+        super().__init__(overrides)
 
     def _genes(self) -> list[Gene]:
         return [
@@ -196,9 +212,15 @@ class GemmFamily(GenomeFamily):
                 out.append("warp specialization fails to compile a subtiled epilogue in Triton 3.6")
         if g["epilogue_subtile"] and g["BLOCK_N"] < 32:
             out.append("epilogue subtiling needs BLOCK_N >= 32")
-        if acc_regs_per_thread(g) > MAX_ACC_REGS:
-            out.append(f"accumulator needs {acc_regs_per_thread(g)} registers per thread (> {MAX_ACC_REGS})")
-        smem = smem_estimate(g, problem.dtype)
+        if self.b_tiles > 1:
+            out += [f"two B tiles per K step (SwiGLU) are not combined with {what}"
+                    for gene, off, what in TWO_TILE_REFUSALS if g[gene] != off]
+            if len(column_blocks(g["BLOCK_N"])) > 1:
+                out.append(f"two B tiles per K step (SwiGLU) are not combined with BLOCK_N={g['BLOCK_N']}")
+        regs = acc_regs_per_thread(g, self.b_tiles)
+        if regs > MAX_ACC_REGS:
+            out.append(f"accumulator needs {regs} registers per thread (> {MAX_ACC_REGS})")
+        smem = smem_estimate(g, problem.dtype, self.b_tiles)
         if smem > target.smem_bytes:
             out.append(f"needs ~{smem} bytes of shared memory (> {target.smem_bytes})")
         return out
@@ -212,6 +234,11 @@ class GemmFamily(GenomeFamily):
                 pass
         while g["split_k"] > -(-d["K"] // g["BLOCK_K"]) and self._step_down(g, "split_k"):
             pass
+        if self.b_tiles > 1:  # SwiGLU's two accumulators: first, so later rules see the result
+            for gene, off, _ in TWO_TILE_REFUSALS:
+                self._set(g, gene, off)
+            while len(column_blocks(g["BLOCK_N"])) > 1 and self._step_down(g, "BLOCK_N"):
+                pass
         if g["stream_k"] and not g["persistent"]:
             # stream-K was just turned on (or persistence off): the coin keeps one of the two
             keep = rng.random() < 0.5 and g["split_k"] == 1 and not g["warp_specialize"]
@@ -226,7 +253,8 @@ class GemmFamily(GenomeFamily):
                 self._set(g, "stream_k", False)
         if g["pad_rows"] and not (g["memory"] == "host_descriptor" and unaligned_rows(problem)):
             self._set(g, "pad_rows", False)
-        if g["memory"] == "host_descriptor" and not _descriptor_ok(g, problem, target) and target.arch >= 90:
+        if (g["memory"] == "host_descriptor" and not _descriptor_ok(g, problem, target) and target.arch >= 90
+                and self.b_tiles == 1):
             self._set(g, "pad_rows", True)  # the padded copy keeps the TMA path for unaligned rows
         if g["memory"] in DESCRIPTOR_MEMORY and not _descriptor_ok(g, problem, target):
             self._set(g, "memory", "pointer")
@@ -249,14 +277,14 @@ class GemmFamily(GenomeFamily):
                     self._set(g, "warp_specialize", False)
         if g["epilogue_subtile"] and g["BLOCK_N"] < 32:
             self._set(g, "epilogue_subtile", False)
-        while acc_regs_per_thread(g) > MAX_ACC_REGS:
+        while acc_regs_per_thread(g, self.b_tiles) > MAX_ACC_REGS:
             if not g["warp_specialize"] and self._step_up(g, "num_warps"):
                 continue
             big = "BLOCK_M" if g["BLOCK_M"] >= g["BLOCK_N"] else "BLOCK_N"
             if not (self._step_down(g, big) or self._step_down(g, "BLOCK_M" if big == "BLOCK_N" else "BLOCK_N")):
                 break
         for name in ("loop_unroll", "num_stages", "loop_stages", "BLOCK_K", "BLOCK_N", "BLOCK_M"):
-            while smem_estimate(g, problem.dtype) > target.smem_bytes:
+            while smem_estimate(g, problem.dtype, self.b_tiles) > target.smem_bytes:
                 if name == "loop_stages" and g["loop_stages"] == 0:
                     break
                 if not self._step_down(g, name):

@@ -33,12 +33,17 @@ def names() -> list[str]:
 
 
 def get(name: str, overrides: dict[str, list[Any]] | None = None) -> Operator:
-    """An operator instance by registered name; `overrides` restricts its genes' domains."""
+    """An operator instance by name; `overrides` restricts its genes' domains.
+
+    A name is a registered operator, optionally followed by options after "+" that the operator's `variant`
+    understands (`gemm+bias+gelu`: the GEMM with a fused epilogue); ValueError names what is wrong."""
     registered = _registered()
-    if name not in registered:
+    base, *options = name.split("+")
+    if base not in registered:
         known = ", ".join(sorted(registered)) or f"none (is evo installed? its {GROUP} entry points are missing)"
-        raise ValueError(f"unknown operator {name!r}; known operators: {known}")
-    operator = registered[name].load()(overrides)
+        raise ValueError(f"unknown operator {base!r}; known operators: {known}")
+    cls = registered[base].load()
+    operator = cls.variant(tuple(options), overrides) if options else cls(overrides)
     if not isinstance(operator, Operator) or operator.name != name:
         raise ValueError(f"entry point {name!r} ({registered[name].value}) does not make an Operator named {name!r}")
     return operator

@@ -40,9 +40,18 @@ class GemmOperator(Operator):
     entry = ENTRY_NAME
     throughput_unit = "TFLOP/s"
     torch_schema = "(Tensor a, Tensor b) -> Tensor"
+    epilogue: Any = None  # a fused epilogue (operators/epilogue.py): set by GemmEpilogueOperator only
 
     def make_family(self, overrides: dict[str, list[Any]] | None) -> GenomeFamily:
         return GemmFamily(overrides)
+
+    @classmethod
+    def variant(cls, options: tuple[str, ...], overrides: dict[str, list[Any]] | None = None) -> Operator:
+        """`gemm+<epilogue>`: the GEMM with a fused epilogue (operators/gemm_epilogue.py)."""
+        from operators.epilogue import Epilogue
+        from operators.gemm_epilogue import GemmEpilogueOperator
+
+        return GemmEpilogueOperator(overrides, Epilogue.parse(options))
 
     def render(self, genome: Genome, problem: Problem, target: Target) -> str:
         """Source of a standalone module for `genome`; raises InvalidGenome if it cannot run `problem`."""
@@ -54,7 +63,7 @@ class GemmOperator(Operator):
         # the GPU is named by its architecture only, so H100 and H200 share one source (and compile cache)
         title = (f"GEMM kernel rendered by evo from genome {genome.hash} for {problem.key} on sm_{target.arch}.\n\n"
                  + textwrap.fill(f"Genome: {genome}", 100))
-        return gemm_source(genome.as_dict(), title, *self._row_alignment(genome, problem))
+        return gemm_source(genome.as_dict(), title, *self._row_alignment(genome, problem), epilogue=self.epilogue)
 
     @staticmethod
     def _row_alignment(genome: Genome, problem: Problem) -> tuple[int, tuple[str, ...]]:

@@ -16,6 +16,8 @@ from typing import Any
 from genomes.gemm import DESCRIPTOR_MEMORY, column_blocks
 from operators._template import block as _block
 from operators._template import wrap as _wrap
+from operators.gemm_launcher_epilogue import epilogue_args as _epilogue_args
+from operators.gemm_launcher_epilogue import fill_epilogue
 
 __all__ = ["launcher_source", "constexpr_names", "KERNEL_NAME", "ENTRY_NAME", "CPU_NUM_SMS"]
 
@@ -68,6 +70,9 @@ def launcher_source(g: Mapping[str, Any]) -> str:
     out += _block("num_tiles = triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N)", 1)
     n_blocks = len(column_blocks(g["BLOCK_N"]))
     operands = ", ".join(["a"] + ["b"] * n_blocks + ["c"] * n_blocks) if host else "a, b, c"
+    ep = g.get("epilogue")
+    if ep and ep.operands:
+        operands += ", " + ", ".join(ep.operands)
     args = f"{operands}, M, N, K"
     if stream_k:
         out += _block("""
@@ -108,14 +113,14 @@ def launcher_source(g: Mapping[str, Any]) -> str:
     out += _block(f'kernel = BoundKernel({KERNEL_NAME}, grid, {{"num_warps": NUM_WARPS, "num_stages": NUM_STAGES}}'
                   f"{extra})", 1)
     call = _wrap(f"{args}, {', '.join(constexpr_names(g))}".split(", "), 88)
-    run = (["", "def run(a, b, out):"] + _run_prologue(g) + ["    kernel("] + [f"        {line}" for line in call]
+    run = (["", f"def run(a, b, {_epilogue_args(g)}out):"] + _run_prologue(g) + ["    kernel("] + [f"        {line}" for line in call]
            + ["    )"] + _run_epilogue(g) + [""])
     run.append("run.kernel = kernel  # for inspection")
     if split or stream_k:
         run.append("run.workspace = (partials, counters)")
     run.append("return run")
     out += "\n" + _block("\n".join(run), 1)
-    return out + "\n\n" + _ENTRY
+    return fill_epilogue(out + "\n\n" + _ENTRY, g)
 
 
 _PAD_HELPERS = _block('''
@@ -151,9 +156,9 @@ _PAD_HELPERS = _block('''
 ''', 0)
 
 _PLAN_HEAD = _block('''
-    def _plan(a, b, out):
+    def _plan(a, b, EPILOGUE_ARGSout):
         """Check the arguments (ValueError naming what is wrong) and fix what depends only on their signature:
-        sizes, grid, buffers and the bound kernel. Returns run(a, b, out) for every call of this signature."""
+        sizes, grid, buffers and the bound kernel. Returns run(a, b, EPILOGUE_ARGSout) for every call of this signature."""
         if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.ndim == 2 and b.ndim == 2):
             raise ValueError("matmul expects two 2-D tensors A[M, K] and B[K, N]")
         if a.shape[1] != b.shape[0]:
@@ -166,35 +171,36 @@ _PLAN_HEAD = _block('''
             raise ValueError("A and B must be row-major contiguous (call .contiguous() first)")
         M, K = a.shape
         N = b.shape[1]
+    SWIGLU_SPLIT
         if max(M * K, K * N, M * N) >= 2**31:
             raise ValueError(f"{M}x{N}x{K} needs 64-bit offsets; this kernel computes them in 32 bits")
         if out is not None and not (isinstance(out, torch.Tensor) and out.is_contiguous()
                                     and (tuple(out.shape), out.dtype, out.device) == ((M, N), a.dtype, a.device)):
             raise ValueError(f"out must be a contiguous {M}x{N} {a.dtype} tensor on {a.device}")
         dtype, device = a.dtype, a.device
+    EPILOGUE_CHECKS
 
         def new_out():
             return torch.empty((M, N), dtype=dtype, device=device)
 
         if M == 0 or N == 0:
-            return lambda a, b, out: new_out() if out is None else out
-        if K == 0:
-            return lambda a, b, out: (new_out() if out is None else out).zero_()
+            return lambda a, b, EPILOGUE_ARGSout: new_out() if out is None else out
+    EMPTY_K
 ''', 0)
 
 _ENTRY = _block('''
-    def matmul(a, b, out=None):
-        """C = A @ B for row-major contiguous A[M, K] and B[K, N] of one dtype (fp16, bf16 or fp32).
+    def matmul(a, b, EPILOGUE_ARGSout=None):
+        """C = WHAT for row-major contiguous A[M, K] and B[K, N] of one dtype (fp16, bf16 or fp32).
 
         C has the inputs' dtype (accumulation is fp32) and is written into `out` when given. The checks, grid and
         buffers of a call are worked out once per argument signature (shapes, strides, dtypes, devices, 16-byte
         alignment); later calls of that signature launch the bound kernel at once.
         """
-        key = (signature(a), signature(b), None if out is None else signature(out))
+        key = (signature(a), signature(b), EPILOGUE_KEYNone if out is None else signature(out))
         run = _PLANS.get(key)
         if run is None:
-            run = _PLANS.add(key, _plan(a, b, out))
-        return run(a, b, out)
+            run = _PLANS.add(key, _plan(a, b, EPILOGUE_ARGSout))
+        return run(a, b, EPILOGUE_ARGSout)
 ''', 0)
 
 
@@ -222,7 +228,9 @@ def _descriptor_specs(g: Mapping[str, Any], n_blocks: int) -> str:
     widths = ["BLOCK_N"] if n_blocks == 1 else ["BLOCK_N0", "BLOCK_N1"]
     a_stride, b_stride, c_stride = ("a_stride", "b_stride", "c_stride") if g["pad_rows"] else ("K", "N", "N")
     specs = [f"0: ([M, K], [{a_stride}, 1], [BLOCK_M, BLOCK_K])"]
-    specs += [f"{1 + i}: ([K, N], [{b_stride}, 1], [BLOCK_K, {w}])" for i, w in enumerate(widths)]
+    b_cols = "2 * N" if g.get("epilogue") and g["epilogue"].swiglu else "N"  # SwiGLU: gate columns, then up
+    b_stride = b_cols if b_stride == "N" else b_stride
+    specs += [f"{1 + i}: ([K, {b_cols}], [{b_stride}, 1], [BLOCK_K, {w}])" for i, w in enumerate(widths)]
     c_widths = ["BLOCK_N // 2" if g["epilogue_subtile"] else w for w in widths]
     specs += [f"{1 + n_blocks + i}: ([M, N], [{c_stride}, 1], [BLOCK_M, {w}])" for i, w in enumerate(c_widths)]
     return "{" + ", ".join(specs) + "}"

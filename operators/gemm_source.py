@@ -87,25 +87,43 @@ def _blocks(g: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     return [("0", "BLOCK_N0", ""), ("1", "BLOCK_N1", " + BLOCK_N0")]
 
 
+def _loop_blocks(g: Mapping[str, Any]) -> list[tuple[str, str, str, str, str]]:
+    """(accumulator suffix, width, column offset within the tile, B descriptor suffix, column shift in B) of
+    each B tile a K step reads: the tile's column blocks, or for SwiGLU the gate's block and the up
+    projection's, N columns further along B's [K, 2N] rows, each with its own accumulator."""
+    if _swiglu(g):
+        return [("g", "BLOCK_N", "", "", ""), ("u", "BLOCK_N", "", "", " + N")]
+    return [(s, w, o, s, "") for s, w, o in _blocks(g)]
+
+
+def _swiglu(g: Mapping[str, Any]) -> bool:
+    return bool(g.get("epilogue") and g["epilogue"].swiglu)
+
+
 def _main_loop(g: Mapping[str, Any], depth: int, lo: str = "0", hi: str = "k_tiles") -> str:
     """acc = the sum over K steps [lo, hi) of A's and B's tiles at (pid_m, pid_n) (acc0 and acc1 for a tile
-    of two column blocks)."""
-    blocks = _blocks(g)
-    zeros = "".join(f"acc{s} = tl.zeros((BLOCK_M, {w}), dtype=tl.float32)\n" for s, w, _ in blocks)
-    dots = "".join(f"    acc{s} = tl.dot(a, b{s}, acc{s})\n" for s, _, _ in blocks)
+    of two column blocks; for SwiGLU, silu of the gate's sum times the up projection's)."""
+    blocks = _loop_blocks(g)
+    zeros = "".join(f"acc{s} = tl.zeros((BLOCK_M, {w}), dtype=tl.float32)\n" for s, w, _, _, _ in blocks)
+    dots = "".join(f"    acc{s} = tl.dot(a, b{s}, acc{s})\n" for s, _, _, _, _ in blocks)
+    gate = "acc = accg * tl.sigmoid(accg) * accu  # SwiGLU: silu(gate) * up\n" if _swiglu(g) else ""
     if g["memory"] in DESCRIPTOR_MEMORY:
-        loads = "".join(f"    b{s} = b_desc{s}.load([ki * BLOCK_K, off_n{o}])\n" for s, _, o in blocks)
+        loads = "".join(f"    b{s} = b_desc{d}.load([ki * BLOCK_K, off_n{o}{shift}])\n" for s, _, o, d, shift in blocks)
         head = f"for ki in {_k_range(g, lo, hi)}:\n    a = a_desc.load([off_m, ki * BLOCK_K])\n"
-        return _block("off_m = pid_m * BLOCK_M\noff_n = pid_n * BLOCK_N\n" + zeros + head + loads + dots, depth)
+        return _block("off_m = pid_m * BLOCK_M\noff_n = pid_n * BLOCK_N\n" + zeros + head + loads + dots + gate,
+                      depth)
+    # B's rows hold 2N columns for SwiGLU (gate, then up)
+    ldb = "2 * N" if _swiglu(g) else "N"
     # the column offsets of each block start at a multiple of the lowest set bit of BLOCK_N: that is the hint
     align = blocks[-1][1]
-    offsets = "".join(f"offs_bn{s} = pid_n * BLOCK_N{o} + tl.arange(0, {w})\n" for s, w, o in blocks)
+    offsets = "".join(f"offs_bn{s} = pid_n * BLOCK_N{o} + tl.arange(0, {w})\n" for s, w, o, _, _ in blocks)
     hints = "".join(f"offs_bn{s} = tl.max_contiguous(tl.multiple_of(tl.where(offs_bn{s} < N, offs_bn{s}, 0), "
-                    f"{align}), {w})\n" for s, w, _ in blocks)
-    ptrs = "".join(f"b_ptrs{s} = b_ptr + offs_k[:, None] * N + offs_bn{s}[None, :]\n" for s, _, _ in blocks)
-    full = "".join(f"    b{s} = tl.load(b_ptrs{s} + ki * BLOCK_K * N)\n" for s, _, _ in blocks)
-    tail = "".join(f"    b{s} = tl.load(b_ptrs{s} + k_full * BLOCK_K * N, mask=offs_k[:, None] < k_left, other=0.0)\n"
-                   for s, _, _ in blocks)
+                    f"{align}), {w})\n" for s, w, _, _, _ in blocks)
+    ptrs = "".join(f"b_ptrs{s} = b_ptr + offs_k[:, None] * {ldb} + offs_bn{s}[None, :]{shift}\n"
+                   for s, _, _, _, shift in blocks)
+    full = "".join(f"    b{s} = tl.load(b_ptrs{s} + ki * BLOCK_K * {ldb})\n" for s, _, _, _, _ in blocks)
+    tail = "".join(f"    b{s} = tl.load(b_ptrs{s} + k_full * BLOCK_K * {ldb}, mask=offs_k[:, None] < k_left, "
+                   "other=0.0)\n" for s, _, _, _, _ in blocks)
     # the unmasked loop is the whole K range unless a split (lo, hi) is given
     end = "k_full" if (lo, hi) == ("0", "k_tiles") else f"tl.minimum({hi}, k_full)"
     return _block(
@@ -120,7 +138,7 @@ def _main_loop(g: Mapping[str, Any], depth: int, lo: str = "0", hi: str = "k_til
         + f"if {hi} > k_full:  # the last K step is partial: the peeled, masked tail\n"
         + "    k_left = K - k_full * BLOCK_K\n"
         + "    a = tl.load(a_ptrs + k_full * BLOCK_K, mask=offs_k[None, :] < k_left, other=0.0)\n" + tail
-        + dots, depth)
+        + dots + gate, depth)
 
 
 # -- epilogue -------------------------------------------------------------------------------------------
@@ -135,6 +153,12 @@ def _store_c(g: Mapping[str, Any], tile: str, depth: int) -> str:
             halves = tl.permute(tl.reshape({tile}, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
             {tile}_left, {tile}_right = tl.split(halves)
         """)
+        parts = [(f"{tile}_left", "pid_n * BLOCK_N", "BLOCK_N // 2"),
+                 (f"{tile}_right", "pid_n * BLOCK_N + BLOCK_N // 2", "BLOCK_N // 2")]
+    else:
+        parts = [(f"{tile}{s}", f"pid_n * BLOCK_N{o}", w) for s, w, o in _blocks(g)]
+    if g.get("epilogue"):
+        pieces.append(_epilogue(g["epilogue"], parts))
     if g["memory"] in DESCRIPTOR_MEMORY and g["epilogue_subtile"]:
         pieces.append(f"""
             c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], {tile}_left.to({c_dtype}))
@@ -168,6 +192,16 @@ def _store_c(g: Mapping[str, Any], tile: str, depth: int) -> str:
                    f"{tile}{s}.to(c_ptr.dtype.element_ty),\n"
                    f"         mask=row_ok & (offs_cn{s}[None, :] < N))" for s, w, o in _blocks(g)]
     return "".join(_block(piece, depth) for piece in pieces)
+
+
+def _epilogue(ep: Any, parts: list[tuple[str, str, str]]) -> str:
+    """The fused epilogue (operators/epilogue.py) applied to each fp32 piece (name, first column, width) of the
+    tile before it is converted and stored."""
+    code = "".join(ep.triton_lines(var, cols, width) for var, cols, width in parts)
+    if not code:
+        return ""
+    rows = "offs_cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)\n" if ep.residual else ""
+    return f"# Fused epilogue: {ep.text}, in fp32 before the cast.\n" + rows + code
 
 
 def _reduce_partials(g: Mapping[str, Any], first_slot: str, part: str, parts: str, counter: str, depth: int) -> str:
@@ -224,6 +258,8 @@ def _kernel(g: Mapping[str, Any]) -> str:
         params = [f"a_desc, {b_descs}, {c_descs},  # host tensor descriptors (TMA) of A[M, K], B[K, N], C[M, N]"]
     else:
         params = ["a_ptr, b_ptr, c_ptr,  # A[M, K], B[K, N], C[M, N]: row-major, contiguous"]
+    if g.get("epilogue") and g["epilogue"].operands:
+        params.append(f"{g['epilogue'].kernel_params()},  # the epilogue's operands")
     if split or stream_k:
         params.append("ws_ptr, counter_ptr,  # fp32 partial-tile slots, per-tile arrival counters")
     params.append("M, N, K, num_sms," if g["persistent"] else "M, N, K,")
@@ -251,9 +287,10 @@ def _kernel(g: Mapping[str, Any]) -> str:
             # out-of-bounds writes are dropped, so ragged edges need no masks.
             a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[K, 1], block_shape=[BLOCK_M, BLOCK_K])
         """, 1)
+        ldb = "2 * N" if _swiglu(g) else "N"  # SwiGLU's B holds the gate's N columns, then the up projection's
         for s, w, _ in _blocks(g):
             out += _block(f"""
-                b_desc{s} = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[N, 1], block_shape=[BLOCK_K, {w}])
+                b_desc{s} = tl.make_tensor_descriptor(b_ptr, shape=[K, {ldb}], strides=[{ldb}, 1], block_shape=[BLOCK_K, {w}])
                 c_desc{s} = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[N, 1],
                                                    block_shape=[BLOCK_M, {c_block if len(_blocks(g)) == 1 else w}])
             """, 1)
@@ -329,6 +366,8 @@ def _summary(g: Mapping[str, Any]) -> str:
         parts.append("subtiled epilogue")
     if g["pad_rows"]:
         parts.append("operands with rows of other than 16-byte multiples copied into padded rows")
+    if g.get("epilogue"):
+        parts.append(f"fused epilogue: {g['epilogue'].text}")
     return "; ".join(parts)
 
 
@@ -358,17 +397,21 @@ def _constants(g: Mapping[str, Any]) -> str:
     return "".join(f"{f'{n} = {v}':<{width}}  # {why}\n" for n, v, why in rows)
 
 
-def gemm_source(g: Mapping[str, Any], title: str, row_align: int = 1, aligned_dims: tuple[str, ...] = ()) -> str:
+def gemm_source(g: Mapping[str, Any], title: str, row_align: int = 1, aligned_dims: tuple[str, ...] = (),
+                epilogue: Any = None) -> str:
     """The whole module for genome values `g`; `title` opens its docstring (names the genome).
 
     `aligned_dims` (of "K", "N") are row strides known to be multiples of `row_align` elements for the problem
     at hand though not of 16 (what Triton detects by itself); pointer kernels then state it for vectorization.
+    `epilogue` (an operators.epilogue.Epilogue) is fused into the store; its operands follow B in the entry.
     """
     if aligned_dims and (row_align <= 1 or g["memory"] != "pointer"):
         raise ValueError("aligned_dims needs row_align > 1 and pointer memory")
-    g = {**g, "row_align": row_align, "aligned_dims": tuple(aligned_dims)}
-    what = textwrap.fill(f"C[M, N] = A[M, K] @ B[K, N], row-major, fp32 accumulation: {_summary(g)}.", 100)
-    header = (f'"""{title}\n\n{what}\nCall {ENTRY_NAME}(a, b, out=None) for any M, N, K whose operands have '
+    g = {**g, "row_align": row_align, "aligned_dims": tuple(aligned_dims), "epilogue": epilogue}
+    product = "silu(A @ B[:, :N]) * (A @ B[:, N:]) for A[M, K], B[K, 2N]" if _swiglu(g) else "A[M, K] @ B[K, N]"
+    what = textwrap.fill(f"C[M, N] = {product}, row-major, fp32 accumulation: {_summary(g)}.", 100)
+    args = ", ".join(["a", "b", *(epilogue.operands if epilogue else ()), "out=None"])
+    header = (f'"""{title}\n\n{what}\nCall {ENTRY_NAME}({args}) for any M, N, K whose operands have '
               'fewer than 2**31 elements.\n"""\n')
     imports = "import torch\nimport triton\nimport triton.language as tl\n"
     return (header + "\n" + imports + "\n" + runtime_source() + "\n\n" + _constants(g) + "\n\n"

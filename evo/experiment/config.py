@@ -109,11 +109,16 @@ def parse_experiment(text: str, file: str = "<experiment>", default_name: str = 
 
     import operators
 
-    op_name = c.choice(d["operator"], "operator", operators.names(), "operator")
+    op_name = d["operator"]
+    if not isinstance(op_name, str):
+        c.choice(op_name, "operator", operators.names(), "operator")  # refused, naming the known operators
+    c.choice(op_name.split("+")[0], "operator", operators.names(), "operator")
     try:
         op = operators.get(op_name)
     except ImportError as e:
         raise c.fail("operator", f"operator {op_name!r} cannot be loaded: {e}") from None
+    except ValueError as e:  # options the operator does not take, e.g. gemm+bias+gleu
+        raise c.fail("operator", str(e)) from None
     executor = _executor(c, d.get("executor", {}))
     wheres: dict[str, str] = {}
     problems = _problems(c, d["problems"], op, wheres)

@@ -269,11 +269,13 @@ def _cmd_genes(args: argparse.Namespace) -> int:
     import operators
 
     if not args.operator:
-        print("operators: " + ", ".join(operators.names()) + "   (evo genes OPERATOR lists one's genes)")
+        print("operators: " + ", ".join(operators.names()) + "   (evo genes OPERATOR lists one's genes; some take "
+              "options after +, e.g. gemm+bias+gelu)")
         return 0
-    if args.operator not in operators.names():
-        raise UsageError(f"unknown operator {args.operator!r}; known operators: {', '.join(operators.names())}")
-    op = operators.get(args.operator)
+    try:
+        op = operators.get(args.operator)
+    except ValueError as e:  # an unknown operator, or options it does not take
+        raise UsageError(str(e)) from None
     print(f"{op.name}: dims {'x'.join(op.dims)}, dtypes {', '.join(op.dtypes)}, entry {op.entry}(...), "
           f"throughput in {op.throughput_unit}, baselines {', '.join(b.name for b in op.baselines())}")
     print("genes (restrict them under `genome:` in an experiment):")
