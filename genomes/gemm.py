@@ -64,11 +64,15 @@ def unaligned_rows(problem: Problem) -> tuple[str, ...]:
     return tuple(d for d in ("K", "N") if (problem.dims[d] * e) % 16)
 
 
-def smem_estimate(g: Mapping[str, Any], dtype: str, b_tiles: int = 1) -> int:
+def smem_estimate(g: Mapping[str, Any], dtype: str, b_tiles: int = 1, reads_tile: bool = False) -> int:
     """Bytes of shared memory the kernel needs: the pipelined A and B tiles (`b_tiles` of B per K step: 2 for
     SwiGLU's gate and up), plus the output staging tile when the epilogue goes through a tensor descriptor
-    (halved by epilogue subtiling)."""
+    (halved by epilogue subtiling), plus, when the epilogue reads a tile of another tensor (a residual), the
+    layout conversion of one column block (sm_90, Triton 3.6: 128x192 persistent host-TMA tiles of 4 stages
+    asked for 245792 bytes with a residual, 32 KiB more than without)."""
     e = ELEM_BYTES[dtype]
+    if reads_tile:
+        return smem_estimate(g, dtype, b_tiles) + g["BLOCK_M"] * column_blocks(g["BLOCK_N"])[0] * e
     tma = g["memory"] in DESCRIPTOR_MEMORY
     # a K loop with its own depth (loop_stages > 0) replaces the kernel's num_stages for that loop; a
     # persistent pointer kernel is counted one stage deeper (seen in sm_90 compiles), a persistent TMA one
@@ -126,11 +130,17 @@ class GemmFamily(GenomeFamily):
 
     name = "gemm"
 
-    def __init__(self, overrides: Mapping[str, list[Any]] | None = None, b_tiles: int = 1) -> None:
+    def __init__(self, overrides: Mapping[str, list[Any]] | None = None, b_tiles: int = 1,
+                 reads_tile: bool = False, ws_refusal: str = "") -> None:
         if b_tiles not in (1, 2):
             raise ValueError(f"b_tiles must be 1 or 2, got {b_tiles}")
         self.b_tiles = b_tiles
+        self.reads_tile = reads_tile  # the epilogue reads a tile of another tensor (smem_estimate)
+        self.ws_refusal = ws_refusal  # why an epilogue refuses warp specialization ("" = it does not)
         super().__init__(overrides)
+
+    def _smem(self, g: Mapping[str, Any], dtype: str) -> int:
+        return smem_estimate(g, dtype, self.b_tiles, self.reads_tile)
 
     def _genes(self) -> list[Gene]:
         return [
@@ -220,7 +230,9 @@ class GemmFamily(GenomeFamily):
         regs = acc_regs_per_thread(g, self.b_tiles)
         if regs > MAX_ACC_REGS:
             out.append(f"accumulator needs {regs} registers per thread (> {MAX_ACC_REGS})")
-        smem = smem_estimate(g, problem.dtype, self.b_tiles)
+        if g["warp_specialize"] and self.ws_refusal:
+            out.append(f"warp specialization {self.ws_refusal}")
+        smem = self._smem(g, problem.dtype)
         if smem > target.smem_bytes:
             out.append(f"needs ~{smem} bytes of shared memory (> {target.smem_bytes})")
         return out
@@ -267,7 +279,7 @@ class GemmFamily(GenomeFamily):
             while not keep_wide and len(column_blocks(g["BLOCK_N"])) > 1 and self._step_down(g, "BLOCK_N"):
                 pass
         if g["warp_specialize"]:
-            ws_ok = (target.arch == 90 and g["memory"] == "descriptor" and g["num_warps"] == 4
+            ws_ok = (target.arch == 90 and g["memory"] == "descriptor" and g["num_warps"] == 4 and not self.ws_refusal
                      and not g["persistent"] and (g["BLOCK_M"], g["BLOCK_N"]) != (64, 256) and g["split_k"] == 1
                      and g["loop_unroll"] == 1 and problem.dtype != "fp32" and not g["epilogue_subtile"])
             if not ws_ok:
@@ -284,7 +296,7 @@ class GemmFamily(GenomeFamily):
             if not (self._step_down(g, big) or self._step_down(g, "BLOCK_M" if big == "BLOCK_N" else "BLOCK_N")):
                 break
         for name in ("loop_unroll", "num_stages", "loop_stages", "BLOCK_K", "BLOCK_N", "BLOCK_M"):
-            while smem_estimate(g, problem.dtype, self.b_tiles) > target.smem_bytes:
+            while self._smem(g, problem.dtype) > target.smem_bytes:
                 if name == "loop_stages" and g["loop_stages"] == 0:
                     break
                 if not self._step_down(g, name):
@@ -337,6 +349,13 @@ class GemmFamily(GenomeFamily):
             self.base(BLOCK_M=16, BLOCK_N=128, BLOCK_K=128, num_stages=4, num_warps=4, split_k=8,
                       memory="host_descriptor"),
         ]
+        if self.b_tiles > 1:
+            # two accumulators per tile (SwiGLU): a 128x128 tile of each is the MMA work of a 128x256 one
+            raw += [self.base(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_stages=s, num_warps=8, persistent=p,
+                              memory="host_descriptor", epilogue_subtile=sub)
+                    for s, p, sub in ((3, True, True), (4, True, False), (3, False, False), (4, False, False))]
+            raw += [self.base(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, num_stages=4, num_warps=4, memory="host_descriptor"),
+                    self.base(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, num_stages=4, num_warps=4, memory="host_descriptor")]
         return self._repaired_seeds(raw, problem, target)
 
     def descriptors(self) -> dict[str, Descriptor]:

@@ -102,7 +102,7 @@ class Epilogue:
         if self.activation:
             lines.append(f"{x} = " + ACTIVATIONS[self.activation][1].format(x=x))
         if self.residual:
-            lines += [f"ep_mask = (offs_cm[:, None] < M) & (offs_ep[None, :] < N)",
+            lines += ["ep_mask = (offs_cm[:, None] < M) & (offs_ep[None, :] < N)",
                       f"{x} += tl.load(residual_ptr + offs_cm[:, None] * N + offs_ep[None, :], mask=ep_mask,",
                       "                other=0.0).to(tl.float32)"]
         return "\n".join(lines) + "\n" if lines else ""

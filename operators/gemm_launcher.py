@@ -113,8 +113,8 @@ def launcher_source(g: Mapping[str, Any]) -> str:
     out += _block(f'kernel = BoundKernel({KERNEL_NAME}, grid, {{"num_warps": NUM_WARPS, "num_stages": NUM_STAGES}}'
                   f"{extra})", 1)
     call = _wrap(f"{args}, {', '.join(constexpr_names(g))}".split(", "), 88)
-    run = (["", f"def run(a, b, {_epilogue_args(g)}out):"] + _run_prologue(g) + ["    kernel("] + [f"        {line}" for line in call]
-           + ["    )"] + _run_epilogue(g) + [""])
+    run = (["", f"def run(a, b, {_epilogue_args(g)}out):"] + _run_prologue(g) + ["    kernel("]
+           + [f"        {line}" for line in call] + ["    )"] + _run_epilogue(g) + [""])
     run.append("run.kernel = kernel  # for inspection")
     if split or stream_k:
         run.append("run.workspace = (partials, counters)")
@@ -158,7 +158,7 @@ _PAD_HELPERS = _block('''
 _PLAN_HEAD = _block('''
     def _plan(a, b, EPILOGUE_ARGSout):
         """Check the arguments (ValueError naming what is wrong) and fix what depends only on their signature:
-        sizes, grid, buffers and the bound kernel. Returns run(a, b, EPILOGUE_ARGSout) for every call of this signature."""
+        sizes, grid, buffers and the bound kernel. Returns run(a, b, out) for every call of this signature."""
         if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.ndim == 2 and b.ndim == 2):
             raise ValueError("matmul expects two 2-D tensors A[M, K] and B[K, N]")
         if a.shape[1] != b.shape[0]:

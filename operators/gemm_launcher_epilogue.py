@@ -61,5 +61,6 @@ def fill_epilogue(text: str, g: Mapping[str, Any]) -> str:
     return (text.replace("SWIGLU_SPLIT\n", _SWIGLU_SPLIT if ep and ep.swiglu else "")
             .replace("EPILOGUE_CHECKS\n", checks)
             .replace("EMPTY_K\n", _EMPTY_K_REFUSED if ep else _EMPTY_K_ZEROS)
+            .replace("Returns run(a, b, out)", f"Returns run(a, b, {epilogue_args(g)}out)")
             .replace("EPILOGUE_ARGS", epilogue_args(g)).replace("EPILOGUE_KEY", key)
             .replace("C = WHAT", f"C = {what}"))

@@ -288,9 +288,10 @@ def _kernel(g: Mapping[str, Any]) -> str:
             a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[K, 1], block_shape=[BLOCK_M, BLOCK_K])
         """, 1)
         ldb = "2 * N" if _swiglu(g) else "N"  # SwiGLU's B holds the gate's N columns, then the up projection's
+        b_layout = f"shape=[K, {ldb}], strides=[{ldb}, 1]"
         for s, w, _ in _blocks(g):
             out += _block(f"""
-                b_desc{s} = tl.make_tensor_descriptor(b_ptr, shape=[K, {ldb}], strides=[{ldb}, 1], block_shape=[BLOCK_K, {w}])
+                b_desc{s} = tl.make_tensor_descriptor(b_ptr, {b_layout}, block_shape=[BLOCK_K, {w}])
                 c_desc{s} = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[N, 1],
                                                    block_shape=[BLOCK_M, {c_block if len(_blocks(g)) == 1 else w}])
             """, 1)

@@ -6,7 +6,8 @@ re-timed on other inputs, the fastest kept), its genome rendered again by the op
 ONE GPU, on the same fresh random inputs, check every contender (the operator's `bench_baselines()` and evo)
 with the search's check and time the correct ones interleaved (evo.evaluate.timing.time_interleaved), then
 measure them on the clocks a caller sees (evo.evaluate.clocks: eager calls, CUDA-graph replay, host µs).
-Results go to `<out>/<operator>-<gpu slug>.json` and a markdown table beside it (evo.bench.results).
+Results go to `<out>/<operator>-<gpu slug>.json` (gemm+bias+gelu as gemm-bias-gelu) and a markdown table
+beside it (evo.bench.results).
 
 With several GPUs visible, problems are benchmarked concurrently, one child process per GPU and problem
 (evo.bench.parallel); each problem's side-by-side timing still happens in one process on one GPU.

@@ -24,6 +24,7 @@ their table).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,8 @@ def unit_key(unit: str) -> str:
 
 
 def report_paths(doc: dict[str, Any], out_dir: str | Path) -> tuple[Path, Path]:
-    stem = f"{doc['operator']}-{gpu_slug(doc['gpu'])}"
+    # gemm+bias+gelu -> gemm-bias-gelu: file names keep to letters, digits, '-' and '_'
+    stem = f"{re.sub(r'[^A-Za-z0-9_]+', '-', doc['operator'])}-{gpu_slug(doc['gpu'])}"
     out = Path(out_dir)
     return out / f"{stem}.json", out / f"{stem}.md"
 

@@ -45,7 +45,8 @@ def run_sample(dtype: str = "bf16", time_kernels: bool = True) -> dict[str, Any]
         inputs = op.make_inputs(problem, 0, device="cuda")
         ref = op.reference(*inputs)
         eager = op.baselines()[0].make(problem)
-        eager_ms = triton.testing.do_bench(lambda: eager(*inputs), return_mode="median") if time_kernels else 0.0
+        eager_ms = triton.testing.do_bench(lambda f=eager, x=inputs: f(*x), return_mode="median") \
+            if time_kernels else 0.0
         rng = np.random.default_rng(0)
         genomes = list(op.family.seeds(problem, target)) + [op.family.random(rng, problem, target)
                                                              for _ in range(RANDOM)]
@@ -63,7 +64,7 @@ def run_sample(dtype: str = "bf16", time_kernels: bool = True) -> dict[str, Any]
             if status == "crashed":
                 return {"device": torch.cuda.get_device_name(), "rows": rows}
             if status == "correct" and time_kernels:
-                ms = triton.testing.do_bench(lambda m=module: m.matmul(*inputs), return_mode="median")
+                ms = triton.testing.do_bench(lambda m=module, x=inputs: m.matmul(*x), return_mode="median")
                 row.update(ms=ms, vs_eager=eager_ms / ms)
             print(problem.key, status, f"{row.get('vs_eager', 0):.2f}x eager", reason or "", genome, flush=True)
     return {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
@@ -77,7 +78,7 @@ def summary(result: dict[str, Any]) -> str:
     for r in result["rows"]:
         by.setdefault(r["problem"], []).append(r)
     for key, rows in by.items():
-        count = lambda *s: sum(r["status"] in s for r in rows)  # noqa: E731
+        count = lambda *s, rows=rows: sum(r["status"] in s for r in rows)  # noqa: E731
         best = max((r.get("vs_eager", 0.0) for r in rows), default=0.0)
         lines.append(f"{key:44s}{len(rows):8d}{count('correct'):8d}{count('wrong'):6d}"
                      f"{count('compile_failed', 'render_failed', 'crashed'):7d}{best:11.2f}")
