@@ -24,12 +24,10 @@ split_mode means nothing.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from evo.problem import Problem, Target
-
-if TYPE_CHECKING:
-    from genomes.rowwise import RowwiseFamily
+from genomes.base import GenomeFamily
 
 __all__ = ["CHUNK_ALIGN", "chunk_width", "split_violations", "repair_split", "sensible_splits", "split_seeds"]
 
@@ -64,7 +62,7 @@ def split_violations(g: dict[str, Any], problem: Problem, target: Target) -> lis
     return out
 
 
-def repair_split(family: RowwiseFamily, g: dict[str, Any], problem: Problem, target: Target) -> None:
+def repair_split(family: GenomeFamily, g: dict[str, Any], problem: Problem, target: Target) -> None:
     """Move a split genome into the split rules (in place): one row per program, no persistent grid, a
     cooperative split no wider than the SMs and single pass (else two launches); split = 1 when ROWS or
     persistent cannot move."""
@@ -76,7 +74,7 @@ def repair_split(family: RowwiseFamily, g: dict[str, Any], problem: Problem, tar
         family._set(g, "split", 1)
     if g["split"] == 1 or g["split_mode"] != "cooperative":
         return
-    while g["split"] > target.num_sms and family._step(g, "split", up=False):
+    while g["split"] > target.num_sms and family._step_down(g, "split"):
         pass
     if g["mode"] != "single" and not family._set(g, "mode", "single"):
         family._set(g, "split_mode", "two_launch")
@@ -84,7 +82,7 @@ def repair_split(family: RowwiseFamily, g: dict[str, Any], problem: Problem, tar
         family._set(g, "split_mode", "two_launch")
 
 
-def sensible_splits(family: RowwiseFamily, problem: Problem, target: Target) -> list[int]:
+def sensible_splits(family: GenomeFamily, problem: Problem, target: Target) -> list[int]:
     """The splits a random draw picks among: 1, and those that keep the grid within a few waves of programs
     (rows x split <= 8 per SM) with chunks of at least 256 columns; every other split is valid but wasteful."""
     m, n = problem.dims["rows"], problem.dims["cols"]
@@ -93,7 +91,7 @@ def sensible_splits(family: RowwiseFamily, problem: Problem, target: Target) -> 
     return good or list(values)
 
 
-def split_seeds(family: RowwiseFamily, problem: Problem, target: Target) -> list[dict[str, Any]]:
+def split_seeds(family: GenomeFamily, problem: Problem, target: Target) -> list[dict[str, Any]]:
     """Raw split seeds for problems with fewer rows than SMs: enough programs per row to fill the SMs once
     or twice, in both modes, single pass with the narrowest covering block."""
     m, n = problem.dims["rows"], problem.dims["cols"]
