@@ -11,7 +11,8 @@ many warps, the pipelined loads within shared memory. A wider block than needed,
 block covers the row (one step), is wasteful but valid, so a genome stays valid for a narrower problem of
 the same operator (a transferred elite, a clipped smoke-test problem). Random draws and repair aim at the
 sensible forms: the narrowest covering block for a single pass, a block narrower than the row for a loop.
-Subclasses add their own genes and count their own live values.
+Subclasses add their own genes and count their own live values. Genes `split` and `split_mode` spread one row
+over several programs (genomes/rowwise_split.py): "covering the row" then means covering one chunk of it.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from evo.problem import Problem, Target
 from genomes import labels
 from genomes.base import Descriptor, Genome, GenomeFamily, InvalidGenome
 from genomes.genes import Categorical, Gene, IntChoice, PowerOfTwo
+from genomes.rowwise_split import chunk_width, repair_split, sensible_splits, split_seeds, split_violations
 
 __all__ = ["RowwiseFamily", "MAX_LIVE_PER_THREAD", "ELEM_BYTES", "next_pow2", "tile_per_thread", "live_limit"]
 
@@ -71,6 +73,11 @@ class RowwiseFamily(GenomeFamily):
                         doc="hint on the stores of the output: evict first, or the streaming cache modifier .cs"),
             Categorical("keep_x", ("none", "evict_last"), group="cache",
                         doc="looped only: hint on the first read of x, so that the second read finds it in cache"),
+            PowerOfTwo("split", 1, 64, group="split",
+                       doc="programs per row, each on a chunk of ceil(N/split) columns; 1 = one program per row"),
+            Categorical("split_mode", ("two_launch", "cooperative"), group="split",
+                        doc="split > 1: partial statistics then a combining launch (x read twice), or one launch "
+                            "whose programs wait for the row's other chunks (x read once)"),
         ] + self._extra_genes()
 
     def _extra_genes(self) -> list[Gene]:
@@ -94,18 +101,20 @@ class RowwiseFamily(GenomeFamily):
         for sm_90), the reductions' few bytes aside."""
         return (g["num_stages"] - 1) * self.stage_bytes(g, problem) if self.pipelined(g) else 0
 
-    def single_block(self, problem: Problem) -> int:
-        """The BLOCK of a single-pass kernel: the narrowest allowed width covering the row (unrestricted:
-        N rounded up to a power of two)."""
-        n = problem.dims["cols"]
+    def single_block(self, problem: Problem, split: int = 1) -> int:
+        """The BLOCK of a single-pass kernel: the narrowest allowed width covering the row, or one chunk of it
+        (unrestricted: the width rounded up to a power of two)."""
+        n = chunk_width(problem.dims["cols"], split)
         return min((b for b in self.genes["BLOCK"].values if b >= n), default=next_pow2(n))
 
     def violations(self, genome: Genome, problem: Problem, target: Target) -> list[str]:
         g = genome.as_dict()
         m, n = problem.dims["rows"], problem.dims["cols"]
-        out = []
-        if g["mode"] == "single" and g["BLOCK"] < n:
-            out.append(f"single pass needs BLOCK >= N={n} (the whole row in one block)")
+        out = split_violations(g, problem, target)
+        chunk = chunk_width(n, g["split"])
+        if g["mode"] == "single" and g["BLOCK"] < chunk:
+            out.append(f"single pass needs BLOCK >= N={n} (the whole row in one block)" if g["split"] == 1 else
+                       f"single pass needs BLOCK >= {chunk} (one chunk of N={n} split {g['split']} ways)")
         if g["ROWS"] > next_pow2(m):
             out.append(f"ROWS={g['ROWS']} exceeds M={m} rounded up to a power of two")
         live = self.live_values(g)
@@ -138,28 +147,38 @@ class RowwiseFamily(GenomeFamily):
         g.update(trial)
         return True
 
+    def _to_looped(self, g: dict[str, Any], problem: Problem) -> bool:
+        """Make a single pass a loop over the widest block narrower than its row (or chunk); a cooperative split
+        becomes a two-launch one first (its chunk must stay in registers). False when mode cannot change."""
+        if g["split"] > 1 and g["split_mode"] == "cooperative" and not self._set(g, "split_mode", "two_launch"):
+            return False
+        if not self._set(g, "mode", "looped"):
+            return False
+        n = chunk_width(problem.dims["cols"], g["split"])
+        while g["BLOCK"] >= n and self._step(g, "BLOCK", up=False):
+            pass
+        return True
+
     def _fix_block(self, g: dict[str, Any], problem: Problem) -> None:
-        """A single pass whose block misses part of the row widens it, or, when no block is wide enough,
-        becomes a loop over the widest block narrower than the row."""
-        n = problem.dims["cols"]
-        if g["mode"] == "single" and g["BLOCK"] < n and not self._set(g, "BLOCK", self.single_block(problem)):
-            if self._set(g, "mode", "looped"):
-                while g["BLOCK"] >= n and self._step(g, "BLOCK", up=False):
-                    pass
+        """A single pass whose block misses part of the row (or chunk) widens it, or, when no block is wide
+        enough, becomes a loop over the widest block narrower than the row (or chunk)."""
+        block = self.single_block(problem, g["split"])
+        if g["mode"] == "single" and g["BLOCK"] < chunk_width(problem.dims["cols"], g["split"]):
+            if not self._set(g, "BLOCK", block):
+                self._to_looped(g, problem)
 
     def repair(self, genome: Genome, problem: Problem, target: Target, rng: np.random.Generator) -> Genome:
         g = genome.as_dict()
-        m, n = problem.dims["rows"], problem.dims["cols"]
+        m = problem.dims["rows"]
         while g["ROWS"] > next_pow2(m) and self._step(g, "ROWS", up=False):
             pass
+        repair_split(self, g, problem, target)
         self._fix_block(g, problem)
         # Register pressure: spread over more warps, then fewer rows, then narrower (looped) steps.
         while self.live_values(g) > live_limit(g["num_warps"]):
             if self._relieves(g, "num_warps", up=True) or self._step(g, "ROWS", up=False):
                 continue
-            if g["mode"] == "single" and self._set(g, "mode", "looped"):
-                while g["BLOCK"] >= n and self._step(g, "BLOCK", up=False):
-                    pass
+            if g["mode"] == "single" and self._to_looped(g, problem):
                 continue
             if g["mode"] == "looped" and self._step(g, "BLOCK", up=False):
                 continue
@@ -168,7 +187,7 @@ class RowwiseFamily(GenomeFamily):
         while g["num_warps"] > 1 and g["ROWS"] * g["BLOCK"] < 32 * g["num_warps"]:
             if self._step(g, "num_warps", up=False):
                 continue
-            if g["ROWS"] < next_pow2(m) and self._step(g, "ROWS", up=True):
+            if g["split"] == 1 and g["ROWS"] < next_pow2(m) and self._step(g, "ROWS", up=True):
                 continue
             break
         while self.smem_estimate(g, problem) > target.smem_bytes and self._step(g, "num_stages", up=False):
@@ -180,21 +199,25 @@ class RowwiseFamily(GenomeFamily):
         return repaired
 
     def random(self, rng: np.random.Generator, problem: Problem, target: Target) -> Genome:
-        """Uniform genes, except BLOCK: the narrowest covering block for a single pass, one drawn among the
-        widths narrower than the row for a loop (other draws would be valid but wasteful)."""
+        """Uniform genes, except split (among the sensible ones: rowwise_split.sensible_splits) and BLOCK: the
+        narrowest block covering the row (or chunk) for a single pass, one drawn among the narrower widths for a
+        loop (other draws would be valid but wasteful)."""
         values = {name: gene.random(rng) for name, gene in self.genes.items()}
-        narrower = [b for b in self.genes["BLOCK"].values if b < problem.dims["cols"]]
+        splits = sensible_splits(self, problem, target)
+        values["split"] = splits[int(rng.integers(len(splits)))]
+        chunk = chunk_width(problem.dims["cols"], values["split"])
+        narrower = [b for b in self.genes["BLOCK"].values if b < chunk]
         if values["mode"] == "looped" and narrower:
             values["BLOCK"] = narrower[int(rng.integers(len(narrower)))]
-        elif self.single_block(problem) in self.genes["BLOCK"].values:
-            values["BLOCK"] = self.single_block(problem)
+        elif self.single_block(problem, values["split"]) in self.genes["BLOCK"].values:
+            values["BLOCK"] = self.single_block(problem, values["split"])
         return self.repair(self.make(values), problem, target, rng)
 
     # -- seeds and descriptors ------------------------------------------------------------------------
     def base(self, **values: Any) -> dict[str, Any]:
         """One row per program, whole row, plain launch; updated by `values`."""
         g = {"BLOCK": 1024, "ROWS": 1, "mode": "single", "persistent": 0, "num_warps": 8, "num_stages": 1,
-             "evict_x": "none", "store_y": "none", "keep_x": "none"}
+             "evict_x": "none", "store_y": "none", "keep_x": "none", "split": 1, "split_mode": "two_launch"}
         g.update({gene.name: gene.values[0] for gene in self._extra_genes()})
         g.update(values)
         return g
@@ -217,6 +240,8 @@ class RowwiseFamily(GenomeFamily):
                 raw += [self.base(BLOCK=block, mode="looped", num_warps=w, keep_x="evict_last",
                                   evict_x="evict_first", num_stages=2),
                         self.base(BLOCK=block, mode="looped", num_warps=w, persistent=2, num_stages=2)]
+        # Few rows: spread each row over several programs so that every SM works.
+        raw += split_seeds(self, problem, target)
         return self._repaired_seeds(raw, problem, target)
 
     def descriptors(self) -> dict[str, Descriptor]:
@@ -237,6 +262,12 @@ class RowwiseFamily(GenomeFamily):
                 "elems_per_thread", lambda g, r: log2(max(1, g["ROWS"] * g["BLOCK"] // (32 * g["num_warps"]))),
                 tuple(float(x) for x in range(8)), "log2(elements of a tile per thread)",
                 label=labels.power_of_two),
+            "split": Descriptor("split", lambda g, r: log2(g["split"]), tuple(float(x) for x in range(7)),
+                                "log2(programs per row)", label=labels.power_of_two),
+            "reduction": Descriptor("reduction", lambda g, r: 0.0 if g["split"] == 1 else
+                                    1.0 if g["split_mode"] == "two_launch" else 2.0, (0.0, 1.0, 2.0),
+                                    "how a row is reduced: 0 one program, 1 split over two launches, 2 cooperative",
+                                    label=labels.categories(("one program", "two launches", "cooperative"))),
             "registers": Descriptor("registers", lambda g, r: r["registers"],
                                     (0.0, 32.0, 64.0, 96.0, 128.0, 168.0, 232.0), "registers per thread",
                                     needs_resources=True),

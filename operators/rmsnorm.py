@@ -14,6 +14,7 @@ from genomes.base import Genome, GenomeFamily
 from genomes.rmsnorm import RMSNormFamily
 from operators.base import Baseline
 from operators.rowwise import RowwiseOperator, Skeleton, fresh_function, load, store
+from operators.rowwise_split import SplitMath, render_split
 
 __all__ = ["RMSNormOperator", "EPS"]
 
@@ -83,20 +84,40 @@ class RMSNormOperator(RowwiseOperator):
         return (["acc = tl.zeros([ROWS, BLOCK], dtype=tl.float32)"] + sk.column_loop(squares)
                 + ["rstd = tl.rsqrt(tl.sum(acc, axis=1) / N_COLS + eps)"] + sk.column_loop(write))
 
+    def split_math(self, sk: Skeleton) -> SplitMath:
+        """Chunk sums of squares q; combined as rsqrt(sum_i q_i / N + eps); the weight is read with the chunk."""
+        def running(t: str, per_lane: bool) -> tuple[list[str], list[str], list[str]]:
+            if per_lane:
+                return (["q_run = tl.zeros([BLOCK], dtype=tl.float32)"], [f"q_run += {t} * {t}"],
+                        ["q_part = tl.sum(q_run, axis=0)"])
+            return (["q_part = tl.zeros([], dtype=tl.float32)"], [f"q_part += tl.sum({t} * {t}, axis=0)"], [])
+
+        def apply(t: str) -> list[str]:
+            return [f"w = {load('w_ptr + cols', 'mask', None, sk.g['evict_w'])}.to(tl.float32)", f"y = {t} * rstd * w"]
+
+        return SplitMath(
+            parts=("q",), empty=("0.0",), other="0.0", convert="{t}.to(tl.float32)",
+            chunk_stats=lambda t: [f"q_part = tl.sum({t} * {t}, axis=0)"], running=running,
+            combine=["rstd = tl.rsqrt(tl.sum(part_q, axis=0) / N_COLS + eps)"],
+            apply=apply, apply_kept=apply("x"), inputs=("w_ptr",), scalars=("eps",))
+
     def render(self, genome: Genome, problem: Problem, target: Target) -> str:
         sk = self.skeleton(genome, problem, target)
-        summary = ("Single pass: each program loads the weight once and reads whole rows once." if sk.single else
-                   "Looped: BLOCK-wide steps sum the squares, then a second pass reads x and w and writes.")
-        lines = self.header(sk, problem, target, summary)
-        lines += sk.signature(self.kernel_name, "x_ptr, w_ptr, y_ptr, n_rows, eps")
-        prologue = [self._weight(sk)] if sk.single else []
-        lines += sk.kernel_body(prologue, self._single(sk) if sk.single else self._looped(sk))
         head = ["def rmsnorm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None,",
                 f"            eps: float = {EPS!r}) -> torch.Tensor:",
                 '    """RMSNorm over the last dimension of x, times `weight` (one per column), in x\'s dtype."""']
         checks = [
             "    if not isinstance(weight, torch.Tensor) or weight.shape != (n_cols,) or weight.device != x.device:",
             "        raise ValueError(f\"weight must have shape ({n_cols},) on {x.device}; got {_described(weight)}\")"]
+        if sk.g["split"] > 1:
+            return render_split(self, sk, problem, target, self.split_math(sk), True, head, ("x", "weight"), checks,
+                                ", eps")
+        summary = ("Single pass: each program loads the weight once and reads whole rows once." if sk.single else
+                   "Looped: BLOCK-wide steps sum the squares, then a second pass reads x and w and writes.")
+        lines = self.header(sk, problem, target, summary)
+        lines += sk.signature(self.kernel_name, "x_ptr, w_ptr, y_ptr, n_rows, eps")
+        prologue = [self._weight(sk)] if sk.single else []
+        lines += sk.kernel_body(prologue, self._single(sk) if sk.single else self._looped(sk))
         lines += ["", ""] + self.module_tail(sk, head, ("x", "weight"), checks, "x, weight, out, n_rows, eps", ", eps")
         return "\n".join(lines) + "\n"
 

@@ -172,22 +172,31 @@ class RowwiseOperator(Operator):
                          f"# persistent grid: {g['persistent']} per SM of {target.num_sms}")
         return lines + ["", ""]
 
+    def launch_options(self, sk: Skeleton) -> str:
+        return '{"num_warps": NUM_WARPS, "num_stages": NUM_STAGES}' if sk.has_loop else '{"num_warps": NUM_WARPS}'
+
     def module_tail(self, sk: Skeleton, head: list[str], tensors: tuple[str, ...], checks: list[str], args: str,
-              scalars: str = "") -> list[str]:
+                    scalars: str = "", setup: list[str] | None = None, launch: list[str] | None = None,
+                    inspect: tuple[str, ...] | list[str] = ()) -> list[str]:
         """The module's tail: `_plan` (checks, grid and the bound kernel, once per argument signature) and the entry
         function. `head` is the entry's def line(s) and docstring, `tensors` its tensor parameters before `out`,
         `checks` plan lines checking them beyond x, `args` the kernel's runtime arguments and `scalars` the
-        entry's parameters after `out` that are passed on every call (", eps")."""
+        entry's parameters after `out` that are passed on every call (", eps"). `setup` (plan lines after n_rows,
+        binding `kernel`) and `launch` (the run's lines launching it) replace those of the one-launch kernels;
+        `inspect` lines set more attributes of `run` for inspection."""
         params = ", ".join(tensors)
         blocks = "triton.cdiv(n_rows, ROWS)"
         grid = f"(min({blocks}, PROGRAMS),)" if sk.g["persistent"] else f"({blocks},)"
-        options = '{"num_warps": NUM_WARPS, "num_stages": NUM_STAGES}' if sk.has_loop else '{"num_warps": NUM_WARPS}'
         consts = "n_cols, ROWS, block" + (", NUM_STAGES" if sk.pipelined else "")
         if sk.single:
             block = ["    # single pass: the block holds the whole row (wider rows than BLOCK get a wider block)",
                      "    block = BLOCK if n_cols <= BLOCK else triton.next_power_of_2(n_cols)"]
         else:
             block = ["    block = BLOCK"]
+        if setup is None:
+            setup = [*block, f"    kernel = BoundKernel({self.kernel_name}, {grid}, {self.launch_options(sk)})"]
+        if launch is None:
+            launch = [f"            kernel({args}, {consts})"]
         contiguous = " and ".join(f"{t}.is_contiguous()" for t in tensors)
         return [
             "_PLANS = PlanCache()  # argument signature -> run(...): checks, grid and the bound kernel, done once",
@@ -211,8 +220,7 @@ class RowwiseOperator(Operator):
             "        raise ValueError(\"out must be a contiguous tensor of x's shape, dtype and device\")",
             *checks,
             "    n_rows = x.numel() // n_cols",
-            *block,
-            f"    kernel = BoundKernel({self.kernel_name}, {grid}, {options})",
+            *setup,
             f"    contiguous = {contiguous}  # else each call copies into contiguous rows first",
             "",
             f"    def run({params}, out{scalars}):",
@@ -221,10 +229,11 @@ class RowwiseOperator(Operator):
             "        if out is None:",
             "            out = torch.empty_like(x)",
             "        if n_rows:",
-            f"            kernel({args}, {consts})",
+            *launch,
             "        return out",
             "",
             "    run.kernel = kernel  # for inspection",
+            *inspect,
             "    return run",
             "",
             "",

@@ -14,6 +14,7 @@ from genomes.base import Genome, GenomeFamily
 from genomes.softmax import SoftmaxFamily
 from operators.base import Baseline
 from operators.rowwise import RowwiseOperator, Skeleton, fresh_function, load, store
+from operators.rowwise_split import SplitMath, render_split
 
 __all__ = ["SoftmaxOperator"]
 
@@ -90,16 +91,47 @@ class SoftmaxOperator(RowwiseOperator):
                  store("y_ptr + row_start + cols[None, :]", "y.to(y_ptr.dtype.element_ty)", g["store_y"])]
         return init + sk.column_loop(update) + merge + sk.column_loop(write)
 
+    def split_math(self) -> SplitMath:
+        """Chunk max m and sum s of exp2(x - m); combined as max_i m_i and sum_i s_i * exp2(m_i - max)."""
+        def chunk_stats(t: str) -> list[str]:
+            return [f"m_part = tl.max({t}, axis=0)",
+                    f"m_own = tl.where(m_part > {NEG_INF}, m_part, 0.0)  # a chunk past the row's end is all -inf",
+                    f"e = tl.exp2({t} - m_own)",
+                    "s_part = tl.sum(e, axis=0)"]
+
+        def running(t: str, per_lane: bool) -> tuple[list[str], list[str], list[str]]:
+            if per_lane:  # as the looped kernel's lane stats: the max starts finite, so no -inf - (-inf)
+                return (["m_run = tl.full([BLOCK], -3.0e38, tl.float32)",
+                         "s_run = tl.zeros([BLOCK], dtype=tl.float32)"],
+                        [f"m_new = tl.maximum(m_run, {t})",
+                         f"s_run = s_run * tl.exp2(m_run - m_new) + tl.exp2({t} - m_new)", "m_run = m_new"],
+                        ["m_part = tl.max(m_run, axis=0)", "s_part = tl.sum(s_run * tl.exp2(m_run - m_part), axis=0)"])
+            return ([f"m_run = tl.full([], {NEG_INF}, tl.float32)", "s_run = tl.zeros([], dtype=tl.float32)"],
+                    [f"m_new = tl.maximum(m_run, tl.max({t}, axis=0))",
+                     f"m_sub = tl.where(m_new > {NEG_INF}, m_new, 0.0)  # steps past the row's end are all -inf",
+                     f"s_run = s_run * tl.exp2(m_run - m_sub) + tl.sum(tl.exp2({t} - m_sub), axis=0)",
+                     "m_run = m_new"],
+                    ["m_part = m_run", "s_part = s_run"])
+
+        return SplitMath(
+            parts=("m", "s"), empty=(NEG_INF, "0.0"), other=NEG_INF, convert=f"{{t}}.to(tl.float32) * {LOG2E}",
+            chunk_stats=chunk_stats, running=running,
+            combine=["m_row = tl.max(part_m, axis=0)", "r = 1.0 / tl.sum(part_s * tl.exp2(part_m - m_row), axis=0)"],
+            apply=lambda t: [f"y = tl.exp2({t} - m_row) * r"],
+            apply_kept=["y = e * (tl.exp2(m_own - m_row) * r)  # the chunk's exponentials, rescaled to the row's max"])
+
     def render(self, genome: Genome, problem: Problem, target: Target) -> str:
         sk = self.skeleton(genome, problem, target)
         g = sk.g
+        head = ["def softmax(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:",
+                '    """Softmax over the last dimension of x, in x\'s dtype."""']
+        if g["split"] > 1:
+            return render_split(self, sk, problem, target, self.split_math(), g["stats"] == "lane", head, ("x",), [])
         summary = ("Single pass: each program keeps whole rows in registers and reads them once." if sk.single else
                    f"Looped: BLOCK-wide steps, online max/sum per {g['stats']}, then a second pass that writes.")
         lines = self.header(sk, problem, target, summary)
         lines += sk.signature(self.kernel_name, "x_ptr, y_ptr, n_rows")
         lines += sk.kernel_body([], self._single(sk) if sk.single else self._looped(sk))
-        head = ["def softmax(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:",
-                '    """Softmax over the last dimension of x, in x\'s dtype."""']
         lines += ["", ""] + self.module_tail(sk, head, ("x",), [], "x, out, n_rows")
         return "\n".join(lines) + "\n"
 

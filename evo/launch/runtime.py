@@ -145,6 +145,41 @@ class PlanCache(dict):
         return plan
 
 
+def programs_per_sm(n_regs, shared, num_warps, props):
+    """Programs of one kernel that are resident on one SM at once, by CUDA's occupancy rules: threads, registers
+    (allocated per warp in units of 256; 255 per thread when unknown), shared memory (1 KiB more per program is
+    reserved by the driver) and the hardware's programs per SM (32 on sm_80/sm_90/sm_100, else 16, the lowest of
+    recent GPUs). `props` is torch.cuda.get_device_properties(...) or a stand-in with the same fields."""
+    threads = 32 * num_warps
+    by_threads = props.max_threads_per_multi_processor // threads
+    warp_regs = -(-(n_regs or 255) * 32 // 256) * 256
+    by_regs = getattr(props, "regs_per_multiprocessor", 65536) // warp_regs // num_warps
+    by_smem = getattr(props, "shared_memory_per_multiprocessor", 233472) // (shared + 1024)
+    by_hardware = 32 if (props.major, props.minor) in ((8, 0), (9, 0), (10, 0)) else 16
+    return max(0, min(by_threads, by_regs, by_smem, by_hardware))
+
+
+def resident_programs(kernel, args, options, device):
+    """How many programs of `kernel` fit on the GPU at once when compiled for `args` (its parameters in order,
+    constexprs included) with launch `options`: programs per SM times SMs. Compiles the kernel (or finds it in
+    Triton's cache) without launching it; the first launch then finds it compiled."""
+    compiled = kernel.warmup(*args, grid=(1,), **options)
+    compiled._init_handles()  # loads it: registers are known only then
+    props = torch.cuda.get_device_properties(device)
+    per_sm = programs_per_sm(compiled.n_regs, compiled.metadata.shared, compiled.metadata.num_warps, props)
+    return per_sm * props.multi_processor_count
+
+
+def cooperative_groups(fits, split, n_rows):
+    """Program groups of a cooperative split launch: each group is `split` programs working on one row at a time, and
+    every program of the grid must be resident at once (`fits` of them can be), so at most fits // split groups,
+    and no more groups than rows. Refuses (ValueError) a GPU on which one group does not fit."""
+    if fits < split:
+        raise ValueError(f"a cooperative split of {split} programs per row needs them all resident at once; "
+                         f"{fits} fit on this GPU")
+    return max(1, min(fits // split, n_rows))
+
+
 def signature(t):
     """What a launch plan depends on for one tensor argument (Triton specialises pointers on 16-byte alignment);
     None for anything else (the plan refuses it). get_device() is the cheapest device key (-1 on the CPU)."""

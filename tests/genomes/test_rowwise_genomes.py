@@ -172,14 +172,18 @@ def test_restricted_space_enumerates_valid_genomes(family):
     every = small.enumerate(p, HOPPER)
     assert every and all(small.violations(g, p, HOPPER) == [] for g in every)
     assert {g["mode"] for g in every} == {"single", "looped"}
-    assert all(g["BLOCK"] == 8192 for g in every if g["mode"] == "single")
+    assert all(g["BLOCK"] == 8192 for g in every if g["mode"] == "single" and g["split"] == 1)
+    # a split single pass covers one chunk: 5000 split 2 ways is 2560 columns, split 4 ways 1280
+    assert {g["BLOCK"] for g in every if g["mode"] == "single" and g["split"] == 2} == {4096, 8192}
+    assert {g["BLOCK"] for g in every if g["mode"] == "single" and g["split"] == 4} == {2048, 4096, 8192}
 
 
 def test_descriptors(family):
     p = _problem(family, (8192, 5000))
     rng = np.random.default_rng(5)
     descs = family.descriptors()
-    assert {"block", "rows", "num_warps", "looped", "persistent", "elems_per_thread", "registers"} <= set(descs)
+    assert {"block", "rows", "num_warps", "looped", "persistent", "elems_per_thread", "registers", "split",
+            "reduction"} <= set(descs)
     for _ in range(50):
         g = family.random(rng, p, HOPPER)
         assert descs["block"](g) == np.log2(g["BLOCK"])

@@ -1,0 +1,109 @@
+"""Spreading one row over several programs (genes `split` and `split_mode` of the row-wise family).
+
+With split = S > 1, each row is cut into S chunks of CHUNK columns (ceil(N / S) rounded up to a multiple of
+CHUNK_ALIGN, so that every chunk starts on a 128-byte line of 16-bit values) and S programs work on one row:
+the shape that fills the GPU when there are few rows (1-16 rows of a 32k-256k vocabulary leave all but a few SMs
+idle at one program per row) and that keeps each program's share of a very wide row small.
+
+  two_launch   launch 1: each program computes its chunk's partial statistics (softmax: chunk max and sum of
+               exp(x - chunk max); RMSNorm: sum of squares) into a small fp32 workspace [M, parts, S]; launch 2:
+               each program combines the row's S partials (S is small) and writes its chunk of the output.
+               x is read twice (the second read may hit L2), nothing waits on anything.
+  cooperative  one launch: programs hold their chunk in registers, publish their partials, wait until every
+               chunk of the row has arrived (an arrival counter), then write from registers: x is read once.
+               Valid only when all S programs of a row can be resident at once: S <= the target's SMs (one
+               program per SM always fits when the kernel compiles at all); the launcher caps its grid at what
+               fits (evo/launch/runtime.py, resident_programs) and a program that waits too long computes the
+               row's statistics itself (operators/rowwise_split.py says why no wait can hang).
+
+The chunk is one BLOCK-wide tile in single mode (BLOCK >= CHUNK) or a loop of BLOCK-wide steps (looped); a
+cooperative kernel is single by construction (its chunk stays in registers). A split kernel handles one row per
+program group (ROWS = 1) on its own grid (persistent = 0). split = 1 is the one-program-per-row kernels, where
+split_mode means nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from evo.problem import Problem, Target
+from genomes.base import GenomeFamily
+
+__all__ = ["CHUNK_ALIGN", "chunk_width", "split_violations", "repair_split", "sensible_splits", "split_seeds"]
+
+CHUNK_ALIGN = 64  # columns: a chunk of 16-bit values starts on a 128-byte line
+
+
+def chunk_width(n_cols: int, split: int) -> int:
+    """Columns per chunk of a row of `n_cols` split `split` ways (the whole row when split is 1). The rendered
+    launcher computes the same: cdiv(cdiv(N, SPLIT), 64) * 64."""
+    if split == 1:
+        return n_cols
+    per_program = -(-n_cols // split)
+    return -(-per_program // CHUNK_ALIGN) * CHUNK_ALIGN
+
+
+def split_violations(g: dict[str, Any], problem: Problem, target: Target) -> list[str]:
+    """The split genes' own rules (the block covering the chunk is the family's single-pass rule)."""
+    s = g["split"]
+    if s == 1:
+        return []
+    out = []
+    if g["ROWS"] != 1:
+        out.append(f"split={s} spreads one row over {s} programs: ROWS must be 1 (got {g['ROWS']})")
+    if g["persistent"]:
+        out.append(f"split={s} launches one program per chunk (or its own resident grid): persistent must be 0")
+    if g["split_mode"] == "cooperative":
+        if g["mode"] != "single":
+            out.append("a cooperative split keeps its chunk in registers: mode must be single")
+        if s > target.num_sms:
+            out.append(f"a cooperative split={s} needs {s} programs resident at once: more than the "
+                       f"{target.num_sms} SMs of {target.name}")
+    return out
+
+
+def repair_split(family: GenomeFamily, g: dict[str, Any], problem: Problem, target: Target) -> None:
+    """Move a split genome into the split rules (in place): one row per program, no persistent grid, a
+    cooperative split no wider than the SMs and single pass (else two launches); split = 1 when ROWS or
+    persistent cannot move."""
+    if g["split"] == 1:
+        return
+    if g["ROWS"] != 1 and not family._set(g, "ROWS", 1):
+        family._set(g, "split", 1)
+    if g["split"] > 1 and g["persistent"] and not family._set(g, "persistent", 0):
+        family._set(g, "split", 1)
+    if g["split"] == 1 or g["split_mode"] != "cooperative":
+        return
+    while g["split"] > target.num_sms and family._step_down(g, "split"):
+        pass
+    if g["mode"] != "single" and not family._set(g, "mode", "single"):
+        family._set(g, "split_mode", "two_launch")
+    if g["split"] > target.num_sms:
+        family._set(g, "split_mode", "two_launch")
+
+
+def sensible_splits(family: GenomeFamily, problem: Problem, target: Target) -> list[int]:
+    """The splits a random draw picks among: 1, and those that keep the grid within a few waves of programs
+    (rows x split <= 8 per SM) with chunks of at least 256 columns; every other split is valid but wasteful."""
+    m, n = problem.dims["rows"], problem.dims["cols"]
+    values = family.genes["split"].values
+    good = [s for s in values if s == 1 or (m * s <= 8 * target.num_sms and n >= 256 * s)]
+    return good or list(values)
+
+
+def split_seeds(family: GenomeFamily, problem: Problem, target: Target) -> list[dict[str, Any]]:
+    """Raw split seeds for problems with fewer rows than SMs: enough programs per row to fill the SMs once
+    or twice, in both modes, single pass with the narrowest covering block."""
+    m, n = problem.dims["rows"], problem.dims["cols"]
+    if m >= target.num_sms or n < 512:
+        return []
+    raw = []
+    for fill in (1, 2):
+        s = max(2, min(64, 1 << max(0, (fill * target.num_sms // m).bit_length() - 1)))
+        while s > 2 and n < 256 * s:
+            s //= 2
+        block = max(16, 1 << (chunk_width(n, s) - 1).bit_length())
+        warps = 4 if block <= 2048 else 8 if block <= 8192 else 16
+        for mode in ("two_launch", "cooperative"):
+            raw.append(family.base(BLOCK=block, num_warps=warps, split=s, split_mode=mode))
+    return raw
