@@ -16,6 +16,7 @@ from operators.base import Baseline, Operator
 __all__ = ["Operator", "Baseline", "GROUP", "get", "names"]
 
 GROUP = "evo.operators"
+VARIANTS = "evo.operator_variants"  # name -> factory(options, overrides) of `<name>+<option>+...` operators
 
 
 def _registered() -> dict[str, EntryPoint]:
@@ -35,15 +36,21 @@ def names() -> list[str]:
 def get(name: str, overrides: dict[str, list[Any]] | None = None) -> Operator:
     """An operator instance by name; `overrides` restricts its genes' domains.
 
-    A name is a registered operator, optionally followed by options after "+" that the operator's `variant`
-    understands (`gemm+bias+gelu`: the GEMM with a fused epilogue); ValueError names what is wrong."""
+    A name is a registered operator, optionally followed by options after "+" that the factory registered for
+    it in the `evo.operator_variants` group understands (`gemm+bias+gelu`: the GEMM with a fused epilogue,
+    operators/gemm_epilogue.py); ValueError names what is wrong."""
     registered = _registered()
     base, *options = name.split("+")
     if base not in registered:
         known = ", ".join(sorted(registered)) or f"none (is evo installed? its {GROUP} entry points are missing)"
         raise ValueError(f"unknown operator {base!r}; known operators: {known}")
-    cls = registered[base].load()
-    operator = cls.variant(tuple(options), overrides) if options else cls(overrides)
+    if options:
+        variants = {ep.name: ep for ep in entry_points(group=VARIANTS)}
+        if base not in variants:
+            raise ValueError(f"operator {base!r} takes no options after '+'; got {name!r}")
+        operator = variants[base].load()(tuple(options), overrides)
+    else:
+        operator = registered[base].load()(overrides)
     if not isinstance(operator, Operator) or operator.name != name:
         raise ValueError(f"entry point {name!r} ({registered[name].value}) does not make an Operator named {name!r}")
     return operator

@@ -46,12 +46,6 @@ class Operator(ABC):
     @abstractmethod
     def make_family(self, overrides: dict[str, list[Any]] | None) -> GenomeFamily: ...
 
-    @classmethod
-    def variant(cls, options: tuple[str, ...], overrides: dict[str, list[Any]] | None = None) -> Operator:
-        """The operator named `<name>+<option>+...` (e.g. `gemm+bias+gelu`); ValueError for options it does not
-        take. None are taken unless an operator says otherwise."""
-        raise ValueError(f"operator {cls.name!r} takes no options; got {'+'.join(options)!r}")
-
     def problem(self, sizes: tuple[int, ...] | list[int], dtype: str) -> Problem:
         if dtype not in self.dtypes:
             raise ValueError(f"{self.name} does not support dtype {dtype!r}; supported: {list(self.dtypes)}")

@@ -45,14 +45,6 @@ class GemmOperator(Operator):
     def make_family(self, overrides: dict[str, list[Any]] | None) -> GenomeFamily:
         return GemmFamily(overrides)
 
-    @classmethod
-    def variant(cls, options: tuple[str, ...], overrides: dict[str, list[Any]] | None = None) -> Operator:
-        """`gemm+<epilogue>`: the GEMM with a fused epilogue (operators/gemm_epilogue.py)."""
-        from operators.epilogue import Epilogue
-        from operators.gemm_epilogue import GemmEpilogueOperator
-
-        return GemmEpilogueOperator(overrides, Epilogue.parse(options))
-
     def render(self, genome: Genome, problem: Problem, target: Target) -> str:
         """Source of a standalone module for `genome`; raises InvalidGenome if it cannot run `problem`."""
         if genome.family != self.family.name:

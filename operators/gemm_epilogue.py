@@ -22,7 +22,7 @@ from operators.base import Baseline
 from operators.epilogue import Epilogue
 from operators.gemm import GemmOperator, _torch_dtype
 
-__all__ = ["GemmEpilogueOperator", "TOLERANCE"]
+__all__ = ["GemmEpilogueOperator", "TOLERANCE", "gemm_variant"]
 
 # The GEMM's tolerances (operators/gemm.py) with room for the epilogue's own rounding: the output is still
 # rounded once to the dtype, but SwiGLU multiplies two rounded-input products, and a residual adds a term
@@ -116,6 +116,11 @@ class GemmEpilogueOperator(GemmOperator):
         elems += d["N"] if self.epilogue.bias else 0
         elems += d["M"] * d["N"] if self.epilogue.residual else 0
         return elems * ELEM_BYTES[problem.dtype]
+
+
+def gemm_variant(options: tuple[str, ...], overrides: dict[str, list[Any]] | None = None) -> GemmEpilogueOperator:
+    """`gemm+<epilogue parts>` (the evo.operator_variants entry point of "gemm"); ValueError naming a bad part."""
+    return GemmEpilogueOperator(overrides, Epilogue.parse(options))
 
 
 def _compiled(ep: Epilogue) -> Any:
