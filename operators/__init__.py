@@ -52,5 +52,5 @@ def get(name: str, overrides: dict[str, list[Any]] | None = None) -> Operator:
     else:
         operator = registered[base].load()(overrides)
     if not isinstance(operator, Operator) or operator.name != name:
-        raise ValueError(f"entry point {name!r} ({registered[name].value}) does not make an Operator named {name!r}")
+        raise ValueError(f"entry point {base!r} ({registered[base].value}) does not make an Operator named {name!r}")
     return operator

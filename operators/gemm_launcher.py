@@ -72,7 +72,9 @@ def launcher_source(g: Mapping[str, Any]) -> str:
     operands = ", ".join(["a"] + ["b"] * n_blocks + ["c"] * n_blocks) if host else "a, b, c"
     ep = g.get("epilogue")
     if ep and ep.operands:
-        operands += ", " + ", ".join(ep.operands)
+        # the scale goes in as a float on every call: Triton would compile an int 1 as a constant, and the bound
+        # launch reuses the first call's kernel
+        operands += ", " + ", ".join("float(scale)" if n == "scale" else n for n in ep.operands)
     args = f"{operands}, M, N, K"
     if stream_k:
         out += _block("""

@@ -26,8 +26,8 @@ _RESIDUAL = _block("""
         raise ValueError(f"residual must be a contiguous {M}x{N} {dtype} tensor on {device}")
 """, 1)
 _SCALE = _block("""
-    if not isinstance(scale, (int, float)) or isinstance(scale, bool):
-        raise ValueError(f"scale must be a Python number, got {type(scale).__name__}")
+    if not isinstance(scale, (int, float)) or isinstance(scale, bool):  # checked once per plan; every call
+        raise ValueError(f"scale must be a Python number, got {type(scale).__name__}")  # passes float(scale)
 """, 1)
 _SWIGLU_SPLIT = _block("""
     if N % 2:
