@@ -95,9 +95,9 @@ def split_seeds(family: GenomeFamily, problem: Problem, target: Target) -> list[
     """Raw split seeds for problems with fewer rows than SMs: enough programs per row to fill the SMs once
     or twice, in both modes, single pass with the narrowest covering block."""
     m, n = problem.dims["rows"], problem.dims["cols"]
+    raw = _wide_row_seeds(family, n, target) if n > WIDE_ROW else []
     if m >= target.num_sms or n < 512:
-        return []
-    raw = []
+        return raw
     for fill in (1, 2):
         s = max(2, min(64, 1 << max(0, (fill * target.num_sms // m).bit_length() - 1)))
         while s > 2 and n < 256 * s:
@@ -106,4 +106,24 @@ def split_seeds(family: GenomeFamily, problem: Problem, target: Target) -> list[
         warps = 4 if block <= 2048 else 8 if block <= 8192 else 16
         for mode in ("two_launch", "cooperative"):
             raw.append(family.base(BLOCK=block, num_warps=warps, split=s, split_mode=mode))
+    return raw
+
+
+# A row wider than this many elements is read twice by one program (looped) or split; see _wide_row_seeds.
+WIDE_ROW = 32768
+
+
+def _wide_row_seeds(family: GenomeFamily, n: int, target: Target) -> list[dict[str, Any]]:
+    """Cooperative seeds for rows too wide for one program's registers, whatever the row count: chunks of 4096
+    to 16384 columns held on chip, so the row is read from memory once; num_stages = 2 loads the next row's chunk
+    while the partners of this one arrive (operators/rowwise_split.py)."""
+    raw = []
+    for chunk in (4096, 8192, 16384):
+        s = 1 << max(1, (n // chunk).bit_length() - 1)
+        if s > min(64, target.num_sms):
+            continue
+        block = 1 << (chunk_width(n, s) - 1).bit_length()
+        for stages in (1, 2):
+            raw.append(family.base(BLOCK=block, num_warps=8 if block <= 8192 else 16, split=s,
+                                   split_mode="cooperative", num_stages=stages))
     return raw

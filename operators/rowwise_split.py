@@ -147,7 +147,10 @@ def _cooperative_kernel(name: str, sk: Skeleton, math: SplitMath) -> list[str]:
                 *final,
                 *[f"part_{p} = tl.where(offs == 0, {p}_part, {e})" for p, e in zip(math.parts, math.empty,
                                                                                    strict=True)]]
-    row = [f"x = {load('x_ptr + row_start + cols', 'mask', math.other, sk.g['evict_x'])}",
+    evict = sk.g["evict_x"]
+    prefetch = _prefetches(sk)
+    first = "x = x_next" if prefetch else f"x = {load('x_ptr + row_start + cols', 'mask', math.other, evict)}"
+    row = [first,
            f"x = {math.convert.format(t='x')}",
            *math.chunk_stats("x"),
            f"part = part_ptr + row64 * {len(math.parts)} * SPLIT",
@@ -155,6 +158,11 @@ def _cooperative_kernel(name: str, sk: Skeleton, math: SplitMath) -> list[str]:
            "# arrive (release: after every thread's stores), then wait for the row's SPLIT arrivals of this launch",
            "tl.debug_barrier()",
            'ticket = tl.atomic_add(count_ptr + row, 1, sem="release")',
+           *(["# the next row's chunk is loaded while this row's partners arrive (its loads overlap the wait)",
+              "row_next = row + tl.num_programs(0) // SPLIT",
+              "mask_next = mask & (row_next + 0 * lane < n_rows)  # a tile: the interpreter masks with tiles only",
+              "x_next = " + load("x_ptr + tl.cast(row_next, tl.int64) * N_COLS + cols", "mask_next", math.other,
+                                 evict)] if prefetch else []),
            "goal = ticket - (ticket & (SPLIT - 1)) + SPLIT  # the end of this launch's generation",
            'seen = tl.atomic_add(count_ptr + row, 0, sem="acquire")',
            "spins = 0",
@@ -169,17 +177,28 @@ def _cooperative_kernel(name: str, sk: Skeleton, math: SplitMath) -> list[str]:
            *math.combine,
            *math.apply_kept,
            store("y_ptr + row_start + cols", "y.to(y_ptr.dtype.element_ty)", sk.g["store_y"])]
+    head = ["mask_next = mask & (row_first + 0 * lane < n_rows)",
+            "x_next = " + load("x_ptr + tl.cast(row_first, tl.int64) * N_COLS + cols", "mask_next", math.other, evict)
+            ] if prefetch else []
     lines = ["chunk = tl.program_id(0) % SPLIT",
              "offs = tl.arange(0, SPLIT)",
              "lane = tl.arange(0, BLOCK)",
              "cols = chunk * CHUNK + lane",
              "mask = (lane < CHUNK) & (cols < N_COLS)",
-             "for row in tl.range(tl.program_id(0) // SPLIT, n_rows, tl.num_programs(0) // SPLIT):",
+             "row_first = tl.program_id(0) // SPLIT",
+             *head,
+             "for row in tl.range(row_first, n_rows, tl.num_programs(0) // SPLIT):",
              "    row64 = tl.cast(row, tl.int64)  # 64-bit: M * N may exceed 2**31",
              "    row_start = row64 * N_COLS",
              *_indent(row)]
     runtime = ["x_ptr", *math.inputs, "y_ptr", "part_ptr", "count_ptr", "n_rows", "max_spins", *math.scalars]
     return _signature(name, runtime, sk) + _indent(lines)
+
+
+def _prefetches(sk: Skeleton) -> bool:
+    """Whether a cooperative kernel loads its next row's chunk before waiting on this row's partners: asked for by
+    num_stages >= 2 (the cooperative kernel has no pipelined loop of its own for the gene to mean otherwise)."""
+    return sk.g["num_stages"] >= 2
 
 
 def split_kernels(op_name: str, kernel_name: str, sk: Skeleton, math: SplitMath, per_lane: bool) -> list[str]:

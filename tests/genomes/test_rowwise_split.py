@@ -101,8 +101,16 @@ def test_seeds_of_few_row_problems_split_both_ways(family, sizes):
 
 
 def test_seeds_of_many_row_problems_do_not_split(family):
-    for sizes in ((8192, 8192), (4096, 32768), (2048, 262144)):
+    for sizes in ((8192, 8192), (4096, 32768)):
         assert all(g["split"] == 1 for g in family.seeds(_problem(family, sizes), HOPPER))
+
+
+def test_rows_too_wide_for_one_program_get_cooperative_seeds_with_and_without_prefetch(family):
+    seeds = family.seeds(_problem(family, (2048, 262144)), HOPPER)
+    split = [g for g in seeds if g["split"] > 1]
+    assert split and all(g["split_mode"] == "cooperative" for g in split)
+    assert {g["num_stages"] for g in split} == {1, 2}
+    assert all(family.is_valid(g, _problem(family, (2048, 262144)), HOPPER) for g in seeds)
 
 
 def test_split_genomes_stay_valid_on_clipped_problems(family):

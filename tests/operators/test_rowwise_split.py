@@ -132,22 +132,25 @@ for name in ("softmax", "rmsnorm"):
     op = operators.get(name)
     for sizes, dtype in (((5, 1000), "fp32"), ((1, 1000), "fp16"), ((7, 130), "fp16"), ((2, 50), "fp32")):
         p = op.problem(sizes, dtype)
-        values = op.family.base(num_warps=1, split=2, split_mode="cooperative")
-        values["BLOCK"] = op.family.single_block(p, 2)
-        g = op.family.make(values)
-        assert not op.family.violations(g, p, TEST_TARGET)
-        module = load_source(op.render(g, p, TEST_TARGET))
-        inputs = op.make_inputs(p, 1, device="cpu")
-        entry = getattr(module, op.entry)
-        for call in range(3):
-            out = entry(*inputs)
-            err = relative_error(out, op.reference(*inputs))
-            assert err <= op.tolerance(p), (name, sizes, err)
-        run = next(iter(module._PLANS.values()))
-        part, count = run.workspace
-        # every call adds SPLIT arrivals per row: the next call starts at a generation boundary
-        assert count.tolist() == [3 * 2] * sizes[0], count
-        assert run.kernel.grid[0] == 2 * min(2, sizes[0])  # two groups of two programs (the interpreter's grid)
+        for stages in (1, 2):  # 2: the next row's chunk is prefetched before the wait
+            values = op.family.base(num_warps=1, split=2, split_mode="cooperative", num_stages=stages)
+            values["BLOCK"] = op.family.single_block(p, 2)
+            g = op.family.make(values)
+            assert not op.family.violations(g, p, TEST_TARGET)
+            source = op.render(g, p, TEST_TARGET)
+            assert ("x = x_next" in source) == (stages == 2)
+            module = load_source(source)
+            inputs = op.make_inputs(p, 1, device="cpu")
+            entry = getattr(module, op.entry)
+            for call in range(3):
+                out = entry(*inputs)
+                err = relative_error(out, op.reference(*inputs))
+                assert err <= op.tolerance(p), (name, sizes, stages, err)
+            run = next(iter(module._PLANS.values()))
+            part, count = run.workspace
+            # every call adds SPLIT arrivals per row: the next call starts at a generation boundary
+            assert count.tolist() == [3 * 2] * sizes[0], count
+            assert run.kernel.grid[0] == 2 * min(2, sizes[0])  # two groups of two programs (the interpreter's grid)
 print("ok")
 """
 
