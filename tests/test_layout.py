@@ -16,7 +16,7 @@ from pathlib import Path
 
 PACKAGES = ("evo", "genomes", "operators")
 MAX_FLOORS = 10
-MAX_TOP_LEVEL = 13  # issue 23 added two rooms: launch/ (the one launcher) and api.py (the Python face)
+MAX_TOP_LEVEL = 14  # issue 29 added one room: zoo/ (a model -> its kernel problems and experiments), above experiment/
 ROOT = Path(__file__).resolve().parents[1]
 # The evaluation code as issue 13 counts it: the successors of the 13 modules that held it when the issue was
 # filed (2,242 lines; its goal is two-thirds of that). Not counted, then as now: the measurement physics

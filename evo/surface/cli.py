@@ -346,9 +346,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     from evo.bench.command import add_bench_command
     from evo.bench.search_bench import add_bench_search_command
+    from evo.surface.zoo_command import add_zoo_command
 
     add_bench_command(sub)
     add_bench_search_command(sub)
+    add_zoo_command(sub, UsageError)
     return p
 
 
@@ -357,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
-        print("evo: error: no command given; one of run, status, export, report, genes, bench (see evo --help)",
+        print("evo: error: no command given; one of run, status, export, report, genes, bench, zoo (see evo --help)",
               file=sys.stderr)
         return 2
     from evo.experiment.config import ConfigError

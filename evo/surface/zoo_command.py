@@ -1,0 +1,117 @@
+"""`evo zoo MODEL`: a model's kernel plan (per role: the operator and its shape at each token count) and one
+experiment file per operator, with the `evo run` commands that search them.
+
+Every bad input (a model file that is missing or invalid, a bad token list, dtype or budget, an output folder
+that cannot be written) ends with one line and exit status 2, before any file is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import shlex
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_zoo_command", "zoo_command", "parse_tokens", "format_plan"]
+
+MAX_TOKEN_COUNTS = 64  # a plan has a column per token count; more is a typo, not a plan
+
+
+def parse_tokens(text: str) -> list[int]:
+    """"1,16,128,2048" -> [1, 16, 128, 2048]; ValueError naming the bad item otherwise."""
+    out: list[int] = []
+    for item in text.split(","):
+        item = item.strip()
+        if not item.isdigit() or int(item) <= 0:
+            raise ValueError(f"--tokens {text!r}: {item!r} is not a positive integer (e.g. --tokens 1,16,128,2048)")
+        if int(item) in out:
+            raise ValueError(f"--tokens {text!r}: {int(item)} is given twice")
+        out.append(int(item))
+    if len(out) > MAX_TOKEN_COUNTS:
+        raise ValueError(f"--tokens: {len(out)} token counts; at most {MAX_TOKEN_COUNTS}")
+    return out
+
+
+def format_plan(problems: list[Any], tokens: list[int]) -> str:
+    """The plan as a table: a row per role, a column per token count; attention flagged as not searchable yet."""
+    rows: dict[str, dict[int, Any]] = {}
+    for p in problems:
+        rows.setdefault(p.role, {})[p.tokens] = p
+    header = ["role", "operator", "runs"] + [f"T={t}" for t in tokens]
+    table = [header]
+    for role, by_tokens in rows.items():
+        first = next(iter(by_tokens.values()))
+        operator = first.operator or "(none: not searchable yet)"
+        runs = f"{first.uses}x per {first.scope}"
+        table.append([role, operator, runs] + [by_tokens[t].shape_text for t in tokens])
+    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table]
+    notes = list(dict.fromkeys(p.note for p in problems if p.note))
+    return "\n".join(lines + [f"note: {n}" for n in notes])
+
+
+def zoo_command(args: argparse.Namespace) -> int:
+    usage_error = args.usage_error  # the CLI's UsageError, passed in: this module does not import the CLI
+    from evo.experiment.config import parse_experiment
+    from evo.problem import DTYPES
+    from evo.store.atomic_file import write_atomic
+    from evo.zoo import ModelError, experiments_for, layer_problems, load_model
+    from evo.zoo.problems import operator_file_stem
+
+    try:
+        tokens = parse_tokens(args.tokens)
+    except ValueError as e:
+        raise usage_error(str(e)) from None
+    if args.dtype not in DTYPES:
+        raise usage_error(f"--dtype {args.dtype!r}: expected one of {', '.join(DTYPES)}")
+    if not 0 < args.wall_s < math.inf:
+        raise usage_error(f"--wall-s {args.wall_s!r}: expected a positive number of seconds per problem")
+    try:
+        spec = load_model(args.model)
+    except ModelError as e:
+        raise usage_error(str(e)) from None
+    folder = Path(args.output) / spec.name
+    if folder.exists() and not folder.is_dir():
+        raise usage_error(f"-o {args.output}: {folder} is a file, not a folder")
+    texts = experiments_for(spec, tokens, args.dtype, wall_s=args.wall_s, output=str(folder))
+    files = {op: folder / f"{operator_file_stem(op)}.yaml" for op in texts}
+    # every experiment validated (a ConfigError is one line) before any file is written
+    counts = {op: len(parse_experiment(text, str(files[op])).problems) for op, text in texts.items()}
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise usage_error(f"cannot create {folder}: {e.strerror or e}") from None
+    problems = layer_problems(spec, tokens, args.dtype)
+    print(f"model {spec.name}: hidden {spec.hidden_size}, intermediate {spec.intermediate_size} ({spec.mlp}), "
+          f"heads {spec.num_attention_heads}/{spec.num_key_value_heads} kv x {spec.head_dim}, vocab "
+          f"{spec.vocab_size}; {args.dtype}; shapes in the operators' dims (gemm MxNxK, rmsnorm/softmax rowsxcols)")
+    print(format_plan(problems, tokens))
+    try:
+        for op, text in texts.items():
+            write_atomic(files[op], text)
+    except OSError as e:
+        raise usage_error(f"cannot write the experiments under {folder}: {e.strerror or e}") from None
+    print(f"wrote {len(files)} experiments ({sum(counts.values())} problems, {args.wall_s:g} s each at most) "
+          f"under {folder}; search them with:")
+    for op, path in files.items():
+        print(f"  evo run {shlex.quote(str(path))}   # {op}: {counts[op]} problems")
+    return 0
+
+
+def add_zoo_command(subparsers: Any, usage_error: type[Exception]) -> argparse.ArgumentParser:
+    """Register `zoo` on the `evo` command's subparsers (argparse's add_subparsers() object); bad input raises
+    `usage_error` (the CLI's UsageError: one line, exit status 2)."""
+    z = subparsers.add_parser("zoo", help="a model's kernel plan and one experiment per operator",
+                              description=__doc__.split("\n\n")[0])
+    z.add_argument("model", metavar="MODEL", help="a Hugging Face config.json or a model YAML, e.g. "
+                                                  "experiments/models/llama-3-8b.json")
+    z.add_argument("--tokens", default="1,16,128,2048",
+                   help="token counts (the GEMMs' M), comma-separated (default: 1,16,128,2048)")
+    z.add_argument("--dtype", default="bf16", help="fp16, bf16 or fp32 (default: bf16)")
+    z.add_argument("-o", "--output", metavar="DIR", default="runs/zoo",
+                   help="experiments go to DIR/<model>/<operator>.yaml, their runs beside them (default: runs/zoo)")
+    z.add_argument("--wall-s", type=float, default=30.0, metavar="S",
+                   help="search budget per problem, in seconds (default: 30)")
+    z.set_defaults(func=zoo_command, usage_error=usage_error)
+    return z

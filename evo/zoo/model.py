@@ -1,0 +1,212 @@
+"""A transformer model's kernel-relevant shape: `ModelSpec`, loaded from a Hugging Face-style `config.json` or a
+short YAML file with ModelSpec's own field names.
+
+Only what decides the kernels' shapes and epilogues is kept (sizes, heads, the MLP's kind, biases); no weights
+are read or needed. Every bad input raises `ModelError`, one line naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from evo.experiment import limits
+from evo.experiment.bounded_read import TooLarge, read_text_bounded
+from evo.experiment.oneline import one_line
+from evo.experiment.yaml_reader import UniqueKeyLoader, describe
+
+__all__ = ["ModelSpec", "ModelError", "load_model", "parse_model", "MLP_KINDS"]
+
+MLP_KINDS = ("swiglu", "gelu", "gelu_tanh")
+NORMS = ("rmsnorm",)
+MAX_SIZE = 1 << 24  # no real model has a dimension near 16 M; a bigger number is a typo
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # it names run directories, as an experiment's name does
+# Hugging Face's hidden_act -> the MLP evo builds: silu in the gated (Llama/Qwen/Mistral) MLP is SwiGLU; the GELUs
+# in a plain up -> act -> down MLP. gelu_new and gelu_pytorch_tanh are the tanh approximation.
+_HF_ACT = {"silu": "swiglu", "swish": "swiglu", "gelu": "gelu", "gelu_new": "gelu_tanh",
+           "gelu_pytorch_tanh": "gelu_tanh"}
+_GATED_GELU = ("gemma", "gemma2", "gemma3", "gemma3_text")  # GELU in a gated MLP (GeGLU): no operator for it yet
+_MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
+_YAML_KEYS = ("name", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+              "vocab_size", "norm", "mlp", "tie_word_embeddings", "attention_bias", "mlp_bias")
+_REQUIRED = ("hidden_size", "intermediate_size", "num_attention_heads", "vocab_size")
+
+
+class ModelError(ValueError):
+    """A bad model file. The message is one line: `FILE: FIELD: what was expected, got what`."""
+
+    def __init__(self, file: str, field: str, message: str) -> None:
+        self.file, self.field = file, field
+        super().__init__(one_line(f"{file}: {field}: {message}" if field else f"{file}: {message}"))
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A decoder-only transformer as its kernels see it (per layer: norm, QKV, attention, O, MLP; then lm_head)."""
+
+    name: str
+    hidden_size: int
+    intermediate_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    vocab_size: int
+    norm: str = "rmsnorm"
+    mlp: str = "swiglu"
+    tie_word_embeddings: bool = False
+    attention_bias: bool = False  # a bias on the Q, K and V projections
+    mlp_bias: bool = False
+
+    @property
+    def q_size(self) -> int:
+        return self.num_attention_heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        return self.num_key_value_heads * self.head_dim
+
+
+def load_model(path: str | Path) -> ModelSpec:
+    """The ModelSpec of a `.json` (Hugging Face config) or `.yaml`/`.yml` file; its name defaults to the file's stem."""
+    path = Path(path)
+    file = str(path)
+    if path.suffix not in (".json", ".yaml", ".yml"):
+        raise ModelError(file, "", "expected a .json (Hugging Face config.json) or .yaml model file")
+    try:
+        text = read_text_bounded(path, limits.MAX_TEXT_BYTES, why="a model config is a page of JSON or YAML")
+    except FileNotFoundError:
+        raise ModelError(file, "", "no such file") from None
+    except IsADirectoryError:
+        raise ModelError(file, "", "is a directory, not a model file") from None
+    except TooLarge as e:
+        raise ModelError(file, "", str(e)) from None
+    except UnicodeDecodeError:
+        raise ModelError(file, "", "is not UTF-8 text") from None
+    except OSError as e:
+        raise ModelError(file, "", f"cannot be read: {e.strerror or e}") from None
+    return parse_model(text, "json" if path.suffix == ".json" else "yaml", file, default_name=path.stem)
+
+
+def parse_model(text: str, fmt: str, file: str = "<model>", default_name: str = "model") -> ModelSpec:
+    """A ModelSpec from `text` in `fmt` ("json": a Hugging Face config; "yaml": ModelSpec's field names)."""
+    if fmt == "json":
+        return _from_hf(_load_json(text, file), file, default_name)
+    if fmt == "yaml":
+        return _from_yaml(_load_yaml(text, file), file, default_name)
+    raise ValueError(f"unknown model file format {fmt!r}; expected json or yaml")
+
+
+def _load_json(text: str, file: str) -> Any:
+    def unique(pairs: list[tuple[str, Any]]) -> dict:
+        out: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in out:
+                raise ModelError(file, key, "given twice")
+            out[key] = value
+        return out
+
+    try:
+        return json.loads(text, object_pairs_hook=unique)
+    except json.JSONDecodeError as e:
+        raise ModelError(file, "", f"is not valid JSON: line {e.lineno}, column {e.colno}: {e.msg}") from None
+    except RecursionError:
+        raise ModelError(file, "", f"is nested deeper than {limits.MAX_DEPTH} levels") from None
+
+
+def _load_yaml(text: str, file: str) -> Any:
+    try:
+        return limits.load_yaml_bounded(text, UniqueKeyLoader)
+    except limits.LimitError as e:
+        raise ModelError(file, "", str(e)) from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise ModelError(file, "", f"is not valid YAML: {where}{getattr(e, 'problem', None) or e}") from None
+
+
+def _mapping(data: Any, file: str) -> dict:
+    if not isinstance(data, dict):
+        raise ModelError(file, "", f"expected a mapping of fields (hidden_size, ...); got {describe(data)}")
+    return data
+
+
+def _from_hf(data: Any, file: str, default_name: str) -> ModelSpec:
+    d = _mapping(data, file)
+    model_type = d.get("model_type", "")
+    if not isinstance(model_type, str):
+        raise ModelError(file, "model_type", f"expected text; got {describe(model_type)}")
+    for key in _MOE_KEYS:
+        if d.get(key):
+            raise ModelError(file, key, "a mixture-of-experts model: evo's zoo derives dense layers only")
+    if "rms_norm_eps" not in d and any(k in d for k in ("layer_norm_eps", "layer_norm_epsilon")):
+        raise ModelError(file, "layer_norm_eps", "a LayerNorm model: evo has an rmsnorm operator only")
+    act = d.get("hidden_act", "silu")
+    if not isinstance(act, str) or act not in _HF_ACT:
+        raise ModelError(file, "hidden_act", f"expected one of {', '.join(_HF_ACT)}; got {describe(act)}")
+    if model_type in _GATED_GELU:
+        raise ModelError(file, "model_type", f"{model_type!r} gates a GELU (GeGLU): no evo operator for it yet")
+    fields = {k: d[k] for k in ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+                                "head_dim", "vocab_size", "mlp_bias") if d.get(k) is not None}
+    fields["mlp"] = _HF_ACT[act]
+    # Qwen2 puts a bias on Q, K and V without saying so in its config; an explicit attention_bias wins
+    fields["attention_bias"] = d.get("attention_bias", model_type == "qwen2")
+    fields["tie_word_embeddings"] = d.get("tie_word_embeddings", True)  # PretrainedConfig's default
+    return _build(fields, file, default_name)
+
+
+def _from_yaml(data: Any, file: str, default_name: str) -> ModelSpec:
+    d = _mapping(data, file)
+    for key in d:
+        if key not in _YAML_KEYS:
+            raise ModelError(file, str(key), f"unknown field; expected some of {', '.join(_YAML_KEYS)}")
+    return _build(dict(d), file, default_name)
+
+
+def _build(d: dict, file: str, default_name: str) -> ModelSpec:
+    for key in _REQUIRED:
+        if key not in d:
+            raise ModelError(file, key, "missing (a required field)")
+    name = d.get("name", default_name)
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ModelError(file, "name", f"expected letters, digits, '_', '-' or '.' (it names the experiments' "
+                                       f"files and runs); got {describe(name)}")
+    sizes = {k: _size(d[k], k, file) for k in _REQUIRED}
+    heads = sizes["num_attention_heads"]
+    kv_heads = _size(d.get("num_key_value_heads", heads), "num_key_value_heads", file)
+    if heads % kv_heads:
+        raise ModelError(file, "num_key_value_heads", f"{kv_heads} does not divide num_attention_heads ({heads})")
+    if "head_dim" in d:
+        head_dim = _size(d["head_dim"], "head_dim", file)
+    elif sizes["hidden_size"] % heads:
+        raise ModelError(file, "head_dim", f"missing, and hidden_size ({sizes['hidden_size']}) is not a multiple of "
+                                           f"num_attention_heads ({heads}); give head_dim")
+    else:
+        head_dim = sizes["hidden_size"] // heads
+    flags = {k: _flag(d.get(k, False), k, file) for k in ("tie_word_embeddings", "attention_bias", "mlp_bias")}
+    return ModelSpec(name=name, num_key_value_heads=kv_heads, head_dim=head_dim,
+                     norm=_choice(d.get("norm", "rmsnorm"), "norm", NORMS, file),
+                     mlp=_choice(d.get("mlp", "swiglu"), "mlp", MLP_KINDS, file), **sizes, **flags)
+
+
+def _size(value: Any, field: str, file: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_SIZE:
+        raise ModelError(file, field, f"expected a positive integer up to {MAX_SIZE}; got {describe(value)}")
+    return value
+
+
+def _flag(value: Any, field: str, file: str) -> bool:
+    if not isinstance(value, bool):
+        raise ModelError(file, field, f"expected true or false; got {describe(value)}")
+    return value
+
+
+def _choice(value: Any, field: str, choices: tuple[str, ...], file: str) -> str:
+    if value not in choices:
+        raise ModelError(file, field, f"expected one of {', '.join(choices)}; got {describe(value)}")
+    return value
+

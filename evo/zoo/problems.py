@@ -1,0 +1,124 @@
+"""From a model to the kernel problems of one decoder layer (and the model's head), and to one experiment per
+operator holding all of that operator's shapes.
+
+Per token count T (the rows a forward pass feeds each GEMM: the batch's tokens in prefill, the batch size in
+decode), a layer of a Llama-like model runs: RMSNorm, the merged QKV projection, attention, the O projection with
+the residual add, RMSNorm, the MLP's up (gate-up) projection with its activation, and the down projection with
+the residual add. The model then runs the lm_head GEMM and a softmax over the vocabulary to sample.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from evo.zoo.model import ModelSpec
+
+__all__ = ["KernelProblem", "layer_problems", "experiments_for", "operator_file_stem", "ATTENTION_NOTE"]
+
+ATTENTION_NOTE = "attention: no evo operator yet (issue 28)"
+
+
+@dataclass(frozen=True)
+class KernelProblem:
+    """One kernel a forward pass at `tokens` tokens runs: its role in the model, the evo operator that searches it
+    (None: none does yet), its sizes in the operator's dims (gemm: M, N, K; rmsnorm/softmax: rows, cols), and how
+    many times a layer (or, for the head, the model) runs it."""
+
+    role: str
+    operator: str | None
+    sizes: tuple[int, ...]
+    dtype: str
+    tokens: int
+    uses: int = 1
+    scope: str = "layer"  # "layer": run by every decoder layer; "model": once per forward pass
+    note: str = ""
+
+    @property
+    def searchable(self) -> bool:
+        return self.operator is not None
+
+    @property
+    def shape_text(self) -> str:
+        """The sizes as an experiment writes them (4096x14336x4096); attention's as tokens, heads and head_dim."""
+        if self.operator is None:
+            t, heads, kv_heads, head_dim = self.sizes
+            return f"T{t} q{heads}/kv{kv_heads} d{head_dim}"
+        return "x".join(str(s) for s in self.sizes)
+
+
+def layer_problems(spec: ModelSpec, tokens: Sequence[int], dtype: str = "bf16") -> list[KernelProblem]:
+    """The kernel problems of one decoder layer and of the model's head, for each token count in `tokens`."""
+    out: list[KernelProblem] = []
+    for t in tokens:
+        if isinstance(t, bool) or not isinstance(t, int) or t <= 0:
+            raise ValueError(f"token counts must be positive integers; got {t!r}")
+        out.extend(_problems_at(spec, t, dtype))
+    return out
+
+
+def _problems_at(spec: ModelSpec, t: int, dtype: str) -> list[KernelProblem]:
+    h, inter = spec.hidden_size, spec.intermediate_size
+    qkv_width = spec.q_size + 2 * spec.kv_size
+
+    def kp(role: str, operator: str | None, sizes: tuple[int, ...], **kw: object) -> KernelProblem:
+        return KernelProblem(role, operator, sizes, dtype, t, **kw)  # type: ignore[arg-type]
+
+    if spec.mlp == "swiglu":  # B is the merged gate-up weight [hidden, 2 * intermediate]
+        up = kp("gate_up", "gemm+swiglu", (t, inter, h))
+    else:
+        up = kp("up", "gemm+" + ("bias+" if spec.mlp_bias else "") + spec.mlp, (t, inter, h))
+    return [
+        kp("input_norm/post_attention_norm", "rmsnorm", (t, h), uses=2,
+           note="the final norm, before lm_head, has the layer norms' shape"),
+        kp("qkv", "gemm+bias" if spec.attention_bias else "gemm", (t, qkv_width, h)),
+        kp("attention", None, (t, spec.num_attention_heads, spec.num_key_value_heads, spec.head_dim),
+           note=ATTENTION_NOTE),
+        kp("o_proj", "gemm+residual", (t, h, spec.q_size)),
+        up,
+        kp("down", "gemm+bias+residual" if spec.mlp_bias else "gemm+residual", (t, h, inter)),
+        kp("lm_head", "gemm", (t, spec.vocab_size, h), scope="model"),
+        kp("sampling_softmax", "softmax", (t, spec.vocab_size), scope="model"),
+    ]
+
+
+def operator_file_stem(operator: str) -> str:
+    """An operator's name as a file or run name: gemm+bias+gelu -> gemm-bias-gelu."""
+    return operator.replace("+", "-")
+
+
+def experiments_for(spec: ModelSpec, tokens: Sequence[int], dtype: str = "bf16", *, wall_s: float = 30.0,
+                    output: str = "runs/zoo") -> dict[str, str]:
+    """Operator name -> the YAML text of one experiment searching all of that operator's shapes (a shape that
+    several roles share is searched once). `wall_s` is the budget per problem; run directories go under
+    `output`, each named `<model>_<operator-with-+-as->`."""
+    if isinstance(wall_s, bool) or not isinstance(wall_s, (int, float)) or not 0 < wall_s < math.inf:
+        raise ValueError(f"wall_s must be a positive number of seconds; got {wall_s!r}")
+    shapes: dict[str, dict[tuple[int, ...], list[str]]] = {}
+    for p in layer_problems(spec, tokens, dtype):
+        if p.operator is not None:
+            shapes.setdefault(p.operator, {}).setdefault(p.sizes, []).append(f"{p.role} T={p.tokens}")
+    return {op: _experiment_text(spec, op, roles, dtype, wall_s, output) for op, roles in shapes.items()}
+
+
+def _experiment_text(spec: ModelSpec, operator: str, roles: dict[tuple[int, ...], list[str]], dtype: str,
+                     wall_s: float, output: str) -> str:
+    name = f"{spec.name}_{operator_file_stem(operator)}"
+    lines = [f"# {operator} problems of {spec.name}, written by `evo zoo`: every shape the model's forward pass",
+             "# runs this operator on, for the token counts asked for (a shape shared by several roles once).",
+             f"name: {json.dumps(name)}",
+             f"operator: {json.dumps(operator)}",
+             "problems:",
+             "  shapes:"]
+    lines += [f"    - {'x'.join(map(str, sizes))}   # {', '.join(who)}" for sizes, who in roles.items()]
+    lines += [f"  dtypes: [{dtype}]",
+              "budget:",
+              f"  wall_s: {float(wall_s)!r}   # seconds per problem",
+              "seed: 0",
+              "executor:",
+              "  kind: ray",
+              f"output: {json.dumps(output)}   # run directory: <output>/<name>",
+              ""]
+    return "\n".join(lines)

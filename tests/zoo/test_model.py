@@ -1,0 +1,97 @@
+"""ModelSpec from both formats, and every refusal as one ModelError line naming the file and the field."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from evo.zoo.model import _YAML_KEYS, ModelError, ModelSpec, load_model, parse_model
+
+MODELS = Path(__file__).resolve().parents[2] / "experiments" / "models"
+LLAMA = json.loads((MODELS / "llama-3-8b.json").read_text())
+
+
+def test_shipped_models():
+    llama = load_model(MODELS / "llama-3-8b.json")
+    assert llama == ModelSpec("llama-3-8b", 4096, 14336, 32, 8, 128, 128256, "rmsnorm", "swiglu", False, False, False)
+    qwen = load_model(MODELS / "qwen2-7b.json")
+    assert (qwen.hidden_size, qwen.intermediate_size, qwen.num_key_value_heads, qwen.head_dim) == (3584, 18944, 4, 128)
+    assert qwen.attention_bias and not qwen.mlp_bias and not qwen.tie_word_embeddings  # Qwen2's implicit QKV bias
+    mistral = load_model(MODELS / "mistral-7b.json")
+    assert (mistral.vocab_size, mistral.num_key_value_heads, mistral.attention_bias) == (32000, 8, False)
+    tiny = load_model(MODELS / "tiny.yaml")
+    assert (tiny.name, tiny.hidden_size, tiny.head_dim, tiny.num_key_value_heads, tiny.vocab_size) == \
+        ("tiny", 64, 16, 2, 256)
+
+
+def test_yaml_keys_are_the_fields():
+    assert _YAML_KEYS == tuple(f.name for f in dataclasses.fields(ModelSpec))
+
+
+def test_hf_defaults_and_activations():
+    base = {"hidden_size": 512, "intermediate_size": 2048, "num_attention_heads": 8, "vocab_size": 1000}
+    spec = parse_model(json.dumps(base), "json", "m.json", "m")
+    assert (spec.num_key_value_heads, spec.head_dim, spec.mlp, spec.tie_word_embeddings) == (8, 64, "swiglu", True)
+    for act, mlp in [("gelu", "gelu"), ("gelu_new", "gelu_tanh"), ("gelu_pytorch_tanh", "gelu_tanh"),
+                     ("silu", "swiglu")]:
+        assert parse_model(json.dumps({**base, "hidden_act": act}), "json").mlp == mlp
+    assert parse_model(json.dumps({**base, "model_type": "qwen2"}), "json").attention_bias
+    assert not parse_model(json.dumps({**base, "model_type": "qwen2", "attention_bias": False}), "json").attention_bias
+    assert parse_model(json.dumps({**base, "mlp_bias": True, "head_dim": None}), "json").mlp_bias
+
+
+def _bad_json(**change):
+    d = {**LLAMA, **change}
+    return json.dumps({k: v for k, v in d.items() if v is not ...})
+
+
+@pytest.mark.parametrize("text,fmt,field", [
+    (_bad_json(hidden_size=...), "json", "hidden_size"),
+    (_bad_json(hidden_size=0), "json", "hidden_size"),
+    (_bad_json(hidden_size=True), "json", "hidden_size"),
+    (_bad_json(vocab_size="big"), "json", "vocab_size"),
+    (_bad_json(intermediate_size=1 << 30), "json", "intermediate_size"),
+    (_bad_json(num_key_value_heads=5), "json", "num_key_value_heads"),
+    (_bad_json(head_dim=..., num_attention_heads=24), "json", "head_dim"),
+    (_bad_json(hidden_act="relu2"), "json", "hidden_act"),
+    (_bad_json(attention_bias="yes"), "json", "attention_bias"),
+    (_bad_json(model_type="gemma", hidden_act="gelu_pytorch_tanh"), "json", "model_type"),
+    (_bad_json(model_type=3), "json", "model_type"),
+    (_bad_json(num_local_experts=8), "json", "num_local_experts"),
+    (_bad_json(rms_norm_eps=..., layer_norm_eps=1e-5), "json", "layer_norm_eps"),
+    ('{"hidden_size": 1, "hidden_size": 2}', "json", "hidden_size"),
+    ("{not json", "json", ""),
+    ("[1, 2]", "json", ""),
+    ("hidden_size: 64\nintermediate_size: 128\nnum_attention_heads: 4\nvocab_size: 256\nhiden: 1\n", "yaml", "hiden"),
+    ("hidden_size: 64\nintermediate_size: 128\nnum_attention_heads: 4\nvocab_size: 256\nmlp: geglu\n", "yaml", "mlp"),
+    ("hidden_size: 64\nintermediate_size: 128\nnum_attention_heads: 4\nvocab_size: 256\nnorm: layernorm\n", "yaml",
+     "norm"),
+    ("hidden_size: 64\nintermediate_size: 128\nnum_attention_heads: 4\nvocab_size: 256\nname: a/b\n", "yaml", "name"),
+    ("hidden_size: 64\nhidden_size: 65\n", "yaml", ""),
+    ("a: [", "yaml", ""),
+    ("just text", "yaml", ""),
+])
+def test_refusals_name_the_file_and_field(text, fmt, field):
+    with pytest.raises(ModelError) as e:
+        parse_model(text, fmt, "m.cfg", "m")
+    message = str(e.value)
+    assert "\n" not in message and message.startswith("m.cfg: ") and e.value.field == field
+    if field:
+        assert f"m.cfg: {field}: " in message
+
+
+def test_file_refusals(tmp_path):
+    cases = {tmp_path / "missing.json": "no such file", tmp_path / "m.txt": ".json", tmp_path: ".json",
+             tmp_path / "big.json": "larger than", tmp_path / "bin.yaml": "UTF-8"}
+    (tmp_path / "m.txt").write_text("{}")
+    (tmp_path / "big.json").write_text(" " * (2 << 20))
+    (tmp_path / "bin.yaml").write_bytes(b"\xff\xfe\x00")
+    (tmp_path / "dir.json").mkdir()
+    cases[tmp_path / "dir.json"] = "directory"
+    for path, words in cases.items():
+        with pytest.raises(ModelError) as e:
+            load_model(path)
+        assert str(e.value).startswith(str(path)) and words in str(e.value), str(e.value)
