@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["load", "as_torch_op", "LoadError"]
+__all__ = ["load", "load_zoo", "as_torch_op", "LoadError"]
 
 MAX_MODULE_BYTES = 64 << 20  # an `evo export --all` of thousands of elites is a few MiB
 _LOADED: dict[str, Callable[..., Any]] = {}  # op name -> its dispatching callable (a source loads once)
@@ -63,6 +63,34 @@ def load(source: str | Path, shape: str | tuple[int, ...] | None = None,
         raise LoadError(f"{path}: not a module written by `evo export` (it names no _EVO_OPERATOR)")
     operator = operators.get(name)
     return as_torch_op(getattr(module, operator.entry), operator, tag=hashlib.sha256(text.encode()).hexdigest()[:16])
+
+
+def load_zoo(path: str | Path) -> dict[str, Callable[..., Any]]:
+    """A model's kernel module (`evo zoo MODEL --collect`) as role -> torch op (`qkv`, `o_proj`, `gate_up`, ...);
+    each op picks its elite by the shapes it is called with, i.e. by the runtime token count."""
+    path = Path(path)
+    from evo.experiment.bounded_read import TooLarge, read_text_bounded
+
+    try:
+        text = read_text_bounded(path, MAX_MODULE_BYTES, "a zoo module is a few MiB")
+    except TooLarge as e:
+        raise LoadError(f"{path}: {e}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise LoadError(f"{path}: cannot read it ({e})") from None
+    from evo.evaluate.modules import load_source
+
+    zoo = load_source(text)
+    roles = getattr(zoo, "ROLES", None)
+    if not isinstance(roles, dict) or not hasattr(zoo, "op"):
+        raise LoadError(f"{path}: not a module written by `evo zoo --collect` (it has no ROLES and op)")
+    import operators
+
+    ops = {}
+    for role, name in roles.items():
+        source = "\n".join(zoo._ZOO_SOURCES[name])
+        tag = hashlib.sha256(source.encode()).hexdigest()[:16]
+        ops[role] = as_torch_op(zoo.op(role), operators.get(name), tag=tag)
+    return ops
 
 
 def as_torch_op(entry: Callable[..., Any], operator: Any, tag: str) -> Callable[..., Any]:

@@ -74,7 +74,12 @@ def zoo_command(args: argparse.Namespace) -> int:
     folder = Path(args.output) / spec.name
     if folder.exists() and not folder.is_dir():
         raise usage_error(f"-o {args.output}: {folder} is a file, not a folder")
-    texts = experiments_for(spec, tokens, args.dtype, wall_s=args.wall_s, output=str(folder))
+    if args.collect:
+        return _collect(spec, tokens, args.dtype, folder, usage_error)
+    if args.evaluations is not None and args.evaluations < 1:
+        raise usage_error(f"--evaluations {args.evaluations}: expected a positive number per problem")
+    texts = experiments_for(spec, tokens, args.dtype, wall_s=args.wall_s, output=str(folder),
+                            evaluations=args.evaluations, executor="smoke" if args.smoke else "ray")
     files = {op: folder / f"{operator_file_stem(op)}.yaml" for op in texts}
     # every experiment validated (a ConfigError is one line) before any file is written
     counts = {op: len(parse_experiment(text, str(files[op])).problems) for op, text in texts.items()}
@@ -96,6 +101,25 @@ def zoo_command(args: argparse.Namespace) -> int:
           f"under {folder}; search them with:")
     for op, path in files.items():
         print(f"  evo run {shlex.quote(str(path))}   # {op}: {counts[op]} problems")
+    again = " ".join(shlex.quote(a) for a in (args.model, "--tokens", args.tokens, "--dtype", args.dtype, "-o",
+                                              args.output))
+    print(f"then bundle their kernels into one module: evo zoo {again} --collect")
+    return 0
+
+
+def _collect(spec: Any, tokens: list[int], dtype: str, folder: Path, usage_error: type[Exception]) -> int:
+    from evo.surface.zoo_collect import CollectError, collect
+
+    try:
+        path, served, missing = collect(spec, tokens, dtype, folder)
+    except CollectError as e:
+        raise usage_error(str(e)) from None
+    except OSError as e:
+        raise usage_error(f"cannot write the module under {folder}: {e.strerror or e}") from None
+    print(f"wrote {path}: {len(served)} roles ({', '.join(served)})")
+    for m in missing:
+        print(f"  not served: {m}")
+    print(f"check it: python {shlex.quote(str(path))}   |   use it: evo.api.load_zoo({str(path)!r})")
     return 0
 
 
@@ -113,5 +137,11 @@ def add_zoo_command(subparsers: Any, usage_error: type[Exception]) -> argparse.A
                    help="experiments go to DIR/<model>/<operator>.yaml, their runs beside them (default: runs/zoo)")
     z.add_argument("--wall-s", type=float, default=30.0, metavar="S",
                    help="search budget per problem, in seconds (default: 30)")
+    z.add_argument("--evaluations", type=int, default=None, metavar="N",
+                   help="also stop each problem's search after N evaluations")
+    z.add_argument("--smoke", action="store_true",
+                   help="experiments for the CPU smoke executor (fp16/fp32; fitness is NOT a timing): to try the flow")
+    z.add_argument("--collect", action="store_true",
+                   help="after the runs: bundle every operator's elites into DIR/<model>/<model>_kernels.py")
     z.set_defaults(func=zoo_command, usage_error=usage_error)
     return z

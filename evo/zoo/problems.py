@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from evo.zoo.model import ModelSpec
 
-__all__ = ["KernelProblem", "layer_problems", "experiments_for", "operator_file_stem", "ATTENTION_NOTE"]
+__all__ = ["KernelProblem", "layer_problems", "experiments_for", "operator_file_stem", "run_name", "ATTENTION_NOTE"]
 
 ATTENTION_NOTE = "attention: no evo operator yet (issue 28)"
 
@@ -90,22 +90,34 @@ def operator_file_stem(operator: str) -> str:
 
 
 def experiments_for(spec: ModelSpec, tokens: Sequence[int], dtype: str = "bf16", *, wall_s: float = 30.0,
-                    output: str = "runs/zoo") -> dict[str, str]:
+                    output: str = "runs/zoo", evaluations: int | None = None, executor: str = "ray"
+                    ) -> dict[str, str]:
     """Operator name -> the YAML text of one experiment searching all of that operator's shapes (a shape that
-    several roles share is searched once). `wall_s` is the budget per problem; run directories go under
-    `output`, each named `<model>_<operator-with-+-as->`."""
+    several roles share is searched once). `wall_s` (and `evaluations`, when given) is the budget per problem;
+    run directories go under `output`, each named `run_name(spec, operator)`; `executor` is "ray" (GPUs) or
+    "smoke" (the CPU interpreter: fitness is not a timing, for trying the whole flow without a GPU)."""
     if isinstance(wall_s, bool) or not isinstance(wall_s, (int, float)) or not 0 < wall_s < math.inf:
         raise ValueError(f"wall_s must be a positive number of seconds; got {wall_s!r}")
     shapes: dict[str, dict[tuple[int, ...], list[str]]] = {}
     for p in layer_problems(spec, tokens, dtype):
         if p.operator is not None:
             shapes.setdefault(p.operator, {}).setdefault(p.sizes, []).append(f"{p.role} T={p.tokens}")
-    return {op: _experiment_text(spec, op, roles, dtype, wall_s, output) for op, roles in shapes.items()}
+    if executor not in ("ray", "smoke"):
+        raise ValueError(f"executor must be ray or smoke; got {executor!r}")
+    budget = [f"  wall_s: {float(wall_s)!r}   # seconds per problem"]
+    if evaluations is not None:
+        budget.append(f"  evaluations: {int(evaluations)}")
+    return {op: _experiment_text(spec, op, roles, dtype, budget, output, executor) for op, roles in shapes.items()}
+
+
+def run_name(spec: ModelSpec, operator: str) -> str:
+    """The experiment's name, and so its run directory's under the output folder: `<model>_<operator stem>`."""
+    return f"{spec.name}_{operator_file_stem(operator)}"
 
 
 def _experiment_text(spec: ModelSpec, operator: str, roles: dict[tuple[int, ...], list[str]], dtype: str,
-                     wall_s: float, output: str) -> str:
-    name = f"{spec.name}_{operator_file_stem(operator)}"
+                     budget: list[str], output: str, executor: str) -> str:
+    name = run_name(spec, operator)
     lines = [f"# {operator} problems of {spec.name}, written by `evo zoo`: every shape the model's forward pass",
              "# runs this operator on, for the token counts asked for (a shape shared by several roles once).",
              f"name: {json.dumps(name)}",
@@ -114,11 +126,10 @@ def _experiment_text(spec: ModelSpec, operator: str, roles: dict[tuple[int, ...]
              "  shapes:"]
     lines += [f"    - {'x'.join(map(str, sizes))}   # {', '.join(who)}" for sizes, who in roles.items()]
     lines += [f"  dtypes: [{dtype}]",
-              "budget:",
-              f"  wall_s: {float(wall_s)!r}   # seconds per problem",
+              "budget:", *budget,
               "seed: 0",
               "executor:",
-              "  kind: ray",
+              f"  kind: {executor}",
               f"output: {json.dumps(output)}   # run directory: <output>/<name>",
               ""]
     return "\n".join(lines)

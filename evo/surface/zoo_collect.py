@@ -1,0 +1,121 @@
+"""`evo zoo MODEL --collect`: one module holding a model's kernels, after its experiments have run.
+
+Each operator's run (`<DIR>/<model>/<model>_<operator>`) is exported as `evo export --all` exports it (every
+measured problem's elite behind a dispatcher that picks the measured shape, else the nearest one with one
+warning), and the exports are bundled into `<DIR>/<model>/<model>_kernels.py`: standalone (torch, triton and
+the standard library), importing it does no work, `op(role)` returns the entry function of a layer role
+(`qkv`, `o_proj`, `gate_up`, `down`, ...), whose choice of elite follows the runtime token count through the
+shapes of the inputs it is called with. `evo.api.load_zoo` wraps each role as a torch op.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from evo.experiment.rundir import RunDir
+from evo.store.atomic_file import write_atomic
+from evo.store.sqlite import Store
+from evo.surface.export import ExportError, export_all
+from evo.zoo.model import ModelSpec
+from evo.zoo.problems import layer_problems, run_name
+
+__all__ = ["collect", "module_path", "CollectError"]
+
+
+class CollectError(ValueError):
+    """Nothing could be collected; one line saying why."""
+
+
+def module_path(folder: Path, spec: ModelSpec) -> Path:
+    return folder / f"{spec.name}_kernels.py"
+
+
+def collect(spec: ModelSpec, tokens: list[int], dtype: str, folder: Path) -> tuple[Path, dict[str, str], list[str]]:
+    """Bundle the runs under `folder` into the model's module; returns (its path, role -> operator of the roles it
+    serves, the operators left out with why). Raises CollectError when no operator has a correct kernel."""
+    roles = {p.role: p.operator for p in layer_problems(spec, tokens, dtype) if p.operator is not None}
+    sources: dict[str, str] = {}
+    missing: list[str] = []
+    for operator in dict.fromkeys(roles.values()):
+        rd = RunDir(folder / run_name(spec, operator))
+        if not rd.exists():
+            missing.append(f"{operator} (no run at {rd.path})")
+            continue
+        try:
+            with Store(rd.store, readonly=True) as store:
+                sources[operator] = export_all(store)[0]
+        except ExportError as e:
+            missing.append(f"{operator} ({e})")
+    if not sources:
+        raise CollectError(f"no run under {folder} has a correct kernel yet: {'; '.join(missing)}")
+    served = {role: op for role, op in roles.items() if op in sources}
+    path = module_path(folder, spec)
+    write_atomic(path, _module_text(spec, served, sources, missing))
+    return path, served, missing
+
+
+def _module_text(spec: ModelSpec, roles: dict[str, str], sources: dict[str, str], missing: list[str]) -> str:
+    head = [f"evo kernel zoo: {spec.name} (hidden {spec.hidden_size}, intermediate {spec.intermediate_size}, "
+            f"{spec.mlp}; vocab {spec.vocab_size}).", "",
+            "op(role) is the entry function of a layer role; it runs the elite measured for the shape of its inputs",
+            "(the runtime token count), else the nearest measured one (with one warning). Roles and operators:"]
+    head += [f"  {role}: {op}" for role, op in roles.items()]
+    if missing:
+        head += ["Not served (their roles keep PyTorch):"] + [f"  {m}" for m in missing]
+    head += ["Each operator's module is `evo export --all` of its run, with its own header and self-check;",
+             "`python THIS_FILE.py` self-checks them all. evo.api.load_zoo(THIS_FILE) gives the roles as torch ops."]
+    lines = ['"""' + "\n".join(head) + '\n"""', "", "import os as _evo_os", "",
+             f"ZOO_MODEL = {spec.name!r}", f"ROLES = {roles!r}  # role -> operator",
+             "_ZOO_LOADED = {}", "# each operator's `evo export --all` module, one source line per item",
+             "_ZOO_SOURCES = {"]
+    for operator, text in sources.items():
+        lines.append(f"    {operator!r}: [")
+        lines += [f"        {line!r}," for line in text.split("\n")]
+        lines.append("    ],")
+    lines.append("}")
+    return "\n".join(lines) + _TAIL
+
+
+_TAIL = '''
+
+
+def module(operator):
+    """The `evo export --all` module of `operator`, imported once (Triton reads kernel source from files, so it is
+    written under a cache folder named by its hash: $EVO_KERNEL_DIR, else the temporary folder's evo-export)."""
+    import hashlib
+    import importlib.util
+    import sys
+    import tempfile
+
+    if operator in _ZOO_LOADED:
+        return _ZOO_LOADED[operator]
+    source = "\\n".join(_ZOO_SOURCES[operator])
+    digest = hashlib.sha256(source.encode()).hexdigest()[:20]
+    folder = _evo_os.environ.get("EVO_KERNEL_DIR") or _evo_os.path.join(tempfile.gettempdir(), "evo-export")
+    _evo_os.makedirs(folder, exist_ok=True)
+    path = _evo_os.path.join(folder, f"evo_zoo_{digest}.py")
+    if not _evo_os.path.exists(path) or open(path).read() != source:
+        tmp = f"{path}.tmp{_evo_os.getpid()}"
+        with open(tmp, "w") as f:
+            f.write(source)
+        _evo_os.replace(tmp, path)
+    spec = importlib.util.spec_from_file_location(f"evo_zoo_{digest}", path)
+    loaded = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = loaded
+    spec.loader.exec_module(loaded)
+    _ZOO_LOADED[operator] = loaded
+    return loaded
+
+
+def op(role):
+    """The entry function serving `role` (a key of ROLES)."""
+    if role not in ROLES:
+        raise KeyError(f"no kernel for role {role!r}; this zoo serves {', '.join(ROLES)}")
+    loaded = module(ROLES[role])
+    return getattr(loaded, loaded._EVO_ENTRY)
+
+
+if __name__ == "__main__":
+    codes = [module(operator)._evo_selfcheck_all() for operator in _ZOO_SOURCES]
+    raise SystemExit(1 if 1 in codes else max(codes))
+'''
