@@ -83,12 +83,14 @@ class _Routed(nn.Module):
 
 def _init_(module: nn.Module, seed: int, dtype: torch.dtype, device: str | torch.device) -> None:
     """Every parameter drawn from one seeded generator, in fp32 on the CPU (so a seed gives the same weights on
-    any device), then cast and moved: Linear weights and biases N(0, 0.02^2), norm weights 1 + N(0, 0.02^2)."""
+    any device), then cast and moved: Linear weights and biases N(0, 0.02^2), norm weights 1 + N(0, 0.02^2).
+    Nothing requires grad: the layer is an inference reference, and evo's kernels (custom ops) have no backward."""
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in module.named_parameters():
             values = torch.randn(p.shape, generator=gen) * INIT_STD
             p.copy_(values + 1.0 if name.endswith("norm.weight") else values)
+    module.requires_grad_(False)
     module.to(device=device, dtype=dtype)
 
 
