@@ -20,7 +20,9 @@ residual; operators/rmsnorm.py: x, weight, eps):
 B is the nn.Linear weight's transpose, made contiguous ONCE here and kept as a non-persistent buffer
 (`<role>_b`), so no call transposes a weight; it costs a second copy of each patched weight. Patch after the
 weights are final: a buffer does not follow later changes to the weight (patch again to refresh it).
-`norm` passes the layer's eps to the op, so an rmsnorm kernel (whose entry takes eps) uses the model's.
+`norm` passes the layer's eps to the op, so an rmsnorm kernel uses the model's eps, not the operator's default
+(1e-6). Give evo.api's callables (`load`, `as_torch_op`), not a rendered module's bare `rmsnorm` entry, which
+takes `out` before `eps`.
 
 Attention has no evo operator yet (issue 28) and always runs torch's scaled_dot_product_attention. The ops are
 called the same way in eager code and under torch.compile, where evo.api's callables are torch custom ops.

@@ -5,28 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from evo.zoo import ModelSpec, load_model
 from evo.zoo.layer import DecoderLayer, LMHead, apply_rope
-
-MODELS = Path(__file__).resolve().parents[2] / "experiments" / "models"
-TINY = load_model(MODELS / "tiny.yaml")  # Llama-like: SwiGLU, 4 query heads over 2 kv heads, no biases
-LLAMA = ModelSpec("llama-like", hidden_size=48, intermediate_size=80, num_attention_heads=6, num_key_value_heads=2,
-                  head_dim=8, vocab_size=100)
-QWEN2 = dataclasses.replace(LLAMA, name="qwen2-like", attention_bias=True)
-GELU = ModelSpec("gelu-bias", hidden_size=32, intermediate_size=96, num_attention_heads=4, num_key_value_heads=4,
-                 head_dim=8, vocab_size=50, mlp="gelu", mlp_bias=True)
-GELU_TANH = dataclasses.replace(GELU, name="gelu-tanh", mlp="gelu_tanh", mlp_bias=False)
-SPECS = [TINY, LLAMA, QWEN2, GELU, GELU_TANH]
-
-
-def _x(spec: ModelSpec, tokens: int, dtype: torch.dtype = torch.float32, seed: int = 1) -> torch.Tensor:
-    return torch.randn(tokens, spec.hidden_size, generator=torch.Generator().manual_seed(seed)).to(dtype)
+from tests.zoo._layer_cases import GELU, GELU_TANH, LLAMA, QWEN2, SPECS, TINY, hidden_states
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
@@ -46,9 +31,9 @@ def test_parts_and_shapes(spec):
     assert {p.dtype for p in layer.parameters()} == {torch.bfloat16}
     assert layer.inv_freq.dtype == torch.float32  # RoPE's frequencies stay fp32 in a bf16 layer
     for tokens in (1, 7):
-        y = layer(_x(spec, tokens, torch.bfloat16))
+        y = layer(hidden_states(spec, tokens, torch.bfloat16))
         assert y.shape == (tokens, h) and y.dtype == torch.bfloat16 and torch.isfinite(y).all()
-    logits = LMHead(spec)(_x(spec, 3, torch.bfloat16))
+    logits = LMHead(spec)(hidden_states(spec, 3, torch.bfloat16))
     assert logits.shape == (3, spec.vocab_size) and torch.isfinite(logits).all()
 
 
@@ -65,9 +50,9 @@ def test_weights_are_seeded():
 @pytest.mark.parametrize("spec", [TINY, QWEN2, GELU], ids=lambda s: s.name)
 def test_a_token_sees_only_itself_and_earlier_tokens(spec):
     layer = DecoderLayer(spec, dtype=torch.float32)
-    x = _x(spec, 9)
+    x = hidden_states(spec, 9)
     changed = x.clone()
-    changed[5:] = _x(spec, 4, seed=2)
+    changed[5:] = hidden_states(spec, 4, seed=2)
     y, y2 = layer(x), layer(changed)
     assert torch.allclose(y[:5], y2[:5], rtol=0, atol=1e-6)
     assert not torch.allclose(y[5:], y2[5:], atol=1e-3)
@@ -111,7 +96,7 @@ def test_rope_rotates_by_position():
 @pytest.mark.parametrize("spec", [TINY, GELU, GELU_TANH], ids=lambda s: s.name)
 def test_the_mlp_is_the_spec_s(spec):
     layer = DecoderLayer(spec, dtype=torch.float32)
-    x, r = _x(spec, 4), _x(spec, 4, seed=5)
+    x, r = hidden_states(spec, 4), hidden_states(spec, 4, seed=5)
     inter = spec.intermediate_size
     if spec.mlp == "swiglu":  # the weight's first `inter` rows are the gate's
         w = layer.gate_up_proj.weight
@@ -125,7 +110,7 @@ def test_the_mlp_is_the_spec_s(spec):
 
 
 def test_norm_uses_the_given_eps():
-    x = _x(TINY, 3) * 1e-3  # small enough that eps matters
+    x = hidden_states(TINY, 3) * 1e-3  # small enough that eps matters
     a, b = DecoderLayer(TINY, dtype=torch.float32), DecoderLayer(TINY, dtype=torch.float32, eps=1e-5)
     assert a.input_norm.eps == 1e-6 and b.post_attention_norm.eps == 1e-5
     xf = x.double()
