@@ -24,7 +24,7 @@ from torch import nn
 
 from evo.zoo.model import ModelSpec
 
-__all__ = ["DecoderLayer", "LMHead", "RMSNorm", "apply_rope", "DEFAULT_EPS", "ROPE_THETA", "INIT_STD"]
+__all__ = ["DecoderLayer", "LMHead", "RMSNorm", "apply_rope", "linears", "DEFAULT_EPS", "ROPE_THETA", "INIT_STD"]
 
 DEFAULT_EPS = 1e-6  # operators/rmsnorm.py's EPS (Qwen2's rms_norm_eps); Llama 3 uses 1e-5: pass eps=
 ROPE_THETA = 10000.0
@@ -75,10 +75,13 @@ class _Routed(nn.Module):
         if op is None:
             y = linear(x)
             return y if residual is None else residual + y
+        return op(*self._gemm_args(role, linear, x, residual))
+
+    def _gemm_args(self, role: str, linear: nn.Linear, x: torch.Tensor,
+                   residual: torch.Tensor | None = None) -> tuple[Any, ...]:
         args: tuple[Any, ...] = (x, getattr(self, f"{role}_b"))
         args += (linear.bias,) if linear.bias is not None else ()
-        args += (residual,) if residual is not None else ()
-        return op(*args)
+        return args + ((residual,) if residual is not None else ())
 
     def patched_roles(self) -> tuple[str, ...]:
         return tuple(r for r in self.ROLES if r in self.kernels)
@@ -167,7 +170,7 @@ class DecoderLayer(_Routed):
             if op is None:
                 hidden = F.gelu(self.up_proj(x), approximate="tanh" if self.spec.mlp == "gelu_tanh" else "none")
             else:
-                hidden = op(x, self.up_b, *(() if self.up_proj.bias is None else (self.up_proj.bias,)))
+                hidden = op(*self._gemm_args("up", self.up_proj, x))
         return self._linear("down", self.down_proj, hidden, residual)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -167,6 +167,17 @@ def _kernel(name: str, sizes: tuple[int, ...], dtype: str, **genes):
     return as_torch_op(getattr(load_source(source), op.entry), op, tag=tag)
 
 
+def _tiny_kernels(tokens: int, dtype: str) -> dict:
+    """Role -> an evo kernel rendered for that role's problem in the tiny model's kernel plan at `tokens`."""
+    ops = {}
+    for p in layer_problems(TINY, [tokens], dtype):
+        if p.scope == "layer" and p.searchable:
+            genes = {} if p.operator == "rmsnorm" else dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16)
+            ops["norm" if p.role == NORM_ROLE else p.role] = _kernel(p.operator, p.sizes, dtype, **genes)
+    assert set(ops) == {"norm", "qkv", "o_proj", "gate_up", "down"}
+    return ops
+
+
 @pytest.mark.parametrize("dtype", ["fp32", "fp16"])
 @pytest.mark.filterwarnings("ignore:overflow encountered in exp")  # the interpreter's sigmoid of large negatives
 def test_evo_kernels_run_the_tiny_layer(dtype):
@@ -176,13 +187,7 @@ def test_evo_kernels_run_the_tiny_layer(dtype):
     layer = DecoderLayer(TINY, dtype=torch_dtype, init_std=0.2)
     x = hidden_states(TINY, tokens, torch_dtype)
     ref = DecoderLayer(TINY, dtype=torch.float32, init_std=0.2)(x.float())  # the same weights, in fp32
-    gemm_genes = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16)
-    ops = {}
-    for p in layer_problems(TINY, [tokens], dtype):
-        if p.scope == "layer" and p.searchable:
-            genes = {} if p.operator == "rmsnorm" else gemm_genes
-            ops["norm" if p.role == NORM_ROLE else p.role] = _kernel(p.operator, p.sizes, dtype, **genes)
-    assert set(ops) == {"norm", "qkv", "o_proj", "gate_up", "down"}
+    ops = _tiny_kernels(tokens, dtype)
     tolerance = 1e-5 if dtype == "fp32" else 5e-3
     assert _rel(patch(layer, {"gate_up": ops["gate_up"]})(x), ref) < tolerance
     assert _rel(patch(layer, ops)(x), ref) < tolerance
@@ -192,3 +197,18 @@ def test_evo_kernels_run_the_tiny_layer(dtype):
     swapped = ops["gate_up"]
     patch(layer, {"gate_up": lambda a, b: swapped(a, torch.cat(b.chunk(2, dim=1)[::-1], dim=1).contiguous())})
     assert _rel(layer(x), ref) > 100 * tolerance
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in exp")
+def test_torch_compile_runs_evo_kernels_as_custom_ops():
+    """fullgraph: no graph break; aot_eager: the ops' fake implementations give AOTAutograd the output shapes."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    layer = patch(DecoderLayer(TINY, dtype=torch.float32, init_std=0.2), _tiny_kernels(8, "fp32"))
+    x = hidden_states(TINY, 8)
+    ref = DecoderLayer(TINY, dtype=torch.float32, init_std=0.2)(x)
+    counter = CompileCounterWithBackend("aot_eager")
+    assert _rel(torch.compile(layer, backend=counter, fullgraph=True)(x), ref) < 1e-5
+    traced = [str(n.target) for n in counter.graphs[0].graph.nodes if str(n.target).startswith("evo.")]
+    assert counter.frame_count == 1 and [t.split(".")[1].rsplit("_", 1)[0] for t in traced] == \
+        ["rmsnorm", "gemm", "gemm_residual", "rmsnorm", "gemm_swiglu", "gemm_residual"]
