@@ -183,9 +183,11 @@ class DecoderLayer(_Routed):
 
 class LMHead(_Routed):
     """The model's head: the final RMSNorm, then lm_head (hidden -> vocab, no bias). forward(x [T, hidden]) ->
-    logits [T, vocab]. With tied embeddings the weight is the embedding table's; here it is drawn like any other."""
+    logits [T, vocab]; probabilities(x) adds the sampling softmax over the vocabulary (in fp32, cast back, as
+    operators/softmax.py computes it). With tied embeddings the weight is the embedding table's; here it is
+    drawn like any other."""
 
-    ROLES = ("norm", "lm_head")
+    ROLES = ("norm", "lm_head", "sampling_softmax")
 
     def __init__(self, spec: ModelSpec, dtype: torch.dtype = torch.bfloat16, device: str | torch.device = "cpu",
                  seed: int = 0, eps: float = DEFAULT_EPS, init_std: float = INIT_STD) -> None:
@@ -199,6 +201,12 @@ class LMHead(_Routed):
         if x.dim() != 2 or x.shape[1] != self.spec.hidden_size:
             raise ValueError(f"expected x of shape [T, {self.spec.hidden_size}]; got {list(x.shape)}")
         return self._linear("lm_head", self.lm_head, self._norm(self.norm, x))
+
+    def probabilities(self, x: torch.Tensor) -> torch.Tensor:
+        """softmax(forward(x)) over the vocabulary [T, vocab]: what sampling draws the next tokens from."""
+        logits = self(x)
+        op = self.kernels.get("sampling_softmax")
+        return torch.softmax(logits.float(), dim=-1).to(logits.dtype) if op is None else op(logits)
 
 
 def linears(module: DecoderLayer | LMHead) -> Mapping[str, nn.Linear]:

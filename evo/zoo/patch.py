@@ -16,6 +16,7 @@ residual; operators/rmsnorm.py: x, weight, eps):
     up       gemm[+bias]+gelu | +gelu_tanh         op(x, B_up[, bias])
     down     gemm+residual | gemm+bias+residual    op(h, B_down[, bias], residual)
     lm_head  gemm                                  op(x, B_lm_head)          LMHead only
+    sampling_softmax  softmax                      op(logits)                LMHead.probabilities only
 
 B is the nn.Linear weight's transpose, made contiguous ONCE here and kept as a non-persistent buffer
 (`<role>_b`), so no call transposes a weight; it costs a second copy of each patched weight. Patch after the
@@ -40,8 +41,9 @@ __all__ = ["patch", "unpatch", "roles_of"]
 
 
 def roles_of(module: DecoderLayer | LMHead) -> tuple[str, ...]:
-    """The roles `module` can route: the norm, and one per GEMM it runs (gate_up or up, by the spec's MLP)."""
-    return ("norm", *linears(module))
+    """The roles `module` can route: the norm, one per GEMM it runs (gate_up or up, by the spec's MLP), and the
+    head's sampling softmax."""
+    return ("norm", *linears(module), *(("sampling_softmax",) if isinstance(module, LMHead) else ()))
 
 
 def patch(module: DecoderLayer | LMHead, ops: Mapping[str, Callable[..., object]]) -> DecoderLayer | LMHead:

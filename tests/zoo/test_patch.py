@@ -50,7 +50,8 @@ def test_roles_are_the_kernel_plan_s(spec):
     plan = [p for p in layer_problems(spec, [4]) if p.searchable]
     layer_roles = {"norm" if p.role == NORM_ROLE else p.role for p in plan if p.scope == "layer"}
     assert set(roles_of(DecoderLayer(spec))) == layer_roles
-    assert set(roles_of(LMHead(spec))) == {"norm", "lm_head"}
+    head_roles = {p.role for p in plan if p.scope == "model"} | {"norm"}  # the final norm is a layer norm's shape
+    assert set(roles_of(LMHead(spec))) == head_roles == {"norm", "lm_head", "sampling_softmax"}
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
@@ -65,9 +66,11 @@ def test_stand_ins_reproduce_the_layer(spec):
     assert patch(layer, ops) is layer and set(layer.patched_roles()) == set(ops)
     assert _rel(layer(x), ref) < 1e-6
     head = LMHead(spec, dtype=torch.float32)
-    href = head(ref)
-    patch(head, {"norm": _norm_op, "lm_head": lambda a, b: operators.get("gemm").reference(a, b).to(a.dtype)})
-    assert _rel(head(ref), href) < 1e-6
+    logits, probs = head(ref), head.probabilities(ref)
+    assert torch.allclose(probs.sum(dim=1), torch.ones(8))
+    patch(head, {"norm": _norm_op, "lm_head": lambda a, b: operators.get("gemm").reference(a, b).to(a.dtype),
+                 "sampling_softmax": lambda x: operators.get("softmax").reference(x).to(x.dtype)})
+    assert _rel(head(ref), logits) < 1e-6 and _rel(head.probabilities(ref), probs) < 1e-6
 
 
 def test_bf16_stand_ins_stay_close_to_the_bf16_layer():
@@ -176,6 +179,25 @@ def _tiny_kernels(tokens: int, dtype: str) -> dict:
             ops["norm" if p.role == NORM_ROLE else p.role] = _kernel(p.operator, p.sizes, dtype, **genes)
     assert set(ops) == {"norm", "qkv", "o_proj", "gate_up", "down"}
     return ops
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16"])
+def test_evo_kernels_run_the_tiny_head(dtype):
+    tokens, torch_dtype = 8, {"fp32": torch.float32, "fp16": torch.float16}[dtype]
+    head = LMHead(TINY, dtype=torch_dtype, init_std=0.2)
+    x = hidden_states(TINY, tokens, torch_dtype)
+    ref = LMHead(TINY, dtype=torch.float32, init_std=0.2)
+    logits, probs = ref(x.float()), ref.probabilities(x.float())
+    plan = {p.role: p for p in layer_problems(TINY, [tokens], dtype)}
+    ops = {role: _kernel(plan[role].operator, plan[role].sizes, dtype, **genes) for role, genes in
+           [("lm_head", dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=16)), ("sampling_softmax", {})]}
+    ops["norm"] = _kernel("rmsnorm", plan[NORM_ROLE].sizes, dtype)  # the final norm has the layer norms' shape
+    patch(head, ops)
+    tolerance = 1e-5 if dtype == "fp32" else 5e-3
+    assert _rel(head(x), logits) < tolerance and _rel(head.probabilities(x), probs) < tolerance
+    softmax = ops["sampling_softmax"]  # a softmax at temperature 1/2 is caught
+    patch(head, {**ops, "sampling_softmax": lambda z: softmax((2 * z).contiguous())})
+    assert _rel(head.probabilities(x), probs) > 100 * tolerance
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "fp16"])
