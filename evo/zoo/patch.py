@@ -1,22 +1,25 @@
 """Route a reference layer's kernels through given callables (evo kernels from `evo.api.load`), by role.
 
     from evo.api import load
-    layer = patch(DecoderLayer(spec), {"gate_up": load("runs/tiny_gemm-swiglu"), "norm": load("rmsnorm.py")})
+    layer = patch(DecoderLayer(spec), {"gate_up": load("runs/zoo/tiny_gemm-swiglu"), "norm": load("rmsnorm.py")})
     y = layer(x)            # the SwiGLU GEMM and both norms run evo's kernels; the rest runs torch
     unpatch(layer)          # back to torch
 
 Each role's op is called with the operand order of its operator (operators/epilogue.py: A, B, then bias, then
 residual; operators/rmsnorm.py: x, weight, eps):
 
-    role     operator (evo.zoo.problems)          call
-    norm     rmsnorm                               op(x, weight, eps)        both layer norms (and LMHead's)
-    qkv      gemm | gemm+bias                      op(x, B_qkv[, bias])
-    o_proj   gemm+residual                         op(attn, B_o, residual)
-    gate_up  gemm+swiglu                           op(x, B_gate_up)          B = [gate | up], [hidden, 2 inter]
-    up       gemm[+bias]+gelu | +gelu_tanh         op(x, B_up[, bias])
-    down     gemm+residual | gemm+bias+residual    op(h, B_down[, bias], residual)
-    lm_head  gemm                                  op(x, B_lm_head)          LMHead only
-    sampling_softmax  softmax                      op(logits)                LMHead.probabilities only
+    role              operator (evo.zoo.problems)          call
+    norm              rmsnorm                              op(x, weight, eps)   both layer norms (and LMHead's)
+    qkv               gemm | gemm+bias                     op(x, B_qkv[, bias])
+    o_proj            gemm+residual                        op(attn, B_o, residual)
+    gate_up           gemm+swiglu                          op(x, B_gate_up)     B = [gate | up]: [hidden, 2 inter]
+    up                gemm[+bias]+gelu | ...+gelu_tanh     op(x, B_up[, bias])
+    down              gemm+residual | gemm+bias+residual   op(h, B_down[, bias], residual)
+    lm_head           gemm                                 op(x, B_lm_head)     LMHead only
+    sampling_softmax  softmax                              op(logits)           LMHead.probabilities only
+
+A run directory of `evo zoo`'s experiment holds one elite per shape; `load(run)` without a shape dispatches by
+the input's shape (to the nearest measured one for a token count the plan was not made for).
 
 B is the nn.Linear weight's transpose, made contiguous ONCE here and kept as a non-persistent buffer
 (`<role>_b`), so no call transposes a weight; it costs a second copy of each patched weight. Patch after the
