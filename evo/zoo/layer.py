@@ -1,0 +1,223 @@
+"""A reference decoder layer (and model head) in plain PyTorch, built from a ModelSpec with seeded random weights.
+
+The layer runs exactly the kernels `evo.zoo.problems.layer_problems` lists, under the same role names, so
+`evo.zoo.patch` can route each role through an evo kernel and the result can be checked against this layer:
+
+    x -> input_norm -> qkv -> RoPE -> causal attention (GQA) -> o_proj + x = h
+    h -> post_attention_norm -> gate_up (SwiGLU) | up (GELU) -> down + h
+
+Weights are nn.Linear's ([out, in]); a GEMM operator's B is their transpose ([in, out], row-major). No weights
+are downloaded: every tensor is drawn from `seed` (std `init_std`, 0.02 by default, so bf16 activations stay
+small and finite). Small weights also make the MLP's and attention's share of the output small next to the
+residual, and the activation's input small (where exact and tanh GELU agree to ~1e-7): a check meant to tell such
+details apart builds its layer with a larger init_std (0.2 for the tiny shapes of the tests).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from evo.zoo.model import ModelSpec
+
+__all__ = ["DecoderLayer", "LMHead", "RMSNorm", "apply_rope", "linears", "DEFAULT_EPS", "ROPE_THETA", "INIT_STD"]
+
+DEFAULT_EPS = 1e-6  # operators/rmsnorm.py's EPS (Qwen2's rms_norm_eps); Llama 3 uses 1e-5: pass eps=
+ROPE_THETA = 10000.0
+INIT_STD = 0.02
+
+
+class RMSNorm(nn.Module):
+    """y = x * rsqrt(mean(x^2) + eps) * weight, computed in fp32 and cast back (operators/rmsnorm.py's formula)."""
+
+    def __init__(self, size: int, eps: float = DEFAULT_EPS) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight.float()).to(x.dtype)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding of x [..., T, D] in the rotate-half convention (Llama, Qwen2, Mistral): the first and the
+    second half of each head are the pairs; cos and sin are [T, D] fp32. Computed in fp32, cast back."""
+    xf = x.float()
+    half = xf.shape[-1] // 2
+    rotated = torch.cat((-xf[..., half:], xf[..., :half]), dim=-1)
+    return (xf * cos + rotated * sin).to(x.dtype)
+
+
+class _Routed(nn.Module):
+    """A module whose GEMMs and norms go through `self.kernels` (role -> callable) when a role is patched in
+    (evo.zoo.patch), and through torch otherwise."""
+
+    ROLES: tuple[str, ...] = ()
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.kernels: dict[str, Callable[..., torch.Tensor]] = {}
+
+    def _norm(self, norm: RMSNorm, x: torch.Tensor) -> torch.Tensor:
+        op = self.kernels.get("norm")
+        return norm(x) if op is None else op(x, norm.weight, norm.eps)
+
+    def _linear(self, role: str, linear: nn.Linear, x: torch.Tensor,
+                residual: torch.Tensor | None = None) -> torch.Tensor:
+        """x @ W^T (+ bias) (+ residual) through torch, or as op(x, B[, bias][, residual]) with B = W^T made once
+        at patch time (the epilogue operators' operand order: bias before residual)."""
+        op = self.kernels.get(role)
+        if op is None:
+            y = linear(x)
+            return y if residual is None else residual + y
+        return op(*self._gemm_args(role, linear, x, residual))
+
+    def _gemm_args(self, role: str, linear: nn.Linear, x: torch.Tensor,
+                   residual: torch.Tensor | None = None) -> tuple[Any, ...]:
+        args: tuple[Any, ...] = (x, getattr(self, f"{role}_b"))
+        args += (linear.bias,) if linear.bias is not None else ()
+        return args + ((residual,) if residual is not None else ())
+
+    def patched_roles(self) -> tuple[str, ...]:
+        return tuple(r for r in self.ROLES if r in self.kernels)
+
+
+def _init_(module: nn.Module, seed: int, dtype: torch.dtype, device: str | torch.device, std: float) -> None:
+    """Every parameter drawn from one seeded generator, in fp32 on the CPU (so a seed gives the same weights on
+    any device), then cast and moved: Linear weights and biases N(0, std^2), norm weights 1 + N(0, std^2).
+    Nothing requires grad: the layer is an inference reference, and evo's kernels (custom ops) have no backward."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            values = torch.randn(p.shape, generator=gen) * std
+            p.copy_(values + 1.0 if name.endswith("norm.weight") else values)
+    module.requires_grad_(False)
+    module.to(device=device, dtype=dtype)
+
+
+class DecoderLayer(_Routed):
+    """One decoder layer of `spec` (Llama/Qwen2/Mistral-like with SwiGLU, or a plain GELU MLP).
+
+    forward(x [T, hidden]) -> [T, hidden]: one sequence of T tokens, each attending causally to itself and the
+    tokens before it, at positions 0..T-1. Decode with a KV cache is modelled by T new tokens without a cache:
+    every GEMM, norm and the MLP see exactly the [T, ...] operands the kernel problems of T tokens describe
+    (evo.zoo.problems); only attention, which no evo operator searches yet, sees T keys instead of the cache's.
+    """
+
+    ROLES = ("norm", "qkv", "o_proj", "gate_up", "up", "down")
+
+    def __init__(self, spec: ModelSpec, dtype: torch.dtype = torch.bfloat16, device: str | torch.device = "cpu",
+                 seed: int = 0, eps: float = DEFAULT_EPS, rope_theta: float = ROPE_THETA,
+                 init_std: float = INIT_STD) -> None:
+        super().__init__()
+        if spec.head_dim % 2:
+            raise ValueError(f"{spec.name}: head_dim {spec.head_dim} is odd; rotary embedding pairs its halves")
+        if spec.mlp not in ("swiglu", "gelu", "gelu_tanh"):
+            raise ValueError(f"{spec.name}: unknown mlp {spec.mlp!r}; expected swiglu, gelu or gelu_tanh")
+        self.spec = spec
+        h, inter = spec.hidden_size, spec.intermediate_size
+        self.input_norm = RMSNorm(h, eps)
+        self.qkv_proj = nn.Linear(h, spec.q_size + 2 * spec.kv_size, bias=spec.attention_bias)
+        self.o_proj = nn.Linear(spec.q_size, h, bias=False)  # ModelSpec's attention_bias is Q, K and V's only
+        self.post_attention_norm = RMSNorm(h, eps)
+        if spec.mlp == "swiglu":  # weight rows [gate; up], so B = W^T is [hidden, 2 * inter] = [gate | up]
+            # no bias even with mlp_bias, as evo.zoo.problems plans it (gemm+swiglu takes none); Hugging Face's
+            # Llama with mlp_bias also biases gate and up
+            self.gate_up_proj = nn.Linear(h, 2 * inter, bias=False)
+        else:
+            self.up_proj = nn.Linear(h, inter, bias=spec.mlp_bias)
+        self.down_proj = nn.Linear(inter, h, bias=spec.mlp_bias)
+        _init_(self, seed, dtype, device, init_std)
+        inv_freq = rope_theta ** -(torch.arange(0, spec.head_dim, 2, dtype=torch.float32) / spec.head_dim)
+        self.register_buffer("inv_freq", inv_freq.to(device), persistent=False)  # fp32 whatever the dtype
+
+    def rope(self, tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin [T, head_dim] (fp32) of positions 0..T-1."""
+        pos = torch.arange(tokens, device=self.inv_freq.device, dtype=torch.float32)
+        freqs = torch.outer(pos, self.inv_freq)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos(), emb.sin()
+
+    def attention(self, qkv: torch.Tensor) -> torch.Tensor:
+        """Causal attention of the fused projection qkv [T, q + 2 kv] -> [T, q]; key/value head j serves query
+        heads j*g .. j*g+g-1 (g = heads / kv_heads), as repeat_interleave of the kv heads would."""
+        s = self.spec
+        t = qkv.shape[0]
+        q, k, v = qkv.split([s.q_size, s.kv_size, s.kv_size], dim=-1)
+        q = q.reshape(t, s.num_attention_heads, s.head_dim).transpose(0, 1).unsqueeze(0)  # [1, H, T, D]
+        k = k.reshape(t, s.num_key_value_heads, s.head_dim).transpose(0, 1).unsqueeze(0)
+        v = v.reshape(t, s.num_key_value_heads, s.head_dim).transpose(0, 1).unsqueeze(0)
+        cos, sin = self.rope(t)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                             enable_gqa=s.num_attention_heads != s.num_key_value_heads)
+        return out.squeeze(0).transpose(0, 1).reshape(t, s.q_size)
+
+    def mlp(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        """down(act(up(x))) + residual, with the gated (SwiGLU) or the plain GELU MLP of the spec."""
+        if self.spec.mlp == "swiglu":
+            op = self.kernels.get("gate_up")
+            if op is None:
+                gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+                hidden = F.silu(gate) * up
+            else:
+                hidden = op(x, self.gate_up_b)
+        else:
+            op = self.kernels.get("up")
+            if op is None:
+                hidden = F.gelu(self.up_proj(x), approximate="tanh" if self.spec.mlp == "gelu_tanh" else "none")
+            else:
+                hidden = op(*self._gemm_args("up", self.up_proj, x))
+        return self._linear("down", self.down_proj, hidden, residual)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() != 2 or x.shape[1] != self.spec.hidden_size:
+            raise ValueError(f"expected x of shape [T, {self.spec.hidden_size}]; got {list(x.shape)}")
+        qkv = self._linear("qkv", self.qkv_proj, self._norm(self.input_norm, x))
+        h = self._linear("o_proj", self.o_proj, self.attention(qkv), residual=x)
+        return self.mlp(self._norm(self.post_attention_norm, h), residual=h)
+
+
+class LMHead(_Routed):
+    """The model's head: the final RMSNorm, then lm_head (hidden -> vocab, no bias). forward(x [T, hidden]) ->
+    logits [T, vocab]; probabilities(x) adds the sampling softmax over the vocabulary (in fp32, cast back, as
+    operators/softmax.py computes it). With tied embeddings the weight is the embedding table's; here it is
+    drawn like any other."""
+
+    ROLES = ("norm", "lm_head", "sampling_softmax")
+
+    def __init__(self, spec: ModelSpec, dtype: torch.dtype = torch.bfloat16, device: str | torch.device = "cpu",
+                 seed: int = 0, eps: float = DEFAULT_EPS, init_std: float = INIT_STD) -> None:
+        super().__init__()
+        self.spec = spec
+        self.norm = RMSNorm(spec.hidden_size, eps)
+        self.lm_head = nn.Linear(spec.hidden_size, spec.vocab_size, bias=False)
+        _init_(self, seed, dtype, device, init_std)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() != 2 or x.shape[1] != self.spec.hidden_size:
+            raise ValueError(f"expected x of shape [T, {self.spec.hidden_size}]; got {list(x.shape)}")
+        return self._linear("lm_head", self.lm_head, self._norm(self.norm, x))
+
+    def probabilities(self, x: torch.Tensor) -> torch.Tensor:
+        """softmax(forward(x)) over the vocabulary [T, vocab]: what sampling draws the next tokens from."""
+        logits = self(x)
+        op = self.kernels.get("sampling_softmax")
+        return torch.softmax(logits.float(), dim=-1).to(logits.dtype) if op is None else op(logits)
+
+
+def linears(module: DecoderLayer | LMHead) -> Mapping[str, nn.Linear]:
+    """Role -> the nn.Linear whose GEMM that role runs (its B is the weight's transpose)."""
+    if isinstance(module, LMHead):
+        return {"lm_head": module.lm_head}
+    out = {"qkv": module.qkv_proj, "o_proj": module.o_proj, "down": module.down_proj}
+    if module.spec.mlp == "swiglu":
+        out["gate_up"] = module.gate_up_proj
+    else:
+        out["up"] = module.up_proj
+    return out

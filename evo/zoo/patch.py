@@ -1,0 +1,79 @@
+"""Route a reference layer's kernels through given callables (evo kernels from `evo.api.load`), by role.
+
+    from evo.api import load
+    layer = patch(DecoderLayer(spec), {"gate_up": load("runs/zoo/tiny_gemm-swiglu"), "norm": load("rmsnorm.py")})
+    y = layer(x)            # the SwiGLU GEMM and both norms run evo's kernels; the rest runs torch
+    unpatch(layer)          # back to torch
+
+Each role's op is called with the operand order of its operator (operators/epilogue.py: A, B, then bias, then
+residual; operators/rmsnorm.py: x, weight, eps):
+
+    role              operator (evo.zoo.problems)          call
+    norm              rmsnorm                              op(x, weight, eps)   both layer norms (and LMHead's)
+    qkv               gemm | gemm+bias                     op(x, B_qkv[, bias])
+    o_proj            gemm+residual                        op(attn, B_o, residual)
+    gate_up           gemm+swiglu                          op(x, B_gate_up)     B = [gate | up]: [hidden, 2 inter]
+    up                gemm[+bias]+gelu | ...+gelu_tanh     op(x, B_up[, bias])
+    down              gemm+residual | gemm+bias+residual   op(h, B_down[, bias], residual)
+    lm_head           gemm                                 op(x, B_lm_head)     LMHead only
+    sampling_softmax  softmax                              op(logits)           LMHead.probabilities only
+
+A run directory of `evo zoo`'s experiment holds one elite per shape; `load(run)` without a shape dispatches by
+the input's shape (to the nearest measured one for a token count the plan was not made for).
+
+B is the nn.Linear weight's transpose, made contiguous ONCE here and kept as a non-persistent buffer
+(`<role>_b`), so no call transposes a weight; it costs a second copy of each patched weight. Patch after the
+weights are final: a buffer does not follow later changes to the weight (patch again to refresh it).
+`norm` passes the layer's eps to the op, so an rmsnorm kernel uses the model's eps, not the operator's default
+(1e-6). Give evo.api's callables (`load`, `as_torch_op`), not a rendered module's bare `rmsnorm` entry, which
+takes `out` before `eps`.
+
+Attention has no evo operator yet (issue 28) and always runs torch's scaled_dot_product_attention. The ops are
+called the same way in eager code and under torch.compile, where evo.api's callables are torch custom ops:
+`torch.compile(layer, fullgraph=True)` traces the patched layer without a graph break (tested on the CPU with
+the aot_eager backend and rendered kernels in the Triton interpreter; not yet on a GPU with inductor).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from evo.zoo.layer import DecoderLayer, LMHead, linears
+
+__all__ = ["patch", "unpatch", "roles_of"]
+
+
+def roles_of(module: DecoderLayer | LMHead) -> tuple[str, ...]:
+    """The roles `module` can route: the norm, one per GEMM it runs (gate_up or up, by the spec's MLP), and the
+    head's sampling softmax."""
+    return ("norm", *linears(module), *(("sampling_softmax",) if isinstance(module, LMHead) else ()))
+
+
+def patch(module: DecoderLayer | LMHead, ops: Mapping[str, Callable[..., object]]) -> DecoderLayer | LMHead:
+    """`module` itself, with each role in `ops` routed through its op (roles not in `ops` keep torch, and an
+    earlier patch of them is dropped). ValueError for a role the module does not run or an op that is not
+    callable, before anything changes."""
+    if not isinstance(module, (DecoderLayer, LMHead)):
+        raise ValueError(f"patch takes a DecoderLayer or an LMHead; got {type(module).__name__}")
+    roles = roles_of(module)
+    for role, op in ops.items():
+        if role not in roles:
+            raise ValueError(f"{type(module).__name__} of {module.spec.name} has no role {role!r}; its roles are "
+                             f"{', '.join(roles)}")
+        if not callable(op):
+            raise ValueError(f"the op for role {role!r} is not callable: {op!r}")
+    unpatch(module)
+    for role, linear in linears(module).items():
+        if role in ops:
+            module.register_buffer(f"{role}_b", linear.weight.detach().t().contiguous(), persistent=False)
+    module.kernels.update(ops)
+    return module
+
+
+def unpatch(module: DecoderLayer | LMHead) -> DecoderLayer | LMHead:
+    """`module` itself, every role back on torch and the transposed weights freed."""
+    for role in linears(module):
+        if f"{role}_b" in module._buffers:
+            del module._buffers[f"{role}_b"]
+    module.kernels.clear()
+    return module
