@@ -71,8 +71,8 @@ def _problems_at(spec: ModelSpec, t: int, dtype: str) -> list[KernelProblem]:
     else:
         up = kp("up", "gemm+" + ("bias+" if spec.mlp_bias else "") + spec.mlp, (t, inter, h))
     return [
-        kp("input_norm/post_attention_norm", "rmsnorm", (t, h), uses=2,
-           note="the final norm, before lm_head, has the layer norms' shape"),
+        kp("norm", "rmsnorm", (t, h), uses=2,
+           note="norm: the input and post-attention norms of a layer; the final norm, before lm_head, has their shape"),
         kp("qkv", "gemm+bias" if spec.attention_bias else "gemm", (t, qkv_width, h)),
         kp("attention", None, (t, spec.num_attention_heads, spec.num_key_value_heads, spec.head_dim),
            note=ATTENTION_NOTE),

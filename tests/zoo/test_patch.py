@@ -20,7 +20,7 @@ from evo.zoo.layer import DecoderLayer, LMHead
 from evo.zoo.patch import patch, roles_of, unpatch
 from tests.zoo._layer_cases import GELU, GELU_TANH, QWEN2, SPECS, TINY, hidden_states
 
-NORM_ROLE = "input_norm/post_attention_norm"  # evo.zoo.problems' name of the role patch calls "norm"
+NORM_ROLE = "norm"  # evo.zoo.problems' name of the role, as patch calls it
 
 
 def _rel(y: torch.Tensor, ref: torch.Tensor) -> float:

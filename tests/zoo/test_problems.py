@@ -21,7 +21,7 @@ def test_llama_3_8b():
     problems = layer_problems(load_model(MODELS / "llama-3-8b.json"), [16, 2048])
     assert len(problems) == 16 and {p.dtype for p in problems} == {"bf16"}
     assert _by_role(problems, 16) == {
-        "input_norm/post_attention_norm": ("rmsnorm", (16, 4096)),
+        "norm": ("rmsnorm", (16, 4096)),
         "qkv": ("gemm", (16, 4096 + 2 * 8 * 128, 4096)),
         "attention": (None, (16, 32, 8, 128)),
         "o_proj": ("gemm+residual", (16, 4096, 4096)),
