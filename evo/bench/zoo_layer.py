@@ -1,0 +1,210 @@
+"""`python -m evo.bench.zoo_layer ZOO_MODULE MODEL`: a whole decoder layer with the zoo's kernels against PyTorch.
+
+ZOO_MODULE is the file `evo zoo MODEL --collect` writes (`DIR/<model>/<model>_kernels.py`), MODEL the model file the
+zoo was planned from. For each token count T: the reference layer (evo.zoo.layer.DecoderLayer, seeded weights)
+and the same layer with the zoo's roles patched in (evo.zoo.patch), on the same seeded input x [T, hidden], four
+ways: `eager` (the plain layer), `compile` (torch.compile of it, max-autotune-no-cudagraphs, fullgraph),
+`zoo_eager` (the patched layer) and `zoo_compile` (torch.compile of the patched layer), each on two clocks of
+evo.evaluate.clocks: back-to-back eager calls (`call_ms`) and CUDA-graph replay (`graph_ms`). Each way's output
+is checked against the plain eager layer's. A way that fails (a compile error, a capture error) is recorded with
+its reason. Writes `OUT/zoo.json` and `OUT/zoo.md` (evo.bench.zoo_layer_results) after every token count and
+prints the table last; exit status 1 when an output is outside its tolerance.
+
+Without a GPU it refuses in one line (exit status 2) unless `--device cpu` is given: then only the eager ways
+run (the zoo's kernels in the Triton interpreter, as the tests do), compile and graphs recorded as needing CUDA.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from evo.bench.entrants import versions
+from evo.bench.zoo_layer_results import WAYS, to_markdown, write_zoo
+from evo.experiment.oneline import one_line
+
+__all__ = ["TOLERANCE", "build_parser", "measure_layer", "main"]
+
+# bf16 and fp16: gemm_epilogue's tolerances (a layer's output is a residual plus a few such GEMMs' sums); fp32:
+# the GPU's tl.dot rounds fp32 operands to tf32 (11 bits) where the plain layer's matmuls stay fp32, as there.
+TOLERANCE = {"bf16": 1.5e-2, "fp16": 3e-3, "fp32": 3e-3}
+COMPILE_MODE = "max-autotune-no-cudagraphs"  # CUDA graphs are the graph clock's to add, not Inductor's
+NEEDS_CUDA = "needs CUDA"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m evo.bench.zoo_layer", description=__doc__.split("\n\n")[0])
+    p.add_argument("zoo_module", metavar="ZOO_MODULE", help="the module `evo zoo MODEL --collect` wrote")
+    p.add_argument("model", metavar="MODEL", help="the model file (Hugging Face config.json or evo's YAML)")
+    p.add_argument("--tokens", default="1,16,128,2048", help="token counts T, comma-separated [1,16,128,2048]")
+    p.add_argument("--dtype", default="bf16", help="fp16, bf16 or fp32 [bf16]")
+    p.add_argument("--out", default="reports/bench/zoo", help="folder for zoo.json and zoo.md [reports/bench/zoo]")
+    p.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
+                   help="cpu: the eager ways only, zoo kernels in the Triton interpreter (tests) [cuda]")
+    p.add_argument("--rounds", type=int, default=7, help="rounds of the per-call clock (fastest kept) [7]")
+    p.add_argument("--seed", type=int, default=0, help="seed of the weights; the input of T uses seed + T [0]")
+    return p
+
+
+def _reason(e: BaseException) -> str:
+    return one_line(f"{type(e).__name__}: {e}")[:300]
+
+
+def _compiled(module: Any) -> Callable[..., Any]:
+    import torch
+
+    return torch.compile(module, mode=COMPILE_MODE, dynamic=False, fullgraph=True)
+
+
+def _capture_error(fn: Callable[[], Any]) -> str:
+    """Why `fn` cannot be captured in a CUDA graph (graph_ms only says that it cannot)."""
+    import torch
+
+    try:
+        with torch.cuda.graph(torch.cuda.CUDAGraph()):
+            fn()
+    except Exception as e:  # the reason is the point: any error of the capture
+        torch.cuda.synchronize()
+        return _reason(e)
+    return "CUDA graph capture failed while timing"
+
+
+def _rel_error(out: Any, ref: Any) -> float:
+    ref = ref.float()
+    return float((out.float() - ref).norm() / ref.norm())
+
+
+def measure_layer(plain: Any, patched: Any, tokens: int, dtype: str, device: str, seed: int = 0,
+                  rounds: int = 7) -> dict[str, Any]:
+    """One token count's row of zoo.json: the eight times, the errors against the plain eager layer, failures."""
+    import torch
+
+    from evo.evaluate.clocks import call_ms, graph_ms
+    from evo.problem import DTYPES
+
+    cuda = device == "cuda"
+    gen = torch.Generator().manual_seed(seed + tokens)
+    x = torch.randn(tokens, plain.spec.hidden_size, generator=gen).to(getattr(torch, DTYPES[dtype])).to(device)
+    row: dict[str, Any] = {"tokens": tokens}
+    failures: dict[str, str] = {}
+    fns: dict[str, Callable[[], Any]] = {}
+    errors: dict[str, float] = {}
+    if cuda:
+        torch._dynamo.reset()  # each T compiles afresh, as operators/gemm_baselines.py does per shape
+    modules = {"eager": plain, "compile": _compiled(plain) if cuda else None,
+               "zoo_eager": patched, "zoo_compile": _compiled(patched) if cuda else None}
+    with torch.no_grad():
+        ref = plain(x)
+        for way in WAYS:
+            module = modules[way]
+            if module is None:
+                failures[way] = NEEDS_CUDA
+                continue
+            try:
+                out = module(x)  # a compiled way compiles here
+                if cuda:
+                    torch.cuda.synchronize()
+            except Exception as e:  # a way that fails is recorded and the others still run
+                failures[way] = _reason(e)
+                continue
+            fns[way] = lambda m=module: m(x)
+            if way != "eager":
+                errors[way] = _rel_error(out, ref)
+        ways = list(fns)
+        try:
+            per_call = call_ms([fns[w] for w in ways], rounds=rounds, device=device)
+        except Exception:  # a way that ran once but fails when repeated: time the others alone
+            per_call = []
+            for w in ways:
+                try:
+                    per_call += call_ms([fns[w]], rounds=rounds, device=device)
+                except Exception as again:
+                    failures[w] = _reason(again)
+                    per_call.append(None)
+        graphs = graph_ms([fns[w] for w in ways], device=device) if cuda else [None] * len(ways)
+    for w, ms, g in zip(ways, per_call, graphs, strict=True):
+        row[f"{w}_ms"] = ms
+        row[f"{w}_graph_ms"] = g
+        if g is None and w not in failures:
+            failures[f"{w}_graph"] = _capture_error(fns[w]) if cuda else NEEDS_CUDA
+    for w in WAYS:
+        row.setdefault(f"{w}_ms", None)
+        row.setdefault(f"{w}_graph_ms", None)
+        if w not in fns and f"{w}_graph" not in failures:
+            failures[f"{w}_graph"] = NEEDS_CUDA if not cuda else f"{w} failed"
+    row["errors"] = errors
+    row["max_rel_error"] = max(errors.values()) if errors else None
+    row["tolerance"] = TOLERANCE[dtype]
+    row["within_tolerance"] = row["max_rel_error"] is None or row["max_rel_error"] <= TOLERANCE[dtype]
+    row["failures"] = failures
+    return row
+
+
+def _setup(args: argparse.Namespace) -> tuple[Any, dict[str, Callable[..., Any]], list[int]]:
+    """The model, the zoo's ops (role -> torch op) and the token counts; ValueError names what is wrong."""
+    from evo.api import load_zoo
+    from evo.problem import DTYPES
+    from evo.surface.zoo_command import parse_tokens
+    from evo.zoo import load_model
+
+    if args.dtype not in DTYPES:
+        raise ValueError(f"--dtype {args.dtype!r}: expected one of {', '.join(DTYPES)}")
+    if args.rounds < 1:
+        raise ValueError(f"--rounds must be at least 1, got {args.rounds}")
+    tokens = parse_tokens(args.tokens)
+    return load_model(args.model), load_zoo(args.zoo_module), tokens
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `python -m evo.bench.zoo_layer ARGS`; returns the exit status."""
+    import torch
+
+    args = build_parser().parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("evo zoo layer bench: it times the layer on a CUDA GPU and none is visible here (--device cpu runs "
+              "the eager ways only)", file=sys.stderr)
+        return 2
+    try:
+        spec, zoo_ops, tokens = _setup(args)
+    except (ValueError, OSError) as e:
+        print(f"evo zoo layer bench: {one_line(str(e))}", file=sys.stderr)
+        return 2
+    from evo.problem import DTYPES
+    from evo.zoo import layer_problems
+    from evo.zoo.layer import DecoderLayer
+    from evo.zoo.patch import patch, roles_of
+
+    dtype = getattr(torch, DTYPES[args.dtype])
+    # one seed, so both layers hold the same weights; patch() adds the transposed copies of the patched roles
+    plain = DecoderLayer(spec, dtype=dtype, device=args.device, seed=args.seed)
+    ops = {role: op for role, op in zoo_ops.items() if role in roles_of(plain)}
+    if not ops:
+        print(f"evo zoo layer bench: {one_line(args.zoo_module)} serves none of {spec.name}'s layer roles "
+              f"({', '.join(roles_of(plain))})", file=sys.stderr)
+        return 2
+    operators = {p.role: p.operator for p in layer_problems(spec, tokens[:1], args.dtype)}
+    roles = {role: str(operators.get(role)) for role in ops}
+    patched = patch(DecoderLayer(spec, dtype=dtype, device=args.device, seed=args.seed), ops)
+    doc: dict[str, Any] = {"model": spec.name, "gpu": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
+                           "device": args.device, "versions": versions(), "dtype": args.dtype,
+                           "zoo_module": str(Path(args.zoo_module).resolve()), "roles": roles, "layers": []}
+    for t in tokens:
+        row = measure_layer(plain, patched, t, args.dtype, args.device, seed=args.seed, rounds=args.rounds)
+        doc["layers"].append(row)
+        json_path, _ = write_zoo(doc, args.out)
+        print(f"T={t}: " + ", ".join(f"{w} {row[f'{w}_ms']:.4g} ms" for w in WAYS if row[f"{w}_ms"] is not None)
+              + f"; error {row['max_rel_error']} (tolerance {row['tolerance']:g})", file=sys.stderr)
+    print(to_markdown(doc), end="")
+    wrong = [r["tokens"] for r in doc["layers"] if not r["within_tolerance"]]
+    if wrong:
+        print(f"evo zoo layer bench: the zoo's layer is outside its tolerance at T={','.join(map(str, wrong))} "
+              f"(see {json_path})", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

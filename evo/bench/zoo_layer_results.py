@@ -1,0 +1,77 @@
+"""The layer benchmark's files (evo.bench.zoo_layer): `zoo.json` and a markdown table `zoo.md` beside it.
+
+    {"model": "llama-3-8b", "gpu": "NVIDIA H100 80GB HBM3", "device": "cuda", "versions": {...}, "dtype": "bf16",
+     "zoo_module": ".../llama-3-8b_kernels.py", "roles": {"qkv": "gemm", "norm": "rmsnorm", ...},
+     "layers": [{"tokens": 16, "eager_ms": ..., "compile_ms": ..., "zoo_eager_ms": ..., "zoo_compile_ms": ...,
+                 "eager_graph_ms": ..., "compile_graph_ms": ..., "zoo_eager_graph_ms": ...,
+                 "zoo_compile_graph_ms": ..., "errors": {"compile": ..., "zoo_eager": ..., "zoo_compile": ...},
+                 "max_rel_error": ..., "tolerance": 0.015, "within_tolerance": true,
+                 "failures": {"compile_graph": "one line why", ...}}, ...]}
+
+Times are milliseconds per layer call (None where the way failed: its reason is in `failures`). The errors are
+||out - ref|| / ||ref|| in fp32 against the plain eager layer's output. Issue 29's goals, per token count: the
+zoo under torch.compile and CUDA graphs >= 1.10x torch.compile under graphs, and the patched layer in eager code
+>= 1.15x the plain eager layer (x: the other's time over the zoo's).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from evo.store.atomic_file import write_atomic
+
+__all__ = ["WAYS", "TIME_KEYS", "GOALS", "write_zoo", "to_markdown", "speedup"]
+
+WAYS = ("eager", "compile", "zoo_eager", "zoo_compile")
+TIME_KEYS = tuple(f"{w}_ms" for w in WAYS) + tuple(f"{w}_graph_ms" for w in WAYS)
+# (label, the rival's time key, the zoo's time key, the goal): issue 29's two goals
+GOALS = (("vs compile, graphs", "compile_graph_ms", "zoo_compile_graph_ms", 1.10),
+         ("vs eager, per call", "eager_ms", "zoo_eager_ms", 1.15))
+
+
+def speedup(layer: dict[str, Any], rival: str, zoo: str) -> float | None:
+    """The rival's time over the zoo's (> 1: the zoo is faster); None when either is missing."""
+    a, b = layer.get(rival), layer.get(zoo)
+    return a / b if a and b else None
+
+
+def write_zoo(doc: dict[str, Any], out_dir: str | Path) -> tuple[Path, Path]:
+    """Write `zoo.json` and `zoo.md` under `out_dir` atomically; returns their paths."""
+    missing = [k for k in ("model", "gpu", "versions", "dtype", "zoo_module", "roles", "layers") if k not in doc]
+    if missing:
+        raise ValueError(f"not a layer benchmark document, missing {', '.join(missing)}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    write_atomic(out / "zoo.json", json.dumps(doc, indent=1) + "\n")
+    write_atomic(out / "zoo.md", to_markdown(doc))
+    return out / "zoo.json", out / "zoo.md"
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def to_markdown(doc: dict[str, Any]) -> str:
+    roles = ", ".join(f"{r} ({op})" for r, op in doc["roles"].items())
+    lines = [f"# {doc['model']} decoder layer: zoo kernels vs PyTorch ({doc['dtype']}, {doc['gpu']})", "",
+             f"Zoo module `{doc['zoo_module']}`, roles {roles}. Milliseconds per layer call; `graph`: captured in a "
+             "CUDA graph and replayed. Goals (issue 29): zoo_compile under graphs >= 1.10x compile under graphs; "
+             "zoo_eager >= 1.15x eager.", "",
+             "| T | eager | compile | zoo_eager | zoo_compile | eager graph | compile graph | zoo_eager graph "
+             "| zoo_compile graph | vs compile, graphs (1.10x) | vs eager (1.15x) | error / tolerance |",
+             "|" + " --- |" * 12]
+    for layer in doc["layers"]:
+        cells = [str(layer["tokens"])] + [_ms(layer.get(k)) for k in TIME_KEYS]
+        for _, rival, zoo, goal in GOALS:
+            s = speedup(layer, rival, zoo)
+            cells.append("-" if s is None else f"{s:.2f}x {'met' if s >= goal else 'not met'}")
+        err, tol = layer.get("max_rel_error"), layer["tolerance"]
+        cells.append("-" if err is None else f"{err:.2g} / {tol:g}{'' if err <= tol else ' WRONG'}")
+        lines.append("| " + " | ".join(cells) + " |")
+    failures = [f"- T={layer['tokens']} {way}: {why}" for layer in doc["layers"]
+                for way, why in layer.get("failures", {}).items()]
+    if failures:
+        lines += ["", "Failures:", ""] + failures
+    return "\n".join(lines) + "\n"

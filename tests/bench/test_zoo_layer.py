@@ -1,0 +1,88 @@
+"""The layer benchmark on the CPU: the tiny model's zoo (smoke searches, collected), then
+`python -m evo.bench.zoo_layer ... --device cpu`: zoo.json's schema, errors within tolerance, and a broken zoo
+reported as outside it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from evo.bench import zoo_layer
+from evo.bench.zoo_layer_results import TIME_KEYS, WAYS
+from evo.surface.cli import main as cli
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ROOT / "experiments" / "models" / "tiny.yaml"
+ARGS = [str(TINY), "--tokens", "1,4", "--dtype", "fp16"]
+
+
+@pytest.fixture(scope="module")
+def zoo(tmp_path_factory):
+    out = tmp_path_factory.mktemp("zoo")
+    assert cli(["zoo", *ARGS, "--smoke", "--evaluations", "2", "-o", str(out)]) == 0
+    for experiment in sorted((out / "tiny").glob("*.yaml")):
+        assert cli(["run", str(experiment)]) == 0, experiment
+    assert cli(["zoo", *ARGS, "-o", str(out), "--collect"]) == 0
+    return out / "tiny" / "tiny_kernels.py"
+
+
+def bench(zoo, out, *extra):
+    return zoo_layer.main([str(zoo), str(TINY), "--device", "cpu", "--dtype", "fp16", "--tokens", "1,4",
+                           "--rounds", "1", "--out", str(out), *extra])
+
+
+@pytest.mark.slow
+def test_the_zoo_layer_on_the_cpu_is_within_tolerance(zoo, tmp_path, capsys):
+    assert bench(zoo, tmp_path) == 0
+    doc = json.loads((tmp_path / "zoo.json").read_text())
+    assert doc["model"] == "tiny" and doc["dtype"] == "fp16" and doc["gpu"] == "cpu"
+    assert doc["zoo_module"] == str(zoo.resolve()) and "torch" in doc["versions"]
+    assert set(doc["roles"]) == {"norm", "qkv", "o_proj", "gate_up", "down"} and doc["roles"]["norm"] == "rmsnorm"
+    assert [layer["tokens"] for layer in doc["layers"]] == [1, 4]
+    for layer in doc["layers"]:
+        assert layer["eager_ms"] > 0 and layer["zoo_eager_ms"] > 0
+        assert all(layer[k] is None for k in TIME_KEYS if k not in ("eager_ms", "zoo_eager_ms"))
+        assert layer["failures"] == {"compile": "needs CUDA", "zoo_compile": "needs CUDA",
+                                     **{f"{w}_graph": "needs CUDA" for w in WAYS}}
+        assert set(layer["errors"]) == {"zoo_eager"}
+        assert layer["tolerance"] == 3e-3 and layer["max_rel_error"] <= layer["tolerance"]
+        assert layer["within_tolerance"]
+    table = (tmp_path / "zoo.md").read_text()
+    assert table == capsys.readouterr().out and table.count("\n| ") == 4 and "WRONG" not in table
+
+
+@pytest.mark.slow
+def test_a_broken_zoo_is_reported_outside_its_tolerance(zoo, tmp_path, monkeypatch, capsys):
+    from evo.api import load_zoo
+
+    def broken(path):
+        ops = load_zoo(path)
+        ops["o_proj"] = lambda a, b, residual: a @ b  # drops the residual
+        return ops
+
+    monkeypatch.setattr("evo.api.load_zoo", broken)
+    assert bench(zoo, tmp_path) == 1
+    doc = json.loads((tmp_path / "zoo.json").read_text())
+    for layer in doc["layers"]:
+        assert layer["max_rel_error"] > layer["tolerance"] and not layer["within_tolerance"]
+    assert (tmp_path / "zoo.md").read_text().count("WRONG") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "outside its tolerance at T=1,4" in err[-1]
+
+
+def test_without_cuda_it_refuses_in_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    assert zoo_layer.main([str(tmp_path / "z.py"), str(TINY), "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "none is visible" in err[0]
+    assert not (tmp_path / "zoo.json").exists()
+
+
+def test_bad_arguments_are_one_line(tmp_path, capsys):
+    for extra, says in ((["--tokens", "0"], "not a positive integer"), (["--dtype", "int8"], "--dtype"),
+                        ([], "cannot read it")):
+        assert zoo_layer.main([str(tmp_path / "missing.py"), str(TINY), "--device", "cpu", *extra]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and says in err[0], err
