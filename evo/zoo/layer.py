@@ -126,8 +126,7 @@ class DecoderLayer(_Routed):
         self.o_proj = nn.Linear(spec.q_size, h, bias=False)  # ModelSpec's attention_bias is Q, K and V's only
         self.post_attention_norm = RMSNorm(h, eps)
         if spec.mlp == "swiglu":  # weight rows [gate; up], so B = W^T is [hidden, 2 * inter] = [gate | up]
-            # no bias even with mlp_bias, as evo.zoo.problems plans it (gemm+swiglu takes none); Hugging Face's
-            # Llama with mlp_bias also biases gate and up
+            # no bias: a SwiGLU model with mlp_bias is refused by evo.zoo.model (gemm+swiglu takes none)
             self.gate_up_proj = nn.Linear(h, 2 * inter, bias=False)
         else:
             self.up_proj = nn.Linear(h, inter, bias=spec.mlp_bias)

@@ -155,6 +155,10 @@ def _from_hf(data: Any, file: str, default_name: str) -> ModelSpec:
     fields["mlp"] = _HF_ACT[act]
     # Qwen2 puts a bias on Q, K and V without saying so in its config; an explicit attention_bias wins
     fields["attention_bias"] = d.get("attention_bias", model_type == "qwen2")
+    if d.get("attention_bias") is True and model_type != "qwen2":
+        # Llama-family configs bias the output projection too, which the plan (gemm+residual) does not model
+        raise ModelError(file, "attention_bias", f"in a {model_type or 'Llama-family'} config it biases o_proj as "
+                                                 "well as Q, K and V; evo's zoo plans Q, K and V biases only")
     fields["tie_word_embeddings"] = d.get("tie_word_embeddings", True)  # PretrainedConfig's default
     return _build(fields, file, default_name)
 
@@ -188,9 +192,12 @@ def _build(d: dict, file: str, default_name: str) -> ModelSpec:
     else:
         head_dim = sizes["hidden_size"] // heads
     flags = {k: _flag(d.get(k, False), k, file) for k in ("tie_word_embeddings", "attention_bias", "mlp_bias")}
+    mlp = _choice(d.get("mlp", "swiglu"), "mlp", MLP_KINDS, file)
+    if flags["mlp_bias"] and mlp == "swiglu":  # gate and up would be biased: gemm+swiglu takes no bias
+        raise ModelError(file, "mlp_bias", "a SwiGLU MLP with biases: the fused gemm+swiglu takes no bias yet")
     return ModelSpec(name=name, num_key_value_heads=kv_heads, head_dim=head_dim,
                      norm=_choice(d.get("norm", "rmsnorm"), "norm", NORMS, file),
-                     mlp=_choice(d.get("mlp", "swiglu"), "mlp", MLP_KINDS, file), **sizes, **flags)
+                     mlp=mlp, **sizes, **flags)
 
 
 def _size(value: Any, field: str, file: str) -> int:

@@ -40,7 +40,7 @@ def test_hf_defaults_and_activations():
         assert parse_model(json.dumps({**base, "hidden_act": act}), "json").mlp == mlp
     assert parse_model(json.dumps({**base, "model_type": "qwen2"}), "json").attention_bias
     assert not parse_model(json.dumps({**base, "model_type": "qwen2", "attention_bias": False}), "json").attention_bias
-    assert parse_model(json.dumps({**base, "mlp_bias": True, "head_dim": None}), "json").mlp_bias
+    assert parse_model(json.dumps({**base, "mlp_bias": True, "head_dim": None, "hidden_act": "gelu"}), "json").mlp_bias
 
 
 def _bad_json(**change):
@@ -58,6 +58,8 @@ def _bad_json(**change):
     (_bad_json(head_dim=..., num_attention_heads=24), "json", "head_dim"),
     (_bad_json(hidden_act="relu2"), "json", "hidden_act"),
     (_bad_json(attention_bias="yes"), "json", "attention_bias"),
+    (_bad_json(attention_bias=True), "json", "attention_bias"),  # a Llama config's also biases o_proj
+    (_bad_json(mlp_bias=True), "json", "mlp_bias"),  # SwiGLU's gate and up would be biased
     (_bad_json(model_type="gemma", hidden_act="gelu_pytorch_tanh"), "json", "model_type"),
     (_bad_json(model_type=3), "json", "model_type"),
     (_bad_json(num_local_experts=8), "json", "num_local_experts"),
