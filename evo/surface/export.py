@@ -220,34 +220,41 @@ def export_one(store: Store, sizes: tuple[int, ...], dtype: str | None = None,
     return render_module(_operator_for(chosen), chosen, store.all_meta()), chosen
 
 
-_DISPATCH = '''
+# How a generated module imports a module it holds as source text (`evo export --all`'s elites, `evo zoo --collect`'s
+# operators): Triton reads kernel source from files, so the text is written once under a cache folder
+# ($EVO_KERNEL_DIR, else the temporary folder's evo-export), named by its hash, and imported from there.
+IMPORT_SOURCE = '''
 
-def _evo_load(key):
-    """Import the elite module of a measured problem (Triton reads kernel source from a file, so each is
-    written once under a cache directory named by its hash)."""
+def _evo_import(source, prefix):
+    """The module whose source is `source`, imported from <cache folder>/<prefix>_<hash>.py."""
     import hashlib
     import importlib.util
     import sys
     import tempfile
 
-    if key in _EVO_LOADED:
-        return _EVO_LOADED[key]
-    source = "\\n".join(_EVO_VARIANTS[key]["source"])
     digest = hashlib.sha256(source.encode()).hexdigest()[:20]
     folder = _evo_os.environ.get("EVO_KERNEL_DIR") or _evo_os.path.join(tempfile.gettempdir(), "evo-export")
     _evo_os.makedirs(folder, exist_ok=True)
-    path = _evo_os.path.join(folder, f"evo_elite_{digest}.py")
+    path = _evo_os.path.join(folder, f"{prefix}_{digest}.py")
     if not _evo_os.path.exists(path) or open(path).read() != source:
         tmp = f"{path}.tmp{_evo_os.getpid()}"
         with open(tmp, "w") as f:
             f.write(source)
         _evo_os.replace(tmp, path)
-    spec = importlib.util.spec_from_file_location(f"evo_elite_{digest}", path)
+    spec = importlib.util.spec_from_file_location(f"{prefix}_{digest}", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
-    _EVO_LOADED[key] = module
     return module
+'''
+
+_DISPATCH = '''
+
+def _evo_load(key):
+    """Import the elite module of a measured problem (once)."""
+    if key not in _EVO_LOADED:
+        _EVO_LOADED[key] = _evo_import("\\n".join(_EVO_VARIANTS[key]["source"]), "evo_elite")
+    return _EVO_LOADED[key]
 
 
 def nearest(sizes, dtype):
@@ -356,7 +363,7 @@ def export_all(store: Store, experiment: Experiment | None = None) -> tuple[str,
         lines += [f"            {line!r}," for line in v["source"]]
         lines.append("        ]},")
     lines.append("}")
-    return "\n".join(lines) + _DISPATCH.replace("{entry}", op.entry), found
+    return "\n".join(lines) + IMPORT_SOURCE + _DISPATCH.replace("{entry}", op.entry), found
 
 
 def nearest_distance(a: tuple[int, ...], b: tuple[int, ...]) -> float:

@@ -15,7 +15,7 @@ from pathlib import Path
 from evo.experiment.rundir import RunDir
 from evo.store.atomic_file import write_atomic
 from evo.store.sqlite import Store
-from evo.surface.export import ExportError, export_all
+from evo.surface.export import IMPORT_SOURCE, ExportError, export_all
 from evo.zoo.model import ModelSpec
 from evo.zoo.problems import layer_problems, run_name
 
@@ -73,38 +73,17 @@ def _module_text(spec: ModelSpec, roles: dict[str, str], sources: dict[str, str]
         lines += [f"        {line!r}," for line in text.split("\n")]
         lines.append("    ],")
     lines.append("}")
-    return "\n".join(lines) + _TAIL
+    return "\n".join(lines) + IMPORT_SOURCE + _TAIL
 
 
 _TAIL = '''
 
 
 def module(operator):
-    """The `evo export --all` module of `operator`, imported once (Triton reads kernel source from files, so it is
-    written under a cache folder named by its hash: $EVO_KERNEL_DIR, else the temporary folder's evo-export)."""
-    import hashlib
-    import importlib.util
-    import sys
-    import tempfile
-
-    if operator in _ZOO_LOADED:
-        return _ZOO_LOADED[operator]
-    source = "\\n".join(_ZOO_SOURCES[operator])
-    digest = hashlib.sha256(source.encode()).hexdigest()[:20]
-    folder = _evo_os.environ.get("EVO_KERNEL_DIR") or _evo_os.path.join(tempfile.gettempdir(), "evo-export")
-    _evo_os.makedirs(folder, exist_ok=True)
-    path = _evo_os.path.join(folder, f"evo_zoo_{digest}.py")
-    if not _evo_os.path.exists(path) or open(path).read() != source:
-        tmp = f"{path}.tmp{_evo_os.getpid()}"
-        with open(tmp, "w") as f:
-            f.write(source)
-        _evo_os.replace(tmp, path)
-    spec = importlib.util.spec_from_file_location(f"evo_zoo_{digest}", path)
-    loaded = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = loaded
-    spec.loader.exec_module(loaded)
-    _ZOO_LOADED[operator] = loaded
-    return loaded
+    """The `evo export --all` module of `operator`, imported once."""
+    if operator not in _ZOO_LOADED:
+        _ZOO_LOADED[operator] = _evo_import("\\n".join(_ZOO_SOURCES[operator]), "evo_zoo")
+    return _ZOO_LOADED[operator]
 
 
 def op(role):
