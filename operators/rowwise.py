@@ -87,9 +87,10 @@ class Skeleton:
     def loop_stages(self) -> str:
         return ", num_stages=NUM_STAGES" if self.pipelined else ""
 
-    def signature(self, name: str, runtime: str) -> list[str]:
-        """The @triton.jit def line(s): runtime arguments, then the constexprs this kernel uses."""
-        consts = ["N_COLS", "ROWS", "BLOCK"] + (["NUM_STAGES"] if self.pipelined else [])
+    def signature(self, name: str, runtime: str, consts: tuple[str, ...] = ("N_COLS", "ROWS", "BLOCK")) -> list[str]:
+        """The @triton.jit def line(s): runtime arguments, then the constexprs `consts` (and NUM_STAGES when the
+        kernel pipelines its loads)."""
+        consts = [*consts] + (["NUM_STAGES"] if self.pipelined else [])
         params = runtime.split(", ") + [f"{c}: tl.constexpr" for c in consts]
         lines, line = [], f"def {name}("
         for i, p in enumerate(params):

@@ -72,16 +72,7 @@ def _indent(lines: list[str], depth: int = 1) -> list[str]:
 
 
 def _signature(name: str, runtime: list[str], sk: Skeleton) -> list[str]:
-    consts = ["N_COLS", "SPLIT", "CHUNK", "BLOCK"] + (["NUM_STAGES"] if sk.pipelined else [])
-    params = runtime + [f"{c}: tl.constexpr" for c in consts]
-    lines, line = [], f"def {name}("
-    for i, p in enumerate(params):
-        piece = p + (", " if i < len(params) - 1 else "):")
-        if len(line) + len(piece.rstrip()) > 110:
-            lines.append(line.rstrip())
-            line = " " * (len(name) + 5)
-        line += piece
-    return ["@triton.jit"] + lines + [line]
+    return sk.signature(name, ", ".join(runtime), ("N_COLS", "SPLIT", "CHUNK", "BLOCK"))
 
 
 def _chunk_tile(sk: Skeleton, math: SplitMath, hint: str, body: list[str]) -> list[str]:
