@@ -37,3 +37,11 @@ def pytest_collection_modifyitems(config, items):
 def _results_db(tmp_path_factory, monkeypatch):
     """Every test gets its own shared results database (evo.store.shared), never the user's cache."""
     monkeypatch.setenv("EVO_RESULTS_DB", str(tmp_path_factory.mktemp("results") / "results.sqlite"))
+
+
+@pytest.fixture(scope="session")
+def tiny_zoo(tmp_path_factory):
+    """The tiny model's collected zoo module (tests/fixtures/tiny_zoo.py), built once for the session."""
+    from tests.fixtures.tiny_zoo import make_tiny_zoo
+
+    return make_tiny_zoo(tmp_path_factory.mktemp("zoo"))

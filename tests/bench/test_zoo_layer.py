@@ -5,27 +5,17 @@ reported as outside it."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from evo.bench import zoo_layer
 from evo.bench.zoo_layer_results import TIME_KEYS, WAYS
-from evo.surface.cli import main as cli
-
-ROOT = Path(__file__).resolve().parents[2]
-TINY = ROOT / "experiments" / "models" / "tiny.yaml"
-ARGS = [str(TINY), "--tokens", "1,4", "--dtype", "fp16"]
+from tests.fixtures.tiny_zoo import TINY
 
 
-@pytest.fixture(scope="module")
-def zoo(tmp_path_factory):
-    out = tmp_path_factory.mktemp("zoo")
-    assert cli(["zoo", *ARGS, "--smoke", "--evaluations", "2", "-o", str(out)]) == 0
-    for experiment in sorted((out / "tiny").glob("*.yaml")):
-        assert cli(["run", str(experiment)]) == 0, experiment
-    assert cli(["zoo", *ARGS, "-o", str(out), "--collect"]) == 0
-    return out / "tiny" / "tiny_kernels.py"
+@pytest.fixture
+def zoo(tiny_zoo):  # the session's one tiny zoo (tests/conftest.py): searched once for both of its test files
+    return tiny_zoo
 
 
 def bench(zoo, out, *extra):

@@ -6,25 +6,16 @@ from __future__ import annotations
 import subprocess
 import sys
 import warnings
-from pathlib import Path
 
 import pytest
 
 from evo.surface.cli import main
-
-ROOT = Path(__file__).resolve().parents[2]
-TINY = ROOT / "experiments" / "models" / "tiny.yaml"
-ARGS = [str(TINY), "--tokens", "1,4", "--dtype", "fp16"]
+from tests.fixtures.tiny_zoo import ARGS, TINY
 
 
-@pytest.fixture(scope="module")
-def zoo(tmp_path_factory):
-    out = tmp_path_factory.mktemp("zoo")
-    assert main(["zoo", *ARGS, "--smoke", "--evaluations", "2", "-o", str(out)]) == 0
-    for experiment in sorted((out / "tiny").glob("*.yaml")):
-        assert main(["run", str(experiment)]) == 0, experiment
-    assert main(["zoo", *ARGS, "-o", str(out), "--collect"]) == 0
-    return out / "tiny" / "tiny_kernels.py"
+@pytest.fixture
+def zoo(tiny_zoo):  # the session's one tiny zoo (tests/conftest.py): searched once for both of its test files
+    return tiny_zoo
 
 
 @pytest.mark.slow
