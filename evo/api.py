@@ -43,14 +43,7 @@ def load(source: str | Path, shape: str | tuple[int, ...] | None = None,
     elif path.is_file():
         if shape is not None or dtype is not None:
             raise LoadError(f"{path}: shape and dtype choose an elite of a run directory, not of a module file")
-        from evo.experiment.bounded_read import TooLarge, read_text_bounded
-
-        try:  # refused by size before it is read: a huge file given by mistake must not fill memory
-            text = read_text_bounded(path, MAX_MODULE_BYTES, "an exported module (--all included) is far smaller")
-        except TooLarge as e:
-            raise LoadError(f"{path}: {e}") from None
-        except (OSError, UnicodeDecodeError) as e:
-            raise LoadError(f"{path}: cannot read it ({e})") from None
+        text = _read_module(path, "an exported module (--all included) is far smaller")
     else:
         raise LoadError(f"{path}: no such file or run directory")
     from evo.evaluate.modules import load_source
@@ -69,14 +62,7 @@ def load_zoo(path: str | Path) -> dict[str, Callable[..., Any]]:
     """A model's kernel module (`evo zoo MODEL --collect`) as role -> torch op (`qkv`, `o_proj`, `gate_up`, ...);
     each op picks its elite by the shapes it is called with, i.e. by the runtime token count."""
     path = Path(path)
-    from evo.experiment.bounded_read import TooLarge, read_text_bounded
-
-    try:
-        text = read_text_bounded(path, MAX_MODULE_BYTES, "a zoo module is a few MiB")
-    except TooLarge as e:
-        raise LoadError(f"{path}: {e}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise LoadError(f"{path}: cannot read it ({e})") from None
+    text = _read_module(path, "a zoo module is a few MiB")
     from evo.evaluate.modules import load_source
 
     zoo = load_source(text)
@@ -91,6 +77,19 @@ def load_zoo(path: str | Path) -> dict[str, Callable[..., Any]]:
         tag = hashlib.sha256(source.encode()).hexdigest()[:16]
         ops[role] = as_torch_op(zoo.op(role), operators.get(name), tag=tag)
     return ops
+
+
+def _read_module(path: Path, why: str) -> str:
+    """The text of a module file, refused by size before it is read (a huge file given by mistake must not fill
+    memory; `why` says what size to expect) and in one line when it cannot be read."""
+    from evo.experiment.bounded_read import TooLarge, read_text_bounded
+
+    try:
+        return read_text_bounded(path, MAX_MODULE_BYTES, why)
+    except TooLarge as e:
+        raise LoadError(f"{path}: {e}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise LoadError(f"{path}: cannot read it ({e})") from None
 
 
 def as_torch_op(entry: Callable[..., Any], operator: Any, tag: str) -> Callable[..., Any]:
