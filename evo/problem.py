@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Problem", "Target", "DTYPES", "HOPPER", "shape_distance"]
+__all__ = ["Problem", "Target", "DTYPES", "HOPPER", "shape_distance", "operator_file_stem"]
 
 # dtype names used everywhere in evo (YAML, store, export) and their torch attribute names.
 DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
@@ -72,6 +73,12 @@ class Problem:
     def from_json(cls, text: str) -> Problem:
         d = json.loads(text)
         return cls(d["operator"], tuple((str(k), int(v)) for k, v in d["shape"]), d["dtype"])
+
+
+def operator_file_stem(operator: str) -> str:
+    """An operator's name as (part of) a file or run name: letters, digits and '_' kept, anything else as '-'
+    (gemm+bias+gelu -> gemm-bias-gelu): the bench's result files and the zoo's experiments use it."""
+    return re.sub(r"[^A-Za-z0-9_]+", "-", operator)
 
 
 def shape_distance(a: tuple[int, ...], b: tuple[int, ...]) -> float:

@@ -24,7 +24,6 @@ their table).
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ from evo.bench.cells import EVO_NAME, geomean, gpu_slug
 from evo.bench.cells import fmt as _fmt
 from evo.bench.cells import problem_label as _problem_label
 from evo.bench.results_clocks import clocks_table, not_capturable
+from evo.problem import operator_file_stem
 from evo.store.atomic_file import write_atomic
 
 __all__ = ["SCHEMA", "EVO_NAME", "gpu_slug", "unit_key", "geomean", "report_paths", "write_report", "load_report",
@@ -48,8 +48,7 @@ def unit_key(unit: str) -> str:
 
 
 def report_paths(doc: dict[str, Any], out_dir: str | Path) -> tuple[Path, Path]:
-    # gemm+bias+gelu -> gemm-bias-gelu: file names keep to letters, digits, '-' and '_'
-    stem = f"{re.sub(r'[^A-Za-z0-9_]+', '-', doc['operator'])}-{gpu_slug(doc['gpu'])}"
+    stem = f"{operator_file_stem(doc['operator'])}-{gpu_slug(doc['gpu'])}"
     out = Path(out_dir)
     return out / f"{stem}.json", out / f"{stem}.md"
 

@@ -57,7 +57,7 @@ def zoo_command(args: argparse.Namespace) -> int:
     from evo.problem import DTYPES
     from evo.store.atomic_file import write_atomic
     from evo.zoo import ModelError, experiments_for, layer_problems, load_model
-    from evo.zoo.problems import operator_file_stem
+    from evo.problem import operator_file_stem
 
     try:
         tokens = parse_tokens(args.tokens)

@@ -14,9 +14,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from evo.problem import operator_file_stem
 from evo.zoo.model import ModelSpec
 
-__all__ = ["KernelProblem", "layer_problems", "experiments_for", "operator_file_stem", "run_name", "ATTENTION_NOTE"]
+__all__ = ["KernelProblem", "layer_problems", "experiments_for", "run_name", "ATTENTION_NOTE"]
 
 ATTENTION_NOTE = "attention: no evo operator yet (issue 28)"
 
@@ -82,11 +83,6 @@ def _problems_at(spec: ModelSpec, t: int, dtype: str) -> list[KernelProblem]:
         kp("lm_head", "gemm", (t, spec.vocab_size, h), scope="model"),
         kp("sampling_softmax", "softmax", (t, spec.vocab_size), scope="model"),
     ]
-
-
-def operator_file_stem(operator: str) -> str:
-    """An operator's name as a file or run name: gemm+bias+gelu -> gemm-bias-gelu."""
-    return operator.replace("+", "-")
 
 
 def experiments_for(spec: ModelSpec, tokens: Sequence[int], dtype: str = "bf16", *, wall_s: float = 30.0,
