@@ -54,10 +54,9 @@ def format_plan(problems: list[Any], tokens: list[int]) -> str:
 def zoo_command(args: argparse.Namespace) -> int:
     usage_error = args.usage_error  # the CLI's UsageError, passed in: this module does not import the CLI
     from evo.experiment.config import parse_experiment
-    from evo.problem import DTYPES
+    from evo.problem import DTYPES, operator_file_stem
     from evo.store.atomic_file import write_atomic
     from evo.zoo import ModelError, experiments_for, layer_problems, load_model
-    from evo.problem import operator_file_stem
 
     try:
         tokens = parse_tokens(args.tokens)
