@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import textwrap
 
-__all__ = ["block", "wrap"]
+__all__ = ["block", "wrap", "jit_def"]
 
 
 def block(text: str, depth: int) -> str:
@@ -21,3 +21,16 @@ def wrap(items: list[str], width: int = 96) -> list[str]:
             line = ""
         line = f"{line}, {item}" if line else item
     return lines + [line + ","] if line else lines
+
+
+def jit_def(name: str, params: list[str], width: int = 110) -> list[str]:
+    """The `@triton.jit` line and a `def name(params):` wrapped at about `width` characters, continuation lines
+    aligned under the first parameter."""
+    lines, line = [], f"def {name}("
+    for i, p in enumerate(params):
+        piece = p + (", " if i < len(params) - 1 else "):")
+        if len(line) + len(piece.rstrip()) > width:
+            lines.append(line.rstrip())
+            line = " " * (len(name) + 5)
+        line += piece
+    return ["@triton.jit"] + lines + [line]

@@ -19,6 +19,7 @@ from evo.launch import runtime_source
 from evo.problem import DTYPES, Problem, Target
 from genomes.base import Genome, InvalidGenome
 from genomes.rowwise import ELEM_BYTES
+from operators._template import jit_def
 from operators.base import Operator
 
 __all__ = ["RowwiseOperator", "Skeleton", "load", "store", "fresh_function", "TOLERANCE"]
@@ -91,15 +92,7 @@ class Skeleton:
         """The @triton.jit def line(s): runtime arguments, then the constexprs `consts` (and NUM_STAGES when the
         kernel pipelines its loads)."""
         consts = [*consts] + (["NUM_STAGES"] if self.pipelined else [])
-        params = runtime.split(", ") + [f"{c}: tl.constexpr" for c in consts]
-        lines, line = [], f"def {name}("
-        for i, p in enumerate(params):
-            piece = p + (", " if i < len(params) - 1 else "):")
-            if len(line) + len(piece.rstrip()) > 110:
-                lines.append(line.rstrip())
-                line = " " * (len(name) + 5)
-            line += piece
-        return ["@triton.jit"] + lines + [line]
+        return jit_def(name, runtime.split(", ") + [f"{c}: tl.constexpr" for c in consts])
 
     def column_loop(self, body: list[str]) -> list[str]:
         """A loop over BLOCK-wide column steps of the current rows (looped kernels)."""

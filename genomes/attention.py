@@ -1,0 +1,200 @@
+"""The attention genome: O = softmax(Q K^T * scale) V over [batch, heads, length, head_dim] tensors, causal or not,
+with query heads sharing key/value heads (GQA, MQA).
+
+One program computes a tile of BLOCK_M query rows against the keys in BLOCK_N-wide steps (the online softmax
+of FlashAttention), holding the fp32 output tile and one tile of scores in registers and pipelining the K and
+V loads through shared memory (num_stages deep). The genes beyond the tiles decide the structure:
+- `pack_gqa`: the rows of a tile are (query, head) pairs of the query heads that share one KV head, so those
+  heads read K and V once (what decode needs: one query row per head would fill 1 of 16 rows of a tile);
+- `kv_split`: the keys of one tile are split over several programs (flash-decoding), each writing a partial
+  output and its log-sum-exp, combined by a second launch (`reduce: launch`) or by the last program of the
+  tile to finish (`reduce: last_program`, an atomic counter; no second launch, nothing waits on anyone);
+- `mask_loop`: every key block masked, or the blocks that no row of the tile masks (below the causal
+  diagonal, inside the key length) run a loop without the mask and only the rest a masked one;
+- `q_order` and `grid`: the order the programs are issued in (the longest causal rows first; the tiles of
+  one head together, sharing K and V in L2, or the heads of one tile together).
+
+Validity keeps what can run: tiles of at least 16 (tl.dot), the fp32 values a thread keeps within its
+registers, the pipelined loads within shared memory, packing only where heads share a KV head. More key
+splits than key blocks, or tiles taller than the queries, are wasteful but valid (a split without keys
+writes an empty partial), so a genome stays valid for a shorter problem (a transferred elite, a clipped
+smoke-test problem); random draws and repair aim at the sensible forms. The head dimension (any size; the kernel pads it to a power of two) comes
+from the problem.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from evo.problem import Problem, Target
+from genomes import labels
+from genomes.base import Descriptor, Genome, GenomeFamily, InvalidGenome
+from genomes.genes import Boolean, Categorical, Gene, IntChoice, PowerOfTwo
+
+__all__ = ["AttentionFamily", "ELEM_BYTES", "head_dim_pad", "tile_rows", "key_blocks", "MAX_LIVE"]
+
+ELEM_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
+
+# fp32 values a thread may keep alive for the output tile and one tile of scores: FlashAttention-2-style
+# Triton kernels at 128x64 tiles, head dim 128 and 8 warps keep 96 (Triton's tutorial runs there); 160 leaves
+# room for the probabilities cast to 16 bits and the addresses within 255 registers.
+MAX_LIVE = 160
+
+
+def head_dim_pad(problem: Problem) -> int:
+    """The head dimension rounded up to a power of two (at least 16): the width of the kernel's tiles."""
+    return max(16, 1 << (problem.dims["head_dim"] - 1).bit_length())
+
+
+def group(problem: Problem) -> int:
+    """Query heads per KV head."""
+    return problem.dims["heads"] // problem.dims["kv_heads"]
+
+
+def tile_rows(g: dict[str, Any], problem: Problem) -> int:
+    """Rows a head's (or, packed, a KV head's) query tiles cover: the queries, times the group when packed."""
+    return problem.dims["q_len"] * (group(problem) if g["pack_gqa"] else 1)
+
+
+def key_blocks(g: dict[str, Any], problem: Problem) -> int:
+    return -(-problem.dims["kv_len"] // g["BLOCK_N"])
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+class AttentionFamily(GenomeFamily):
+    name = "attention"
+
+    def _genes(self) -> list[Gene]:
+        return [
+            PowerOfTwo("BLOCK_M", 16, 256, group="tile", doc="query rows per program (with pack_gqa: (query, head) rows)"),
+            PowerOfTwo("BLOCK_N", 16, 256, group="tile", doc="keys per step of the loop over the keys"),
+            IntChoice("num_warps", (2, 4, 8, 16), group="launch", doc="warps per program"),
+            IntChoice("num_stages", (1, 2, 3, 4, 5), group="launch",
+                      doc="software pipelining depth of the K and V loads of the key loop"),
+            Boolean("pack_gqa", group="structure",
+                    doc="one tile holds the query heads that share a KV head, which then read K and V once"),
+            PowerOfTwo("kv_split", 1, 64, group="split",
+                       doc="programs sharing one tile's keys (flash-decoding); 1 = one program per tile"),
+            Categorical("reduce", ("launch", "last_program"), group="split",
+                        doc="kv_split > 1: partials combined by a second launch, or by the tile's last program"),
+            Categorical("mask_loop", ("split", "masked"), group="structure",
+                        doc="key blocks no row masks run without the mask (split), or every block is masked"),
+            Categorical("q_order", ("forward", "reverse"), group="order",
+                        doc="query tiles issued first to last, or last first (the longest causal rows first)"),
+            Categorical("grid", ("tiles_first", "heads_first"), group="order",
+                        doc="programs issued tile by tile of one head (K and V shared in L2) or head by head"),
+        ]
+
+    # -- resources ------------------------------------------------------------------------------------
+    @staticmethod
+    def live_values(g: dict[str, Any], problem: Problem) -> int:
+        """fp32 values a thread keeps: the output tile and one tile of scores, over the program's threads."""
+        return (g["BLOCK_M"] * head_dim_pad(problem) + g["BLOCK_M"] * g["BLOCK_N"]) // (32 * g["num_warps"])
+
+    @staticmethod
+    def smem_estimate(g: dict[str, Any], problem: Problem) -> int:
+        """The query tile, and num_stages buffers of a K and a V tile (one when the loads are not pipelined)."""
+        e, d = ELEM_BYTES[problem.dtype], head_dim_pad(problem)
+        return e * d * (g["BLOCK_M"] + 2 * g["BLOCK_N"] * max(1, g["num_stages"]))
+
+    # -- validity -------------------------------------------------------------------------------------
+    def violations(self, genome: Genome, problem: Problem, target: Target) -> list[str]:
+        try:
+            g = genome.as_dict()
+            if set(g) != set(self.genes):
+                return [f"genes {sorted(set(g) ^ set(self.genes))} do not match family {self.name}"]
+        except Exception as e:  # noqa: BLE001 - a malformed genome is a violation, not a crash
+            return [f"malformed genome: {e}"]
+        out = []
+        if problem.dims["heads"] % problem.dims["kv_heads"]:
+            return [f"{problem.dims['heads']} query heads are not a multiple of {problem.dims['kv_heads']} KV heads"]
+        live = self.live_values(g, problem)
+        if live > MAX_LIVE:
+            out.append(f"keeps ~{live} fp32 values per thread (> {MAX_LIVE}): more warps or smaller tiles")
+        if g["BLOCK_M"] * g["BLOCK_N"] < 32 * g["num_warps"] * 4:
+            out.append(f"a {g['BLOCK_M']}x{g['BLOCK_N']} tile is too small for {g['num_warps']} warps")
+        smem = self.smem_estimate(g, problem)
+        if smem > target.smem_bytes:
+            out.append(f"needs ~{smem} bytes of shared memory (> {target.smem_bytes})")
+        if g["pack_gqa"] and group(problem) == 1:
+            out.append("pack_gqa: every query head has its own KV head, there is nothing to pack")
+        if g["kv_split"] == 1 and g["reduce"] != self.genes["reduce"].values[0]:
+            out.append("reduce: only a kv_split > 1 has partials to combine")
+        return out
+
+    # -- repair ---------------------------------------------------------------------------------------
+    def repair(self, genome: Genome, problem: Problem, target: Target, rng: np.random.Generator) -> Genome:
+        g = genome.as_dict()
+        if g["pack_gqa"] and group(problem) == 1:
+            self._set(g, "pack_gqa", False)
+        rows = _next_pow2(tile_rows(g, problem))
+        while g["BLOCK_M"] > max(16, rows) and self._step_down(g, "BLOCK_M"):
+            pass
+        while g["BLOCK_N"] > max(16, _next_pow2(problem.dims["kv_len"])) and self._step_down(g, "BLOCK_N"):
+            pass
+        while self.live_values(g, problem) > MAX_LIVE:
+            if self._step_up(g, "num_warps") or self._step_down(g, "BLOCK_N") or self._step_down(g, "BLOCK_M"):
+                continue
+            break
+        while g["BLOCK_M"] * g["BLOCK_N"] < 32 * g["num_warps"] * 4 and self._step_down(g, "num_warps"):
+            pass
+        for name in ("num_stages", "BLOCK_N", "BLOCK_M"):
+            while self.smem_estimate(g, problem) > target.smem_bytes and self._step_down(g, name):
+                pass
+        while g["kv_split"] > key_blocks(g, problem) and self._step_down(g, "kv_split"):
+            pass
+        if g["kv_split"] == 1:
+            self._set(g, "reduce", self.genes["reduce"].values[0])
+        repaired = self.make(g)
+        reasons = self.violations(repaired, problem, target)
+        if reasons:
+            raise InvalidGenome(f"cannot repair {genome} for {problem.key}: {'; '.join(reasons)}")
+        return repaired
+
+    # -- seeds and descriptors ------------------------------------------------------------------------
+    def base(self, **values: Any) -> dict[str, Any]:
+        """FlashAttention-2's forward as Triton writes it: 128x64 tiles, 8 warps, 3 stages; updated by `values`."""
+        g = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3, "pack_gqa": False, "kv_split": 1,
+             "reduce": "launch", "mask_loop": "split", "q_order": "forward", "grid": "tiles_first"}
+        g.update(values)
+        return g
+
+    def seeds(self, problem: Problem, target: Target) -> list[Genome]:
+        raw = [self.base(BLOCK_M=m, BLOCK_N=n, num_warps=w, num_stages=s)
+               for m, n, w, s in ((128, 64, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3), (128, 32, 4, 4),
+                                  (64, 128, 4, 2), (256, 64, 16, 2))]
+        raw += [self.base(q_order="reverse"), self.base(mask_loop="masked")]
+        # Decode and other short queries: pack the heads of a group, split the keys so that every SM works.
+        rows = problem.dims["q_len"] * group(problem)
+        programs = problem.dims["batch"] * problem.dims["kv_heads"] * max(1, -(-rows // 64))
+        split = max(1, min(64, _next_pow2(max(1, 2 * target.num_sms // max(1, programs)))))
+        for n, w in ((64, 4), (128, 4), (128, 8)):
+            raw += [self.base(BLOCK_M=16, BLOCK_N=n, num_warps=w, num_stages=3, pack_gqa=True, kv_split=split,
+                              reduce=r) for r in ("launch", "last_program")]
+        raw += [self.base(BLOCK_M=64, BLOCK_N=64, num_warps=4, pack_gqa=True, kv_split=max(1, split // 2))]
+        return self._repaired_seeds(raw, problem, target)
+
+    def descriptors(self) -> dict[str, Descriptor]:
+        log2 = lambda x: float(np.log2(x))
+        return {
+            "tile": Descriptor("tile", lambda g, r: log2(g["BLOCK_M"] * g["BLOCK_N"]),
+                               tuple(float(x) for x in range(8, 17)), "log2(BLOCK_M x BLOCK_N)", label=labels.tile),
+            "block_m": Descriptor("block_m", lambda g, r: log2(g["BLOCK_M"]), tuple(float(x) for x in range(4, 9)),
+                                  "log2(query rows per program)", label=labels.power_of_two),
+            "kv_split": Descriptor("kv_split", lambda g, r: log2(g["kv_split"]), tuple(float(x) for x in range(7)),
+                                   "log2(programs sharing a tile's keys)", label=labels.power_of_two),
+            "structure": Descriptor(
+                "structure", lambda g, r: float(g["pack_gqa"]) + 2.0 * (g["kv_split"] > 1), (0.0, 1.0, 2.0, 3.0),
+                "0 plain, 1 GQA packed, 2 split keys, 3 both",
+                label=labels.categories(("plain", "GQA packed", "split keys", "packed+split"))),
+            "num_warps": Descriptor("num_warps", lambda g, r: log2(g["num_warps"]), tuple(float(x) for x in range(1, 5)),
+                                    "log2(warps)", label=labels.power_of_two),
+            "registers": Descriptor("registers", lambda g, r: r["registers"],
+                                    (0.0, 64.0, 96.0, 128.0, 168.0, 232.0), "registers per thread",
+                                    needs_resources=True),
+        }

@@ -1,0 +1,227 @@
+"""Attention forward: O = softmax(Q K^T * scale) V per head, `attention` (every key visible) and `attention+causal`
+(bottom-right causal mask), query heads sharing key/value heads (GQA, MQA), head dim of any size.
+
+Problem dims: batch, heads (query heads), kv_heads, q_len, kv_len, head_dim; inputs q[B, Hq, Lq, D] and
+k, v[B, Hkv, Lk, D] as `torch.nn.functional.scaled_dot_product_attention` takes them. Decode is q_len 1-16 against
+a long kv_len; prefill q_len == kv_len. The reference is the formula in fp32; the baselines are SDPA as a user
+calls it (the backend PyTorch picks) and, for `evo bench`, each of its backends forced in turn (flash,
+memory-efficient, cuDNN): one that cannot run a problem is reported unavailable, not skipped silently.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from evo.problem import DTYPES, Problem, Target
+from genomes.attention import AttentionFamily, head_dim_pad
+from genomes.base import Genome, GenomeFamily, InvalidGenome
+from operators.attention_module import render_module
+from operators.base import Baseline, Operator
+
+__all__ = ["AttentionOperator", "attention_variant", "TOLERANCE", "causal_pairs"]
+
+# Relative Frobenius error accepted: the probabilities are rounded to the input dtype before P V (as every
+# FlashAttention does), a few units of that rounding; a wrong key block or head is orders of magnitude more.
+TOLERANCE = {"fp16": 4e-3, "bf16": 2.5e-2}
+_BACKENDS = (("sdpa_flash", "FLASH_ATTENTION"), ("sdpa_efficient", "EFFICIENT_ATTENTION"),
+             ("sdpa_cudnn", "CUDNN_ATTENTION"))
+
+
+def causal_pairs(n_q: int, n_k: int) -> int:
+    """(query, key) pairs a bottom-right causal mask keeps: query i of n_q sees min(n_k, i + n_k - n_q + 1) keys."""
+    return n_q * (n_k - n_q) + n_q * (n_q + 1) // 2
+
+
+def _sdpa(causal: bool, backend: str | None) -> Any:
+    """SDPA as a user calls it for this problem; `backend` forces one of torch.nn.attention.SDPBackend."""
+    def make(problem: Problem) -> Any:
+        import torch
+        import torch.nn.functional as F
+
+        d = problem.dims
+        gqa = {"enable_gqa": True} if d["heads"] != d["kv_heads"] else {}
+        mask: dict[str, Any] = {}
+        if causal and d["q_len"] == d["kv_len"]:
+            mask = {"is_causal": True}
+        elif causal:
+            from torch.nn.attention.bias import causal_lower_right
+
+            mask = {"attn_mask": causal_lower_right(d["q_len"], d["kv_len"])}
+
+        def call(q: Any, k: Any, v: Any) -> Any:
+            return F.scaled_dot_product_attention(q, k, v, **mask, **gqa)
+
+        if backend is None:
+            return call
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        chosen = getattr(SDPBackend, backend)
+
+        def forced(q: Any, k: Any, v: Any) -> Any:
+            with sdpa_kernel([chosen]):
+                return call(q, k, v)
+
+        return forced
+
+    return make
+
+
+class AttentionOperator(Operator):
+    dims = ("batch", "heads", "kv_heads", "q_len", "kv_len", "head_dim")
+    dtypes = ("fp16", "bf16")
+    entry = "attention"
+    throughput_unit = "TFLOP/s"
+    torch_schema = "(Tensor q, Tensor k, Tensor v, float? scale=None) -> Tensor"
+
+    def __init__(self, overrides: dict[str, list[Any]] | None = None, causal: bool = False) -> None:
+        self.causal = causal
+        self.name = "attention+causal" if causal else "attention"
+        super().__init__(overrides)
+
+    def make_family(self, overrides: dict[str, list[Any]] | None) -> GenomeFamily:
+        return AttentionFamily(overrides)
+
+    def problem(self, sizes: tuple[int, ...] | list[int], dtype: str) -> Problem:
+        p = super().problem(sizes, dtype)
+        d = p.dims
+        if d["heads"] % d["kv_heads"]:
+            raise ValueError(f"{self.name} {p.shape_text}: {d['heads']} query heads are not a multiple of "
+                             f"{d['kv_heads']} KV heads")
+        if self.causal and d["q_len"] > d["kv_len"]:
+            raise ValueError(f"{self.name} {p.shape_text}: a causal mask needs q_len <= kv_len "
+                             f"({d['q_len']} > {d['kv_len']})")
+        return p
+
+    # -- code generation ----------------------------------------------------------------------------
+    def render(self, genome: Genome, problem: Problem, target: Target) -> str:
+        reasons = self.family.violations(genome, problem, target)
+        if reasons:
+            raise InvalidGenome(f"genome {genome} is not valid for {problem.key}: {'; '.join(reasons)}")
+        return render_module(self.name, genome.as_dict(), self.causal, problem, target, head_dim_pad(problem))
+
+    # -- judging a kernel ---------------------------------------------------------------------------
+    def tensor_shapes(self, problem: Problem) -> list[tuple[int, ...]]:
+        d = problem.dims
+        q = (d["batch"], d["heads"], d["q_len"], d["head_dim"])
+        kv = (d["batch"], d["kv_heads"], d["kv_len"], d["head_dim"])
+        return [q, kv, kv, q]
+
+    def make_inputs(self, problem: Problem, seed: int, device: str = "cuda") -> tuple[Any, ...]:
+        """Standard-normal q, k and v (never zeros), deterministic in `seed`."""
+        import torch
+
+        dtype = getattr(torch, DTYPES[problem.dtype])
+        shapes = self.tensor_shapes(problem)[:3]
+        if torch.device(device).type == "meta":
+            return tuple(torch.empty(s, device=device, dtype=dtype) for s in shapes)
+        gen = torch.Generator(device=device).manual_seed(seed)
+        return tuple(torch.randn(s, generator=gen, device=device, dtype=dtype) for s in shapes)
+
+    def reference(self, *inputs: Any) -> Any:
+        import torch
+
+        q, k, v = (t.to(torch.float32) for t in inputs[:3])
+        group = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+        if self.causal:
+            n_q, n_k = q.shape[2], k.shape[2]
+            seen = torch.ones(n_q, n_k, dtype=torch.bool, device=q.device).tril(diagonal=n_k - n_q)
+            s = s.masked_fill(~seen, float("-inf"))
+        return torch.softmax(s, dim=-1) @ v
+
+    def tolerance(self, problem: Problem) -> float:
+        return TOLERANCE[problem.dtype]
+
+    def baselines(self) -> list[Baseline]:
+        mask = "bottom-right causal mask" if self.causal else "no mask"
+        return [Baseline("sdpa", _sdpa(self.causal, None),
+                         f"torch.nn.functional.scaled_dot_product_attention, {mask}, the backend PyTorch picks")]
+
+    def bench_baselines(self) -> list[Baseline]:
+        return self.baselines() + [Baseline(name, _sdpa(self.causal, backend), f"SDPA with only {backend} enabled")
+                                   for name, backend in _BACKENDS]
+
+    def flops(self, problem: Problem) -> int:
+        """4 per (query, key) pair and head dimension (two matrix products), per query head; the causal mask
+        counts only the pairs it keeps."""
+        d = problem.dims
+        pairs = causal_pairs(d["q_len"], d["kv_len"]) if self.causal else d["q_len"] * d["kv_len"]
+        return 4 * d["batch"] * d["heads"] * pairs * d["head_dim"]
+
+    def bytes(self, problem: Problem) -> int:
+        """q and k, v read once, o written once."""
+        d = problem.dims
+        e = 2
+        return e * d["batch"] * d["head_dim"] * (2 * d["heads"] * d["q_len"] + 2 * d["kv_heads"] * d["kv_len"])
+
+    # -- kernels as torch ops -------------------------------------------------------------------------
+    def empty_output(self, *args: Any) -> Any:
+        import torch
+
+        q = args[0]
+        return torch.empty(q.shape, dtype=q.dtype, device=q.device)
+
+    def call_into(self, entry: Any, *args: Any, out: Any) -> Any:
+        q, k, v, *scale = args  # the scale comes after `out` in the entry function
+        return entry(q, k, v, out=out, scale=scale[0] if scale else None)
+
+    def eager_entry(self, entry: Any) -> Any:
+        def attention(q: Any, k: Any, v: Any, scale: float | None = None) -> Any:
+            return entry(q, k, v, scale=scale)
+
+        return attention
+
+    def selfcheck_source(self, problem: Problem) -> str:
+        d = problem.dims
+        q = (d["batch"], d["heads"], d["q_len"], d["head_dim"])
+        kv = (d["batch"], d["kv_heads"], d["kv_len"], d["head_dim"])
+        gqa = ", enable_gqa=True" if d["heads"] != d["kv_heads"] else ""
+        if not self.causal:
+            mask = ""
+        elif d["q_len"] == d["kv_len"]:
+            mask = ", is_causal=True"
+        else:
+            mask = f", attn_mask=causal_lower_right({d['q_len']}, {d['kv_len']})"
+        return "\n".join([
+            "import math",
+            "",
+            "import torch",
+            *(["from torch.nn.attention.bias import causal_lower_right"] if "lower_right" in mask else []),
+            "",
+            f"SELFCHECK_TOLERANCE = {self.tolerance(problem)!r}",
+            "",
+            "",
+            "def selfcheck_inputs(device):",
+            '    """Fresh standard-normal q, k, v (never zeros), seeded."""',
+            "    gen = torch.Generator(device=device).manual_seed(20240611)",
+            f"    dtype = torch.{DTYPES[problem.dtype]}",
+            f"    return tuple(torch.randn(s, generator=gen, device=device, dtype=dtype) for s in ({q}, {kv}, {kv}))",
+            "",
+            "",
+            "def selfcheck_reference(q, k, v):",
+            "    q, k, v = q.float(), k.float(), v.float()",
+            "    group = q.shape[1] // k.shape[1]",
+            "    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)",
+            "    s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])",
+            *([f"    seen = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril("
+               "k.shape[2] - q.shape[2])",
+               "    s = s.masked_fill(~seen, float('-inf'))"] if self.causal else []),
+            "    return torch.softmax(s, dim=-1) @ v",
+            "",
+            "",
+            "def selfcheck_baseline(q, k, v):",
+            f"    return torch.nn.functional.scaled_dot_product_attention(q, k, v{mask}{gqa})",
+            "",
+            "",
+            "def problem_sizes(q, k, v):",
+            "    return (q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3])",
+        ]) + "\n"
+
+
+def attention_variant(options: tuple[str, ...], overrides: dict[str, list[Any]] | None) -> AttentionOperator:
+    """`attention+causal`: the only option attention takes."""
+    if options != ("causal",):
+        raise ValueError(f"attention takes one option, 'causal' (attention+causal); got {'+'.join(options)!r}")
+    return AttentionOperator(overrides, causal=True)

@@ -1,0 +1,159 @@
+"""The rendered attention module around its kernels: header, argument checks, the launch plan and the entry function.
+
+`attention(q, k, v, out=None, scale=None)` takes q[B, Hq, Lq, D] and k, v[B, Hkv, Lk, D] (any strides whose last
+is 1; others are copied), Hq a multiple of Hkv, and returns o[B, Hq, Lq, D] (contiguous) in q's dtype. The plan
+for one argument signature binds the kernels once and keeps the split partials and the counters of
+`reduce: last_program` with it, so a call allocates only its output, and a CUDA graph may capture it (two
+streams running one plan at once would share its partials: give each its own module).
+"""
+
+from __future__ import annotations
+
+from evo.launch import runtime_source
+from evo.problem import Problem, Target
+from operators.attention_source import COMBINE_ROWS, KernelFacts, combine_source, kernel_source
+
+__all__ = ["render_module"]
+
+LOG2E = 1.4426950408889634
+
+
+def _header(name: str, f: KernelFacts, problem: Problem, target: Target) -> list[str]:
+    g = f.g
+    shape = problem.dims
+    kind = "causal (bottom-right) " if f.causal else ""
+    structure = []
+    if f.pack:
+        structure.append("query heads sharing a KV head packed into one tile")
+    if f.split > 1:
+        how = "a second launch" if g["reduce"] == "launch" else "the last program of each tile"
+        structure.append(f"keys split over {f.split} programs per tile, combined by {how}")
+    return [
+        f'"""evo kernel: {kind}attention, rendered for {problem.key} on {target.name} '
+        f'({name}: {shape["heads"]} query heads on {shape["kv_heads"]} KV heads, head dim {shape["head_dim"]}).',
+        "",
+        f"FlashAttention-style online softmax in base 2, {g['BLOCK_M']}x{g['BLOCK_N']} tiles"
+        + (f"; {'; '.join(structure)}." if structure else "."),
+        '"""',
+        "",
+        "import math",
+        "",
+        "import torch",
+        "import triton",
+        "import triton.language as tl",
+        "",
+        runtime_source(),
+        "",
+        f"CAUSAL = {f.causal}",
+        f"PACK_GQA = {f.pack}",
+        f"BLOCK_M = {g['BLOCK_M']}",
+        f"BLOCK_N = {g['BLOCK_N']}",
+        f"SPLIT = {f.split}",
+        f"NUM_WARPS = {g['num_warps']}",
+        f"NUM_STAGES = {g['num_stages']}",
+        f"LOG2E = {LOG2E!r}",
+        "",
+        "",
+    ]
+
+
+def _plan(f: KernelFacts) -> list[str]:
+    g = f.g
+    tiles_first = g["grid"] == "tiles_first"
+    grid = "(n_tiles, b * h_grid, SPLIT)" if tiles_first else "(b * h_grid, n_tiles, SPLIT)"
+    lines = [
+        "def _described(t):",
+        "    if isinstance(t, torch.Tensor):",
+        '        return f"a {t.dtype} tensor of shape {tuple(t.shape)} on {t.device}"',
+        "    return repr(t)[:60]",
+        "",
+        "",
+        "def _plan(q, k, v, out):",
+        '    """Check the arguments (ValueError naming what is wrong) and fix what depends only on their signature.',
+        '    Returns run(q, k, v, out, scale) for every call of this signature."""',
+        "    for name, t in (('q', q), ('k', k), ('v', v)):",
+        "        if not isinstance(t, torch.Tensor) or t.dim() != 4 or t.numel() == 0:",
+        "            raise ValueError(f\"{name} must be a non-empty 4-d tensor [batch, heads, length, head_dim]; \"",
+        "                             f\"got {_described(t)}\")",
+        "    if k.shape != v.shape or k.dtype != q.dtype or v.dtype != q.dtype or k.device != q.device \\",
+        "            or v.device != q.device:",
+        "        raise ValueError(f\"k and v must have one shape and q's dtype and device; got q {_described(q)}, \"",
+        "                         f\"k {_described(k)}, v {_described(v)}\")",
+        "    b, hq, n_q, d = q.shape",
+        "    hkv, n_k = k.shape[1], k.shape[2]",
+        "    if k.shape[0] != b or k.shape[3] != d or hq % hkv:",
+        "        raise ValueError(f\"k, v must be [{b}, H, Lk, {d}] with H dividing {hq}; got {_described(k)}\")",
+        "    if CAUSAL and n_q > n_k:",
+        "        raise ValueError(f\"causal attention needs no more queries than keys; got {n_q} and {n_k}\")",
+        "    if out is not None and (not isinstance(out, torch.Tensor) or out.shape != q.shape",
+        "                            or out.dtype != q.dtype or out.device != q.device):",
+        "        raise ValueError(f\"out must be a tensor of q's shape, dtype and device; got {_described(out)}\")",
+        "    group = hq // hkv",
+        "    h_grid = hkv if PACK_GQA else hq",
+        "    n_tiles = triton.cdiv(n_q * group if PACK_GQA else n_q, BLOCK_M)",
+        f"    if {'b * h_grid' if tiles_first else 'n_tiles'} > 65535:",
+        "        raise ValueError(f\"{b} x {h_grid} heads or {n_tiles} query tiles exceed a grid axis of 65535\")",
+        "    d_pad = max(16, triton.next_power_of_2(d))",
+        f"    kernel = BoundKernel(attention_kernel, {grid}, "
+        '{"num_warps": NUM_WARPS, "num_stages": NUM_STAGES})',
+        "    copies = [t.stride(-1) != 1 for t in (q, k, v)]  # the head dimension must be contiguous",
+        "    n_part = b * hq * n_q",
+    ]
+    if f.split > 1:
+        lines += ["    po = torch.empty((SPLIT, n_part, d_pad), dtype=torch.float32, device=q.device)",
+                  "    pl = torch.empty((SPLIT, n_part), dtype=torch.float32, device=q.device)",
+                  "    parts = (po, pl, n_part)"]
+        if f.last_program:
+            lines.append("    parts += (torch.zeros(b * h_grid * n_tiles, dtype=torch.int32, device=q.device),)")
+        else:
+            lines.append(f"    combine = BoundKernel(attention_combine, (triton.cdiv(n_part, {COMBINE_ROWS}),), "
+                         "{\"num_warps\": 4})")
+    else:
+        lines.append("    parts = ()")
+    lines += [
+        "    consts = (group, d, d_pad, BLOCK_M, BLOCK_N" + (", SPLIT)" if f.split > 1 else ")"),
+        "",
+        "    def run(q, k, v, out, scale):",
+        "        if copies[0] or copies[1] or copies[2]:",
+        "            q, k, v = (t.contiguous() if c else t for t, c in zip((q, k, v), copies))",
+        "        if out is None:",
+        "            out = torch.empty(q.shape, dtype=q.dtype, device=q.device)",
+        "        qk_scale = (1.0 / math.sqrt(d) if scale is None else scale) * LOG2E",
+        "        kernel(q, k, v, out, *parts, qk_scale, q.stride(0), q.stride(1), q.stride(2), k.stride(0),",
+        "               k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2), out.stride(0), out.stride(1),",
+        "               out.stride(2), n_q, n_k, n_tiles, h_grid, *consts)",
+    ]
+    if f.split > 1 and not f.last_program:
+        lines += [f"        combine(po, pl, out, n_part, n_q, hq, out.stride(0), out.stride(1), out.stride(2), d, d_pad, "
+                  f"SPLIT, {COMBINE_ROWS})"]
+    lines += [
+        "        return out",
+        "",
+        "    run.kernel = kernel  # for inspection",
+        "    return run",
+        "",
+        "",
+        "_PLANS = PlanCache()  # argument signature -> run(...): checks, grid and the bound kernels, done once",
+        "",
+        "",
+        "def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor | None = None,",
+        "              scale: float | None = None) -> torch.Tensor:",
+        f'    """{"Causal (bottom-right) s" if f.causal else "S"}oftmax(q k^T * scale) v per head, k and v shared by '
+        'groups of query',
+        '    heads (GQA); scale defaults to 1/sqrt(head_dim). q [B, Hq, Lq, D], k and v [B, Hkv, Lk, D]."""',
+        "    key = (signature(q), signature(k), signature(v), None if out is None else signature(out))",
+        "    run = _PLANS.get(key)",
+        "    if run is None:",
+        "        run = _PLANS.add(key, _plan(q, k, v, out))",
+        "    return run(q, k, v, out, scale)",
+    ]
+    return lines
+
+
+def render_module(name: str, g: dict, causal: bool, problem: Problem, target: Target, d_pad: int) -> str:
+    f = KernelFacts(g, causal, problem.dims["head_dim"], d_pad)
+    lines = _header(name, f, problem, target) + kernel_source(f) + ["", ""]
+    if f.split > 1 and not f.last_program:
+        lines += combine_source(f) + ["", ""]
+    lines += _plan(f)
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,106 @@
+"""Attention kernels in the Triton interpreter (fp16; bf16 arithmetic is broken there): every structure the genome
+can render (packed GQA, split keys combined either way, both mask loops, both orders) against the fp32 reference,
+at ragged lengths and a head dim that is not a power of two; strided inputs, the scale, bad arguments, the
+export's self-check code, and the FLOP count of a bottom-right causal mask."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import operators
+from evo.evaluate.modules import load_source
+from evo.problem import HOPPER
+from operators.attention import causal_pairs
+
+CASES = [  # (operator, sizes, genes beyond the FlashAttention-2 base)
+    ("attention", (2, 4, 2, 37, 53, 64), {}),
+    ("attention", (1, 4, 1, 3, 200, 32), {"BLOCK_M": 16, "num_warps": 4, "pack_gqa": True, "kv_split": 4}),
+    ("attention", (1, 4, 2, 1, 130, 80), {"BLOCK_M": 16, "BLOCK_N": 32, "num_warps": 4, "pack_gqa": True,
+                                          "kv_split": 4, "reduce": "last_program"}),
+    ("attention+causal", (1, 2, 2, 40, 40, 48), {"BLOCK_M": 32, "BLOCK_N": 16, "num_warps": 4}),
+    ("attention+causal", (1, 2, 2, 40, 40, 64), {"BLOCK_M": 16, "BLOCK_N": 32, "num_warps": 4, "mask_loop": "masked",
+                                                 "q_order": "reverse", "grid": "heads_first"}),
+    ("attention+causal", (1, 8, 2, 5, 70, 32), {"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 2, "pack_gqa": True,
+                                                "kv_split": 8, "reduce": "last_program"}),
+    # more splits than key blocks: the empty splits' partials weigh nothing
+    ("attention+causal", (1, 2, 1, 3, 20, 16), {"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 2, "kv_split": 8}),
+]
+
+def _module(name, sizes, genes):
+    op = operators.get(name)
+    problem = op.problem(sizes, "fp16")
+    genome = op.family.make(op.family.base(**genes))
+    assert op.family.violations(genome, problem, HOPPER) == []
+    return op, problem, load_source(op.render(genome, problem, HOPPER))
+
+def _error(out, ref):
+    return ((out.float() - ref).norm() / ref.norm()).item()
+
+@pytest.mark.parametrize("name, sizes, genes", CASES, ids=[f"{c[0]}-{'x'.join(map(str, c[1]))}" for c in CASES])
+def test_a_rendered_kernel_matches_the_reference(name, sizes, genes):
+    op, problem, module = _module(name, sizes, genes)
+    inputs = op.make_inputs(problem, seed=7, device="cpu")
+    ref = op.reference(*inputs)
+    out = module.attention(*inputs)
+    assert out.shape == ref.shape and out.dtype == torch.float16
+    assert _error(out, ref) < op.tolerance(problem)
+    again = module.attention(*op.make_inputs(problem, seed=8, device="cpu"))  # the plan (and its counters) reused
+    assert _error(again, op.reference(*op.make_inputs(problem, seed=8, device="cpu"))) < op.tolerance(problem)
+
+def test_a_wrong_mask_would_be_caught():
+    """The reference and tolerance tell a causal kernel from a non-causal one on the same inputs."""
+    op, problem, module = _module("attention", (1, 2, 2, 24, 24, 32), {"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 2})
+    causal = operators.get("attention+causal")
+    inputs = op.make_inputs(problem, seed=1, device="cpu")
+    assert _error(module.attention(*inputs), causal.reference(*inputs)) > 100 * causal.tolerance(problem)
+
+def test_strided_inputs_the_scale_and_out():
+    op, problem, module = _module("attention+causal", (2, 4, 2, 17, 33, 32), {"BLOCK_M": 16, "BLOCK_N": 16,
+                                                                             "num_warps": 2, "pack_gqa": True})
+    q, k, v = op.make_inputs(problem, seed=3, device="cpu")
+    # [B, L, H, D] storage seen as [B, H, L, D], as models hold it; and one tensor with a strided head dim
+    qs, ks = q.transpose(1, 2).contiguous().transpose(1, 2), k.transpose(1, 2).contiguous().transpose(1, 2)
+    vs = torch.stack([v, v], dim=-1)[..., 0]
+    assert not qs.is_contiguous() and vs.stride(-1) == 2
+    out = torch.empty_like(q)
+    got = module.attention(qs, ks, vs, out=out, scale=0.3)
+    assert got is out
+    ref = op.reference(q * (0.3 * math.sqrt(32)), k, v)  # the reference scales by 1/sqrt(D)
+    assert _error(out, ref) < op.tolerance(problem)
+
+@pytest.mark.parametrize("args, match", [
+    (lambda q, k, v: (q[0], k, v), "non-empty 4-d tensor"),
+    (lambda q, k, v: (q, k, v[:, :, :5]), "k and v must have one shape"),
+    (lambda q, k, v: (q, k.half()[:, :1].expand(-1, 3, -1, -1), v[:, :1].expand(-1, 3, -1, -1)), "H dividing"),
+    (lambda q, k, v: (q, k[:, :, :4], v[:, :, :4]), "no more queries than keys"),
+])
+def test_bad_arguments_are_named_in_one_line(args, match):
+    op, problem, module = _module("attention+causal", (1, 4, 2, 8, 16, 16), {"BLOCK_M": 16, "BLOCK_N": 16,
+                                                                            "num_warps": 2})
+    with pytest.raises(ValueError, match=match):
+        module.attention(*args(*op.make_inputs(problem, seed=0, device="cpu")))
+
+def test_the_export_self_check_code_agrees_with_the_operator():
+    for name, sizes in (("attention", (1, 4, 2, 3, 9, 16)), ("attention+causal", (1, 4, 2, 3, 9, 16)),
+                        ("attention+causal", (1, 2, 2, 9, 9, 16))):
+        op = operators.get(name)
+        problem = op.problem(sizes, "fp16")
+        check = load_source(op.selfcheck_source(problem))
+        inputs = tuple(t.float() for t in check.selfcheck_inputs("cpu"))
+        assert check.problem_sizes(*inputs) == sizes
+        ref = check.selfcheck_reference(*inputs)
+        assert torch.allclose(ref, op.reference(*inputs), atol=1e-5)
+        assert _error(check.selfcheck_baseline(*inputs), ref) < 1e-5  # SDPA's own mask and GQA agree
+
+def test_flops_count_the_pairs_a_bottom_right_mask_keeps():
+    for n_q, n_k in ((1, 10), (4, 10), (10, 10), (7, 300)):
+        kept = np.tril(np.ones((n_q, n_k)), k=n_k - n_q).sum()
+        assert causal_pairs(n_q, n_k) == kept
+    sizes = (2, 8, 2, 128, 128, 64)
+    full = operators.get("attention").flops(operators.get("attention").problem(sizes, "bf16"))
+    half = operators.get("attention+causal").flops(operators.get("attention+causal").problem(sizes, "bf16"))
+    assert full == 4 * 2 * 8 * 128 * 128 * 64 and half == full * 129 // 256
