@@ -18,8 +18,8 @@ Validity keeps what can run: tiles of at least 16 (tl.dot), the fp32 values a th
 registers, the pipelined loads within shared memory, packing only where heads share a KV head. More key
 splits than key blocks, or tiles taller than the queries, are wasteful but valid (a split without keys
 writes an empty partial), so a genome stays valid for a shorter problem (a transferred elite, a clipped
-smoke-test problem); random draws and repair aim at the sensible forms. The head dimension (any size; the kernel pads it to a power of two) comes
-from the problem.
+smoke-test problem); random draws and repair aim at the sensible forms. The head dimension (any size; the
+kernel pads it to a power of two) comes from the problem.
 """
 
 from __future__ import annotations
@@ -71,7 +71,8 @@ class AttentionFamily(GenomeFamily):
 
     def _genes(self) -> list[Gene]:
         return [
-            PowerOfTwo("BLOCK_M", 16, 256, group="tile", doc="query rows per program (with pack_gqa: (query, head) rows)"),
+            PowerOfTwo("BLOCK_M", 16, 256, group="tile",
+                       doc="query rows per program (with pack_gqa: (query, head) rows)"),
             PowerOfTwo("BLOCK_N", 16, 256, group="tile", doc="keys per step of the loop over the keys"),
             IntChoice("num_warps", (2, 4, 8, 16), group="launch", doc="warps per program"),
             IntChoice("num_stages", (1, 2, 3, 4, 5), group="launch",
@@ -192,7 +193,8 @@ class AttentionFamily(GenomeFamily):
                 "structure", lambda g, r: float(g["pack_gqa"]) + 2.0 * (g["kv_split"] > 1), (0.0, 1.0, 2.0, 3.0),
                 "0 plain, 1 GQA packed, 2 split keys, 3 both",
                 label=labels.categories(("plain", "GQA packed", "split keys", "packed+split"))),
-            "num_warps": Descriptor("num_warps", lambda g, r: log2(g["num_warps"]), tuple(float(x) for x in range(1, 5)),
+            "num_warps": Descriptor("num_warps", lambda g, r: log2(g["num_warps"]),
+                                    tuple(float(x) for x in range(1, 5)),
                                     "log2(warps)", label=labels.power_of_two),
             "registers": Descriptor("registers", lambda g, r: r["registers"],
                                     (0.0, 64.0, 96.0, 128.0, 168.0, 232.0), "registers per thread",

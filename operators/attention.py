@@ -24,6 +24,7 @@ __all__ = ["AttentionOperator", "attention_variant", "TOLERANCE", "causal_pairs"
 # Relative Frobenius error accepted: the probabilities are rounded to the input dtype before P V (as every
 # FlashAttention does), a few units of that rounding; a wrong key block or head is orders of magnitude more.
 TOLERANCE = {"fp16": 4e-3, "bf16": 2.5e-2}
+REFERENCE_SCORES = 1 << 26  # fp32 scores the reference holds at once (256 MiB)
 _BACKENDS = (("sdpa_flash", "FLASH_ATTENTION"), ("sdpa_efficient", "EFFICIENT_ATTENTION"),
              ("sdpa_cudnn", "CUDNN_ATTENTION"))
 
@@ -36,7 +37,6 @@ def causal_pairs(n_q: int, n_k: int) -> int:
 def _sdpa(causal: bool, backend: str | None) -> Any:
     """SDPA as a user calls it for this problem; `backend` forces one of torch.nn.attention.SDPBackend."""
     def make(problem: Problem) -> Any:
-        import torch
         import torch.nn.functional as F
 
         d = problem.dims
@@ -69,6 +69,7 @@ def _sdpa(causal: bool, backend: str | None) -> Any:
 
 class AttentionOperator(Operator):
     dims = ("batch", "heads", "kv_heads", "q_len", "kv_len", "head_dim")
+    example = (1, 32, 8, 4096, 4096, 128)
     dtypes = ("fp16", "bf16")
     entry = "attention"
     throughput_unit = "TFLOP/s"
@@ -119,17 +120,28 @@ class AttentionOperator(Operator):
         return tuple(torch.randn(s, generator=gen, device=device, dtype=dtype) for s in shapes)
 
     def reference(self, *inputs: Any) -> Any:
+        """The formula in fp32, one KV head and a block of queries at a time, so that the scores in flight stay
+        near 2**26 values (256 MiB) however long the sequences (32 heads of 16k x 16k at once would be 32 GiB)."""
         import torch
 
-        q, k, v = (t.to(torch.float32) for t in inputs[:3])
-        group = q.shape[1] // k.shape[1]
-        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
-        if self.causal:
-            n_q, n_k = q.shape[2], k.shape[2]
-            seen = torch.ones(n_q, n_k, dtype=torch.bool, device=q.device).tril(diagonal=n_k - n_q)
-            s = s.masked_fill(~seen, float("-inf"))
-        return torch.softmax(s, dim=-1) @ v
+        q, k, v = inputs[:3]
+        b, hq, n_q, d = q.shape
+        hkv, n_k = k.shape[1], k.shape[2]
+        group = hq // hkv
+        out = torch.empty(q.shape, dtype=torch.float32, device=q.device)
+        rows = max(1, REFERENCE_SCORES // (group * n_k))
+        for i in range(b):
+            for h in range(hkv):
+                kf, vf = k[i, h].float(), v[i, h].float()
+                for start in range(0, n_q, rows):
+                    qf = q[i, h * group:(h + 1) * group, start:start + rows].float()
+                    s = qf @ kf.T / math.sqrt(d)
+                    if self.causal:
+                        pos = torch.arange(start, start + qf.shape[1], device=q.device)[:, None]
+                        s = s.masked_fill(torch.arange(n_k, device=q.device)[None, :] > pos + (n_k - n_q),
+                                          float("-inf"))
+                    out[i, h * group:(h + 1) * group, start:start + rows] = torch.softmax(s, dim=-1) @ vf
+        return out
 
     def tolerance(self, problem: Problem) -> float:
         return TOLERANCE[problem.dtype]
@@ -205,7 +217,7 @@ class AttentionOperator(Operator):
             "    group = q.shape[1] // k.shape[1]",
             "    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)",
             "    s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])",
-            *([f"    seen = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril("
+            *(["    seen = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril("
                "k.shape[2] - q.shape[2])",
                "    s = s.masked_fill(~seen, float('-inf'))"] if self.causal else []),
             "    return torch.softmax(s, dim=-1) @ v",

@@ -124,8 +124,8 @@ def _plan(f: KernelFacts) -> list[str]:
         "               out.stride(2), n_q, n_k, n_tiles, h_grid, *consts)",
     ]
     if f.split > 1 and not f.last_program:
-        lines += [f"        combine(po, pl, out, n_part, n_q, hq, out.stride(0), out.stride(1), out.stride(2), d, d_pad, "
-                  f"SPLIT, {COMBINE_ROWS})"]
+        lines += ["        combine(po, pl, out, n_part, n_q, hq, out.stride(0), out.stride(1), out.stride(2),",
+                  f"                d, d_pad, SPLIT, {COMBINE_ROWS})"]
     lines += [
         "        return out",
         "",

@@ -143,7 +143,7 @@ def kernel_source(f: KernelFacts) -> list[str]:
     else:
         body += ["hi = n_k", "full = (n_k // BLOCK_N) * BLOCK_N"]
     if f.split > 1:
-        body += [f"split = tl.program_id(2)",
+        body += ["split = tl.program_id(2)",
                  "per = tl.cdiv(tl.cdiv(hi, BLOCK_N), SPLIT) * BLOCK_N  # keys per split, whole blocks",
                  "lo = split * per",
                  "hi = tl.minimum(hi, lo + per)"]

@@ -39,6 +39,7 @@ class Operator(ABC):
     dtypes: tuple[str, ...] = ("fp16", "bf16", "fp32")
     entry: str = ""  # name of the launcher function in a rendered module, e.g. "matmul"
     throughput_unit: str = ""  # "TFLOP/s" or "GB/s": what `throughput` returns
+    example: tuple[int, ...] = ()  # a typical shape, in `dims` order (shown by `evo genes`)
 
     def __init__(self, overrides: dict[str, list[Any]] | None = None) -> None:
         self.family: GenomeFamily = self.make_family(overrides)

@@ -36,6 +36,7 @@ def _torch_dtype(name: str) -> Any:
 class GemmOperator(Operator):
     name = "gemm"
     dims = ("M", "N", "K")
+    example = (4096, 4096, 4096)
     dtypes = ("fp16", "bf16", "fp32")
     entry = ENTRY_NAME
     throughput_unit = "TFLOP/s"

@@ -128,6 +128,7 @@ class RowwiseOperator(Operator):
     """Base of row-wise operators over a contiguous [M, N] input; subclasses render their kernel body."""
 
     dims = ("rows", "cols")
+    example = (4096, 8192)
     throughput_unit = "GB/s"
     kernel_name = ""  # name of the @triton.jit function in a rendered module
 

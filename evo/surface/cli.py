@@ -276,7 +276,8 @@ def _cmd_genes(args: argparse.Namespace) -> int:
         op = operators.get(args.operator)
     except ValueError as e:  # an unknown operator, or options it does not take
         raise UsageError(str(e)) from None
-    print(f"{op.name}: dims {'x'.join(op.dims)}, dtypes {', '.join(op.dtypes)}, entry {op.entry}(...), "
+    example = f" (e.g. {'x'.join(map(str, op.example))})" if op.example else ""
+    print(f"{op.name}: dims {'x'.join(op.dims)}{example}, dtypes {', '.join(op.dtypes)}, entry {op.entry}(...), "
           f"throughput in {op.throughput_unit}, baselines {', '.join(b.name for b in op.baselines())}")
     print("genes (restrict them under `genome:` in an experiment):")
     width = max(len(n) for n in op.family.genes)

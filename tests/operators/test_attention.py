@@ -104,3 +104,19 @@ def test_flops_count_the_pairs_a_bottom_right_mask_keeps():
     full = operators.get("attention").flops(operators.get("attention").problem(sizes, "bf16"))
     half = operators.get("attention+causal").flops(operators.get("attention+causal").problem(sizes, "bf16"))
     assert full == 4 * 2 * 8 * 128 * 128 * 64 and half == full * 129 // 256
+
+
+def test_the_reference_in_query_blocks_is_the_formula(monkeypatch):
+    import operators.attention as attention
+
+    op = operators.get("attention+causal")
+    problem = op.problem((2, 6, 2, 13, 29, 16), "fp16")
+    inputs = op.make_inputs(problem, seed=5, device="cpu")
+    whole = op.reference(*inputs)
+    monkeypatch.setattr(attention, "REFERENCE_SCORES", 3 * 29 * 4)  # 4 query rows of the 3 grouped heads at a time
+    assert torch.allclose(op.reference(*inputs), whole, atol=1e-6)
+    q, k, v = (t.float() for t in inputs)
+    k, v = k.repeat_interleave(3, dim=1), v.repeat_interleave(3, dim=1)
+    s = (q @ k.transpose(-1, -2) / 4.0).masked_fill(torch.ones(13, 29, dtype=torch.bool).tril(16).logical_not(),
+                                                    float("-inf"))
+    assert torch.allclose(torch.softmax(s, dim=-1) @ v, whole, atol=1e-5)

@@ -88,7 +88,10 @@ def test_a_changed_seed_on_resume_is_refused_before_workers(tmp_path):
 def test_tensor_shapes_are_the_shapes_torch_makes(name):
     """The built-ins' shapes without torch (checked before torch is imported) are those of their meta tensors."""
     op = operators.get(name)
-    problem = op.problem(tuple(range(24, 24 + 8 * len(op.dims), 8)), "fp16")
+    try:  # distinct sizes catch two dimensions swapped; an operator that relates its dims takes its example
+        problem = op.problem(tuple(range(24, 24 + 8 * len(op.dims), 8)), "fp16")
+    except ValueError:
+        problem = op.problem(op.example, "fp16")
     assert sorted(op.tensor_shapes(problem)) == sorted(limits._meta_shapes(op, problem))
 
 
