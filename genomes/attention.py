@@ -33,14 +33,19 @@ from genomes import labels
 from genomes.base import Descriptor, Genome, GenomeFamily, InvalidGenome
 from genomes.genes import Boolean, Categorical, Gene, IntChoice, PowerOfTwo
 
-__all__ = ["AttentionFamily", "ELEM_BYTES", "head_dim_pad", "tile_rows", "key_blocks", "MAX_LIVE"]
+__all__ = ["AttentionFamily", "ELEM_BYTES", "head_dim_pad", "tile_rows", "key_blocks", "MAX_LIVE", "live_limit"]
 
 ELEM_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
 
-# fp32 values a thread may keep alive for the output tile and one tile of scores: FlashAttention-2-style
-# Triton kernels at 128x64 tiles, head dim 128 and 8 warps keep 96 (Triton's tutorial runs there); 160 leaves
-# room for the probabilities cast to 16 bits and the addresses within 255 registers.
+# fp32 values a thread may keep alive for the output tile and one tile of scores. Compiled for sm_90 (Triton 3.9,
+# head dim 128), a thread took about 1.6-2 registers per live value: 96 live took 168-186 registers, 160 took
+# 252, 128 at 4 warps spilled (255); at 16 warps a thread has only 128 registers, and 96 live spilled a little.
+# So at most 160, and three quarters of the registers a thread may have at that many warps.
 MAX_LIVE = 160
+
+
+def live_limit(num_warps: int) -> int:
+    return min(MAX_LIVE, 3 * min(255, 65536 // (32 * num_warps)) // 4)
 
 
 def head_dim_pad(problem: Problem) -> int:
@@ -114,9 +119,10 @@ class AttentionFamily(GenomeFamily):
         out = []
         if problem.dims["heads"] % problem.dims["kv_heads"]:
             return [f"{problem.dims['heads']} query heads are not a multiple of {problem.dims['kv_heads']} KV heads"]
-        live = self.live_values(g, problem)
-        if live > MAX_LIVE:
-            out.append(f"keeps ~{live} fp32 values per thread (> {MAX_LIVE}): more warps or smaller tiles")
+        live, limit = self.live_values(g, problem), live_limit(g["num_warps"])
+        if live > limit:
+            out.append(f"keeps ~{live} fp32 values per thread (> {limit} at {g['num_warps']} warps): "
+                       "smaller tiles or other warps")
         if g["BLOCK_M"] * g["BLOCK_N"] < 32 * g["num_warps"] * 4:
             out.append(f"a {g['BLOCK_M']}x{g['BLOCK_N']} tile is too small for {g['num_warps']} warps")
         smem = self.smem_estimate(g, problem)
@@ -138,8 +144,14 @@ class AttentionFamily(GenomeFamily):
             pass
         while g["BLOCK_N"] > max(16, _next_pow2(problem.dims["kv_len"])) and self._step_down(g, "BLOCK_N"):
             pass
-        while self.live_values(g, problem) > MAX_LIVE:
-            if self._step_up(g, "num_warps") or self._step_down(g, "BLOCK_N") or self._step_down(g, "BLOCK_M"):
+        while self.live_values(g, problem) > live_limit(g["num_warps"]):
+            trial = dict(g)
+            if self._step_up(trial, "num_warps") and (self.live_values(trial, problem) <= live_limit(trial["num_warps"])
+                                                      or self.live_values(trial, problem) < self.live_values(g, problem)
+                                                      and trial["num_warps"] <= 8):
+                g.update(trial)
+                continue
+            if self._step_down(g, "BLOCK_N") or self._step_down(g, "BLOCK_M"):
                 continue
             break
         while g["BLOCK_M"] * g["BLOCK_N"] < 32 * g["num_warps"] * 4 and self._step_down(g, "num_warps"):

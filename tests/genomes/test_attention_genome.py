@@ -8,7 +8,7 @@ import pytest
 
 import operators
 from evo.problem import HOPPER, Problem
-from genomes.attention import MAX_LIVE, AttentionFamily
+from genomes.attention import AttentionFamily, live_limit
 
 DIMS = ("batch", "heads", "kv_heads", "q_len", "kv_len", "head_dim")
 DECODE = Problem.make("attention", DIMS,
@@ -48,7 +48,12 @@ def test_without_gqa_nothing_is_packed(family):
 
 def test_violations_name_registers_shared_memory_and_a_lone_reduce(family):
     big = family.make(family.base(BLOCK_M=256, BLOCK_N=256, num_warps=2))
-    assert any(f"(> {MAX_LIVE})" in r for r in family.violations(big, PREFILL, HOPPER))
+    assert any(f"(> {live_limit(2)} at 2 warps)" in r for r in family.violations(big, PREFILL, HOPPER))
+    # 16 warps leave a thread 128 registers: a 256x128 tile at head dim 128 (128 live values) no longer fits
+    wide = family.make(family.base(BLOCK_M=256, BLOCK_N=128, num_warps=16, num_stages=1))
+    assert live_limit(16) == 96 and live_limit(4) == 160
+    assert family.violations(wide, PREFILL, HOPPER) == []  # head dim 64: 96 live
+    assert any("at 16 warps" in r for r in family.violations(wide, DECODE, HOPPER))
     deep = family.make(family.base(BLOCK_M=128, BLOCK_N=256, num_warps=16, num_stages=5))
     assert any("shared memory" in r for r in family.violations(deep, DECODE, HOPPER))
     lone = family.make(family.base(reduce="last_program"))

@@ -56,9 +56,41 @@ def _genomes(op: Any, problem: Any, target: Any, n_random: int) -> list[tuple[st
     return [(label, g) for label, g in out if not (g.hash in seen or seen.add(g.hash))]
 
 
-def child_sample(problems: tuple, n_random: int, time_kernels: bool, budget_s: float,
-                 device: str = "cuda") -> list[dict[str, Any]]:
-    """Check (and time) the sample in this process; one JSON row per kernel and per baseline, printed as it comes."""
+def _compile_one(item: tuple[str, tuple[int, ...], str, str, Any]) -> tuple[str, str, str, dict[str, Any]]:
+    """In a compile process: the search's own ahead-of-time compile of one genome (fills Triton's cache)."""
+    import operators
+    from evo.evaluate.candidate import Candidate
+    from evo.evaluate.compiler import compile_candidate
+
+    name, sizes, dtype, genome_json, target = item
+    op = operators.get(name)
+    problem = op.problem(sizes, dtype)
+    genome = op.family.from_canonical(genome_json)
+    result = compile_candidate(Candidate(problem, genome, op, source=op.render(genome, problem, target)), target)
+    return f"{problem.key}/{genome.hash}", result.status, result.reason[:200], dict(result.resources)
+
+
+def precompile(problems: tuple, n_random: int, target: Any, workers: int) -> dict[str, tuple[str, str, dict]]:
+    """Compile every genome of the sample ahead, in `workers` processes, as a search's compile pool does: the checks
+    then load the kernels from Triton's cache. (problem key)/(genome hash) -> (status, reason, resources)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    import operators
+
+    items = []
+    for name, sizes, dtype in problems:
+        op = operators.get(name)
+        problem = op.problem(sizes, dtype)
+        items += [(name, sizes, dtype, g.canonical(), target) for _, g in _genomes(op, problem, target, n_random)]
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return {key: (status, reason, res) for key, status, reason, res in pool.map(_compile_one, items)}
+
+
+def child_sample(problems: tuple, n_random: int, time_kernels: bool, budget_s: float, device: str = "cuda",
+                 compiled: dict[str, tuple[str, str, dict]] | None = None) -> list[dict[str, Any]]:
+    """Check (and time) the sample in this process; one JSON row per kernel and per baseline, printed as it comes.
+    A genome that `compiled` says the compile stage rejects (too many registers spilled, ...) is a row, unchecked."""
     import torch
 
     import operators
@@ -83,6 +115,13 @@ def child_sample(problems: tuple, n_random: int, time_kernels: bool, budget_s: f
         timed: list[tuple[dict[str, Any], Any, Any]] = []
         for label, genome in _genomes(op, problem, target, n_random):
             row = {"problem": problem.key, "label": label, "genome": str(genome)}
+            status, reason, resources = (compiled or {}).get(f"{problem.key}/{genome.hash}", ("ok", "", {}))
+            row["resources"] = {k: resources.get(k) for k in ("registers", "shared", "spills")}
+            if status != "ok":
+                row.update(status=f"compile:{status}", reason=reason)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+                continue
             t0 = time.time()
             launch = getattr(load_source(op.render(genome, problem, target)), op.entry)
             status, err, reason, out = search_check(launch, inputs, ref, op.tolerance(problem), device)
@@ -174,13 +213,30 @@ def main(argv: list[str]) -> int:
     if "--child" in argv:
         child_sample(CHECKED, n_random, time_kernels=False, budget_s=budget)
         return 0
+    import os
+
+    from evo.problem import Target
     from tests.gpu import write_json
 
-    rows = child_sample(CHECKED, n_random, time_kernels=False, budget_s=budget)
-    if "--time" in argv:
-        rows += child_sample(TIMED, 0, time_kernels=True, budget_s=budget)
-    path = write_json("attention_gpu.json", rows)
-    bad = [r for r in rows if r["status"] not in ("correct", "baseline", "unavailable", "skipped")]
+    t0 = time.time()
+    target = Target.from_torch()
+    timed = TIMED if "--time" in argv else ()
+    compiled = {**precompile(CHECKED, n_random, target, min(16, os.cpu_count() or 1)),
+                **precompile(timed, 0, target, min(16, os.cpu_count() or 1))}
+    print(f"compiled {len(compiled)} kernels ahead in {time.time() - t0:.0f} s: "
+          f"{sum(s == 'ok' for s, _, _ in compiled.values())} fit the GPU", flush=True)
+    rows = child_sample(CHECKED, n_random, time_kernels=False, budget_s=budget, compiled=compiled)
+    rows += child_sample(timed, 0, time_kernels=True, budget_s=budget, compiled=compiled)
+    import torch
+    import triton
+
+    gpu = torch.cuda.get_device_name()
+    path = write_json("attention_gpu.json", {"gpu": gpu, "torch": torch.__version__, "triton": triton.__version__,
+                                             "note": "seeds of the attention family (no search) beside SDPA",
+                                             "rows": rows})
+    print(f"GPU: {gpu}, torch {torch.__version__}, triton {triton.__version__}")
+    bad = [r for r in rows if r["status"] not in ("correct", "baseline", "unavailable", "skipped")
+           and not r["status"].startswith("compile:out_of_resources")]
     for r in bad:
         print(f"NOT CORRECT {r['problem']} {r['label']} {r['status']} {r.get('reason')}: {r.get('genome')}")
     drift = [r for r in rows if r.get("after_timing_error", 0) > 0.05]
