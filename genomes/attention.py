@@ -179,7 +179,7 @@ class AttentionFamily(GenomeFamily):
 
     def seeds(self, problem: Problem, target: Target) -> list[Genome]:
         raw = [self.base(BLOCK_M=m, BLOCK_N=n, num_warps=w, num_stages=s)
-               for m, n, w, s in ((128, 64, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3), (128, 32, 4, 4),
+               for m, n, w, s in ((128, 64, 8, 3), (128, 128, 8, 2), (128, 128, 8, 3), (64, 64, 4, 3), (128, 32, 4, 4),
                                   (64, 128, 4, 2), (256, 64, 16, 2))]
         raw += [self.base(q_order="reverse"), self.base(mask_loop="masked")]
         # Decode and other short queries: pack the heads of a group, split the keys so that every SM works.
