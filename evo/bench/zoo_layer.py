@@ -46,6 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="cpu: the eager ways only, zoo kernels in the Triton interpreter (tests) [cuda]")
     p.add_argument("--rounds", type=int, default=7, help="rounds of the per-call clock (fastest kept) [7]")
     p.add_argument("--seed", type=int, default=0, help="seed of the weights; the input of T uses seed + T [0]")
+    p.add_argument("--context", type=int, default=0,
+                   help="tokens in the layer's KV cache, as `evo zoo --context` planned the zoo [0]")
     return p
 
 
@@ -154,6 +156,8 @@ def _setup(args: argparse.Namespace) -> tuple[Any, dict[str, Callable[..., Any]]
         raise ValueError(f"--dtype {args.dtype!r}: expected one of {', '.join(DTYPES)}")
     if args.rounds < 1:
         raise ValueError(f"--rounds must be at least 1, got {args.rounds}")
+    if args.context < 0:
+        raise ValueError(f"--context must be 0 or more tokens, got {args.context}")
     tokens = parse_tokens(args.tokens)
     return load_model(args.model), load_zoo(args.zoo_module), tokens
 
@@ -179,17 +183,18 @@ def main(argv: list[str] | None = None) -> int:
 
     dtype = getattr(torch, DTYPES[args.dtype])
     # one seed, so both layers hold the same weights; patch() adds the transposed copies of the patched roles
-    plain = DecoderLayer(spec, dtype=dtype, device=args.device, seed=args.seed)
+    plain = DecoderLayer(spec, dtype=dtype, device=args.device, seed=args.seed, context=args.context)
     ops = {role: op for role, op in zoo_ops.items() if role in roles_of(plain)}
     if not ops:
         print(f"evo zoo layer bench: {one_line(args.zoo_module)} serves none of {spec.name}'s layer roles "
               f"({', '.join(roles_of(plain))})", file=sys.stderr)
         return 2
-    operators = {p.role: p.operator for p in layer_problems(spec, tokens[:1], args.dtype)}
+    operators = {p.role: p.operator for p in layer_problems(spec, tokens[:1], args.dtype, args.context)}
     roles = {role: str(operators.get(role)) for role in ops}
-    patched = patch(DecoderLayer(spec, dtype=dtype, device=args.device, seed=args.seed), ops)
+    patched = patch(DecoderLayer(spec, dtype=dtype, device=args.device, seed=args.seed, context=args.context), ops)
     doc: dict[str, Any] = {"model": spec.name, "gpu": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
                            "device": args.device, "versions": versions(), "dtype": args.dtype,
+                           "context": args.context,
                            "zoo_module": str(Path(args.zoo_module).resolve()), "roles": roles, "layers": []}
     for t in tokens:
         row = measure_layer(plain, patched, t, args.dtype, args.device, seed=args.seed, rounds=args.rounds)

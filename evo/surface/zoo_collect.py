@@ -30,10 +30,11 @@ def module_path(folder: Path, spec: ModelSpec) -> Path:
     return folder / f"{spec.name}_kernels.py"
 
 
-def collect(spec: ModelSpec, tokens: list[int], dtype: str, folder: Path) -> tuple[Path, dict[str, str], list[str]]:
+def collect(spec: ModelSpec, tokens: list[int], dtype: str, folder: Path, context: int = 0
+            ) -> tuple[Path, dict[str, str], list[str]]:
     """Bundle the runs under `folder` into the model's module; returns (its path, role -> operator of the roles it
     serves, the operators left out with why). Raises CollectError when no operator has a correct kernel."""
-    roles = {p.role: p.operator for p in layer_problems(spec, tokens, dtype) if p.operator is not None}
+    roles = {p.role: p.operator for p in layer_problems(spec, tokens, dtype, context) if p.operator is not None}
     sources: dict[str, str] = {}
     missing: list[str] = []
     for operator in dict.fromkeys(roles.values()):

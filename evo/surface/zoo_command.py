@@ -34,7 +34,7 @@ def parse_tokens(text: str) -> list[int]:
 
 
 def format_plan(problems: list[Any], tokens: list[int]) -> str:
-    """The plan as a table: a row per role, a column per token count; attention flagged as not searchable yet."""
+    """The plan as a table: a row per role, a column per token count (a role no operator searches is flagged)."""
     rows: dict[str, dict[int, Any]] = {}
     for p in problems:
         rows.setdefault(p.role, {})[p.tokens] = p
@@ -42,7 +42,7 @@ def format_plan(problems: list[Any], tokens: list[int]) -> str:
     table = [header]
     for role, by_tokens in rows.items():
         first = next(iter(by_tokens.values()))
-        operator = first.operator or "(none: not searchable yet)"
+        operator = first.operator or "(none: torch runs it)"
         runs = f"{first.uses}x per {first.scope}"
         table.append([role, operator, runs] + [by_tokens[t].shape_text for t in tokens])
     widths = [max(len(r[i]) for r in table) for i in range(len(header))]
@@ -66,6 +66,8 @@ def zoo_command(args: argparse.Namespace) -> int:
         raise usage_error(f"--dtype {args.dtype!r}: expected one of {', '.join(DTYPES)}")
     if not 0 < args.wall_s < math.inf:
         raise usage_error(f"--wall-s {args.wall_s!r}: expected a positive number of seconds per problem")
+    if args.context < 0:
+        raise usage_error(f"--context {args.context}: expected the number of tokens in the KV cache, 0 or more")
     try:
         spec = load_model(args.model)
     except ModelError as e:
@@ -74,11 +76,12 @@ def zoo_command(args: argparse.Namespace) -> int:
     if folder.exists() and not folder.is_dir():
         raise usage_error(f"-o {args.output}: {folder} is a file, not a folder")
     if args.collect:
-        return _collect(spec, tokens, args.dtype, folder, usage_error)
+        return _collect(spec, tokens, args.dtype, args.context, folder, usage_error)
     if args.evaluations is not None and args.evaluations < 1:
         raise usage_error(f"--evaluations {args.evaluations}: expected a positive number per problem")
     texts = experiments_for(spec, tokens, args.dtype, wall_s=args.wall_s, output=str(folder),
-                            evaluations=args.evaluations, executor="smoke" if args.smoke else "ray")
+                            evaluations=args.evaluations, executor="smoke" if args.smoke else "ray",
+                            context=args.context)
     files = {op: folder / f"{operator_file_stem(op)}.yaml" for op in texts}
     # every experiment validated (a ConfigError is one line) before any file is written
     counts = {op: len(parse_experiment(text, str(files[op])).problems) for op, text in texts.items()}
@@ -86,10 +89,12 @@ def zoo_command(args: argparse.Namespace) -> int:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise usage_error(f"cannot create {folder}: {e.strerror or e}") from None
-    problems = layer_problems(spec, tokens, args.dtype)
+    problems = layer_problems(spec, tokens, args.dtype, args.context)
     print(f"model {spec.name}: hidden {spec.hidden_size}, intermediate {spec.intermediate_size} ({spec.mlp}), "
           f"heads {spec.num_attention_heads}/{spec.num_key_value_heads} kv x {spec.head_dim}, vocab "
-          f"{spec.vocab_size}; {args.dtype}; shapes in the operators' dims (gemm MxNxK, rmsnorm/softmax rowsxcols)")
+          f"{spec.vocab_size}; {args.dtype}; T new tokens of one sequence after {args.context} tokens in the KV "
+          "cache; shapes in the operators' dims (gemm MxNxK, rmsnorm/softmax rowsxcols, attention "
+          "batchxheadsxkv_headsxq_lenxkv_lenxhead_dim)")
     print(format_plan(problems, tokens))
     try:
         for op, text in texts.items():
@@ -101,16 +106,17 @@ def zoo_command(args: argparse.Namespace) -> int:
     for op, path in files.items():
         print(f"  evo run {shlex.quote(str(path))}   # {op}: {counts[op]} problems")
     again = " ".join(shlex.quote(a) for a in (args.model, "--tokens", args.tokens, "--dtype", args.dtype, "-o",
-                                              args.output))
+                                              args.output, "--context", str(args.context)))
     print(f"then bundle their kernels into one module: evo zoo {again} --collect")
     return 0
 
 
-def _collect(spec: Any, tokens: list[int], dtype: str, folder: Path, usage_error: type[Exception]) -> int:
+def _collect(spec: Any, tokens: list[int], dtype: str, context: int, folder: Path,
+             usage_error: type[Exception]) -> int:
     from evo.surface.zoo_collect import CollectError, collect
 
     try:
-        path, served, missing = collect(spec, tokens, dtype, folder)
+        path, served, missing = collect(spec, tokens, dtype, folder, context)
     except CollectError as e:
         raise usage_error(str(e)) from None
     except OSError as e:
@@ -134,6 +140,9 @@ def add_zoo_command(subparsers: Any, usage_error: type[Exception]) -> argparse.A
     z.add_argument("--dtype", default="bf16", help="fp16, bf16 or fp32 (default: bf16)")
     z.add_argument("-o", "--output", metavar="DIR", default="runs/zoo",
                    help="experiments go to DIR/<model>/<operator>.yaml, their runs beside them (default: runs/zoo)")
+    z.add_argument("--context", type=int, default=0, metavar="N",
+                   help="tokens already in the KV cache that the T new tokens attend to: 0 (default) is a prefill "
+                        "of T tokens; e.g. --tokens 1,4 --context 8191 is decode at an 8k context")
     z.add_argument("--wall-s", type=float, default=30.0, metavar="S",
                    help="search budget per problem, in seconds (default: 30)")
     z.add_argument("--evaluations", type=int, default=None, metavar="N",

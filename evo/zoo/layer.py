@@ -3,7 +3,7 @@
 The layer runs exactly the kernels `evo.zoo.problems.layer_problems` lists, under the same role names, so
 `evo.zoo.patch` can route each role through an evo kernel and the result can be checked against this layer:
 
-    x -> input_norm -> qkv -> RoPE -> causal attention (GQA) -> o_proj + x = h
+    x -> input_norm -> qkv -> RoPE -> causal attention (GQA, over the KV cache and x) -> o_proj + x = h
     h -> post_attention_norm -> gate_up (SwiGLU) | up (GELU) -> down + h
 
 Weights are nn.Linear's ([out, in]); a GEMM operator's B is their transpose ([in, out], row-major). No weights
@@ -103,17 +103,18 @@ def _init_(module: nn.Module, seed: int, dtype: torch.dtype, device: str | torch
 class DecoderLayer(_Routed):
     """One decoder layer of `spec` (Llama/Qwen2/Mistral-like with SwiGLU, or a plain GELU MLP).
 
-    forward(x [T, hidden]) -> [T, hidden]: one sequence of T tokens, each attending causally to itself and the
-    tokens before it, at positions 0..T-1. Decode with a KV cache is modelled by T new tokens without a cache:
-    every GEMM, norm and the MLP see exactly the [T, ...] operands the kernel problems of T tokens describe
-    (evo.zoo.problems); only attention, which no evo operator searches yet, sees T keys instead of the cache's.
+    forward(x [T, hidden]) -> [T, hidden]: T new tokens of one sequence at positions context..context+T-1, each
+    attending causally to the `context` tokens of the KV cache, itself and the new tokens before it. The cache
+    holds seeded random keys (already rotated) and values of unit scale, as a layer's keys and values are; a
+    forward pass reads it and does not append to it, so every call sees the same problem. Every kernel sees the
+    operands the kernel problems of T tokens and this context describe (evo.zoo.problems).
     """
 
-    ROLES = ("norm", "qkv", "o_proj", "gate_up", "up", "down")
+    ROLES = ("norm", "qkv", "attention", "o_proj", "gate_up", "up", "down")
 
     def __init__(self, spec: ModelSpec, dtype: torch.dtype = torch.bfloat16, device: str | torch.device = "cpu",
                  seed: int = 0, eps: float = DEFAULT_EPS, rope_theta: float = ROPE_THETA,
-                 init_std: float = INIT_STD) -> None:
+                 init_std: float = INIT_STD, context: int = 0) -> None:
         super().__init__()
         if spec.head_dim % 2:
             raise ValueError(f"{spec.name}: head_dim {spec.head_dim} is odd; rotary embedding pairs its halves")
@@ -134,17 +135,26 @@ class DecoderLayer(_Routed):
         _init_(self, seed, dtype, device, init_std)
         inv_freq = rope_theta ** -(torch.arange(0, spec.head_dim, 2, dtype=torch.float32) / spec.head_dim)
         self.register_buffer("inv_freq", inv_freq.to(device), persistent=False)  # fp32 whatever the dtype
+        if isinstance(context, bool) or not isinstance(context, int) or context < 0:
+            raise ValueError(f"context must be an integer >= 0 (tokens in the KV cache); got {context!r}")
+        self.context = context
+        gen = torch.Generator().manual_seed(seed + 1)
+        cache = torch.randn(2, 1, spec.num_key_value_heads, context, spec.head_dim, generator=gen)
+        self.register_buffer("k_cache", cache[0].to(device=device, dtype=dtype), persistent=False)
+        self.register_buffer("v_cache", cache[1].to(device=device, dtype=dtype), persistent=False)
 
     def rope(self, tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin [T, head_dim] (fp32) of positions 0..T-1."""
-        pos = torch.arange(tokens, device=self.inv_freq.device, dtype=torch.float32)
+        """cos and sin [T, head_dim] (fp32) of the new tokens' positions context..context+T-1."""
+        pos = torch.arange(self.context, self.context + tokens, device=self.inv_freq.device, dtype=torch.float32)
         freqs = torch.outer(pos, self.inv_freq)
         emb = torch.cat((freqs, freqs), dim=-1)
         return emb.cos(), emb.sin()
 
     def attention(self, qkv: torch.Tensor) -> torch.Tensor:
-        """Causal attention of the fused projection qkv [T, q + 2 kv] -> [T, q]; key/value head j serves query
-        heads j*g .. j*g+g-1 (g = heads / kv_heads), as repeat_interleave of the kv heads would."""
+        """Causal attention of the fused projection qkv [T, q + 2 kv] -> [T, q] over the cache and the new keys
+        (the mask aligned to the bottom right); key/value head j serves query heads j*g .. j*g+g-1 (g = heads /
+        kv_heads), as repeat_interleave of the kv heads would. Torch runs it as a user would: SDPA, causal by
+        is_causal without a cache, with no mask for one token, and with torch's lower-right causal bias else."""
         s = self.spec
         t = qkv.shape[0]
         q, k, v = qkv.split([s.q_size, s.kv_size, s.kv_size], dim=-1)
@@ -153,8 +163,19 @@ class DecoderLayer(_Routed):
         v = v.reshape(t, s.num_key_value_heads, s.head_dim).transpose(0, 1).unsqueeze(0)
         cos, sin = self.rope(t)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True,
-                                             enable_gqa=s.num_attention_heads != s.num_key_value_heads)
+        if self.context:
+            k, v = torch.cat((self.k_cache, k), dim=2), torch.cat((self.v_cache, v), dim=2)
+        op = self.kernels.get("attention")
+        if op is not None:
+            out = op(q, k, v)
+        elif self.context and t > 1:
+            from torch.nn.attention.bias import causal_lower_right
+
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(t, self.context + t),
+                                                 enable_gqa=s.num_attention_heads != s.num_key_value_heads)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=not self.context,
+                                                 enable_gqa=s.num_attention_heads != s.num_key_value_heads)
         return out.squeeze(0).transpose(0, 1).reshape(t, s.q_size)
 
     def mlp(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:

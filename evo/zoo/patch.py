@@ -11,6 +11,7 @@ residual; operators/rmsnorm.py: x, weight, eps):
     role              operator (evo.zoo.problems)          call
     norm              rmsnorm                              op(x, weight, eps)   both layer norms (and LMHead's)
     qkv               gemm | gemm+bias                     op(x, B_qkv[, bias])
+    attention         attention+causal                     op(q, k, v)          [1, H, T, D], k, v over the cache
     o_proj            gemm+residual                        op(attn, B_o, residual)
     gate_up           gemm+swiglu                          op(x, B_gate_up)     B = [gate | up]: [hidden, 2 inter]
     up                gemm[+bias]+gelu | ...+gelu_tanh     op(x, B_up[, bias])
@@ -28,8 +29,7 @@ weights are final: a buffer does not follow later changes to the weight (patch a
 (1e-6). Give evo.api's callables (`load`, `as_torch_op`), not a rendered module's bare `rmsnorm` entry, which
 takes `out` before `eps`.
 
-Attention has no evo operator yet (issue 28) and always runs torch's scaled_dot_product_attention. The ops are
-called the same way in eager code and under torch.compile, where evo.api's callables are torch custom ops:
+The ops are called the same way in eager code and under torch.compile, where evo.api's callables are torch custom ops:
 `torch.compile(layer, fullgraph=True)` traces the patched layer without a graph break (tested on the CPU with
 the aot_eager backend and rendered kernels in the Triton interpreter; not yet on a GPU with inductor).
 """
@@ -44,9 +44,10 @@ __all__ = ["patch", "unpatch", "roles_of"]
 
 
 def roles_of(module: DecoderLayer | LMHead) -> tuple[str, ...]:
-    """The roles `module` can route: the norm, one per GEMM it runs (gate_up or up, by the spec's MLP), and the
-    head's sampling softmax."""
-    return ("norm", *linears(module), *(("sampling_softmax",) if isinstance(module, LMHead) else ()))
+    """The roles `module` can route: the norm, one per GEMM it runs (gate_up or up, by the spec's MLP), a layer's
+    attention and the head's sampling softmax."""
+    extra = ("sampling_softmax",) if isinstance(module, LMHead) else ("attention",)
+    return ("norm", *linears(module), *extra)
 
 
 def patch(module: DecoderLayer | LMHead, ops: Mapping[str, Callable[..., object]]) -> DecoderLayer | LMHead:

@@ -5,6 +5,10 @@ Per token count T (the rows a forward pass feeds each GEMM: the batch's tokens i
 decode), a layer of a Llama-like model runs: RMSNorm, the merged QKV projection, attention, the O projection with
 the residual add, RMSNorm, the MLP's up (gate-up) projection with its activation, and the down projection with
 the residual add. The model then runs the lm_head GEMM and a softmax over the vocabulary to sample.
+
+Attention is that of one sequence: its T new tokens attend causally to `context` tokens already in the KV cache
+and to each other (`attention+causal` of T queries against context + T keys, the mask aligned to the bottom
+right); context 0 is a prefill of T tokens, a long context with a few tokens the decode of one sequence.
 """
 
 from __future__ import annotations
@@ -17,16 +21,15 @@ from dataclasses import dataclass
 from evo.problem import operator_file_stem
 from evo.zoo.model import ModelSpec
 
-__all__ = ["KernelProblem", "layer_problems", "experiments_for", "run_name", "ATTENTION_NOTE"]
-
-ATTENTION_NOTE = "attention: no evo operator yet (issue 28)"
+__all__ = ["KernelProblem", "layer_problems", "experiments_for", "run_name"]
 
 
 @dataclass(frozen=True)
 class KernelProblem:
     """One kernel a forward pass at `tokens` tokens runs: its role in the model, the evo operator that searches it
-    (None: none does yet), its sizes in the operator's dims (gemm: M, N, K; rmsnorm/softmax: rows, cols), and how
-    many times a layer (or, for the head, the model) runs it."""
+    (None: none does), its sizes in the operator's dims (gemm: M, N, K; rmsnorm/softmax: rows, cols; attention:
+    batch, heads, kv_heads, q_len, kv_len, head_dim), and how many times a layer (or, for the head, the model)
+    runs it."""
 
     role: str
     operator: str | None
@@ -43,24 +46,25 @@ class KernelProblem:
 
     @property
     def shape_text(self) -> str:
-        """The sizes as an experiment writes them (4096x14336x4096); attention's as tokens, heads and head_dim."""
-        if self.operator is None:
-            t, heads, kv_heads, head_dim = self.sizes
-            return f"T{t} q{heads}/kv{kv_heads} d{head_dim}"
+        """The sizes as an experiment writes them (4096x14336x4096)."""
         return "x".join(str(s) for s in self.sizes)
 
 
-def layer_problems(spec: ModelSpec, tokens: Sequence[int], dtype: str = "bf16") -> list[KernelProblem]:
-    """The kernel problems of one decoder layer and of the model's head, for each token count in `tokens`."""
+def layer_problems(spec: ModelSpec, tokens: Sequence[int], dtype: str = "bf16", context: int = 0
+                   ) -> list[KernelProblem]:
+    """The kernel problems of one decoder layer and of the model's head, for each token count in `tokens`, with
+    `context` tokens already in the KV cache."""
+    if isinstance(context, bool) or not isinstance(context, int) or context < 0:
+        raise ValueError(f"the context (tokens already in the KV cache) must be an integer >= 0; got {context!r}")
     out: list[KernelProblem] = []
     for t in tokens:
         if isinstance(t, bool) or not isinstance(t, int) or t <= 0:
             raise ValueError(f"token counts must be positive integers; got {t!r}")
-        out.extend(_problems_at(spec, t, dtype))
+        out.extend(_problems_at(spec, t, dtype, context))
     return out
 
 
-def _problems_at(spec: ModelSpec, t: int, dtype: str) -> list[KernelProblem]:
+def _problems_at(spec: ModelSpec, t: int, dtype: str, context: int) -> list[KernelProblem]:
     h, inter = spec.hidden_size, spec.intermediate_size
     qkv_width = spec.q_size + 2 * spec.kv_size
 
@@ -75,8 +79,10 @@ def _problems_at(spec: ModelSpec, t: int, dtype: str) -> list[KernelProblem]:
         kp("norm", "rmsnorm", (t, h), uses=2,
            note="norm: the input and post-attention norms of a layer; the final norm, before lm_head, has their shape"),
         kp("qkv", "gemm+bias" if spec.attention_bias else "gemm", (t, qkv_width, h)),
-        kp("attention", None, (t, spec.num_attention_heads, spec.num_key_value_heads, spec.head_dim),
-           note=ATTENTION_NOTE),
+        kp("attention", "attention+causal" if dtype in _attention_dtypes() else None,
+           (1, spec.num_attention_heads, spec.num_key_value_heads, t, context + t, spec.head_dim),
+           note="" if dtype in _attention_dtypes() else f"attention: no {dtype} kernels (the operator takes "
+                                                        f"{', '.join(_attention_dtypes())}); torch runs it"),
         kp("o_proj", "gemm+residual", (t, h, spec.q_size)),
         up,
         kp("down", "gemm+bias+residual" if spec.mlp_bias else "gemm+residual", (t, h, inter)),
@@ -85,9 +91,15 @@ def _problems_at(spec: ModelSpec, t: int, dtype: str) -> list[KernelProblem]:
     ]
 
 
+def _attention_dtypes() -> tuple[str, ...]:
+    import operators
+
+    return operators.get("attention+causal").dtypes
+
+
 def experiments_for(spec: ModelSpec, tokens: Sequence[int], dtype: str = "bf16", *, wall_s: float = 30.0,
-                    output: str = "runs/zoo", evaluations: int | None = None, executor: str = "ray"
-                    ) -> dict[str, str]:
+                    output: str = "runs/zoo", evaluations: int | None = None, executor: str = "ray",
+                    context: int = 0) -> dict[str, str]:
     """Operator name -> the YAML text of one experiment searching all of that operator's shapes (a shape that
     several roles share is searched once). `wall_s` (and `evaluations`, when given) is the budget per problem;
     run directories go under `output`, each named `run_name(spec, operator)`; `executor` is "ray" (GPUs) or
@@ -95,7 +107,7 @@ def experiments_for(spec: ModelSpec, tokens: Sequence[int], dtype: str = "bf16",
     if isinstance(wall_s, bool) or not isinstance(wall_s, (int, float)) or not 0 < wall_s < math.inf:
         raise ValueError(f"wall_s must be a positive number of seconds; got {wall_s!r}")
     shapes: dict[str, dict[tuple[int, ...], list[str]]] = {}
-    for p in layer_problems(spec, tokens, dtype):
+    for p in layer_problems(spec, tokens, dtype, context):
         if p.operator is not None:
             shapes.setdefault(p.operator, {}).setdefault(p.sizes, []).append(f"{p.role} T={p.tokens}")
     if executor not in ("ray", "smoke"):

@@ -29,7 +29,8 @@ def test_the_zoo_layer_on_the_cpu_is_within_tolerance(zoo, tmp_path, capsys):
     doc = json.loads((tmp_path / "zoo.json").read_text())
     assert doc["model"] == "tiny" and doc["dtype"] == "fp16" and doc["gpu"] == "cpu"
     assert doc["zoo_module"] == str(zoo.resolve()) and "torch" in doc["versions"]
-    assert set(doc["roles"]) == {"norm", "qkv", "o_proj", "gate_up", "down"} and doc["roles"]["norm"] == "rmsnorm"
+    assert set(doc["roles"]) == {"norm", "qkv", "attention", "o_proj", "gate_up", "down"}
+    assert doc["roles"]["norm"] == "rmsnorm" and doc["roles"]["attention"] == "attention+causal"
     assert [layer["tokens"] for layer in doc["layers"]] == [1, 4]
     for layer in doc["layers"]:
         assert layer["eager_ms"] > 0 and layer["zoo_eager_ms"] > 0

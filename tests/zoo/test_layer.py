@@ -128,3 +128,30 @@ def test_refusals():
             layer(bad.bfloat16())
         with pytest.raises(ValueError, match=r"expected x of shape \[T, 64\]"):
             head(bad.bfloat16())
+
+
+@pytest.mark.parametrize("t", [1, 4])
+def test_attention_over_a_kv_cache_matches_a_hand_loop(t):
+    """The new tokens sit at positions context..context+t-1, see every cached key and the new ones up to their own."""
+    spec, context = LLAMA, 7
+    layer = DecoderLayer(spec, dtype=torch.float32, context=context)
+    d, group = spec.head_dim, spec.num_attention_heads // spec.num_key_value_heads
+    qkv = torch.randn(t, spec.q_size + 2 * spec.kv_size, generator=torch.Generator().manual_seed(4))
+    q, k, v = qkv.split([spec.q_size, spec.kv_size, spec.kv_size], dim=-1)
+    cos, sin = layer.rope(t)
+    pos = torch.arange(context, context + t, dtype=torch.float32)
+    assert torch.allclose(cos[:, 0], torch.cos(pos * layer.inv_freq[0]))  # rotated at their own positions
+    expected = torch.empty(t, spec.q_size)
+    for head in range(spec.num_attention_heads):
+        kv = head // group
+        qh = apply_rope(q[:, head * d:(head + 1) * d], cos, sin)
+        kh = torch.cat((layer.k_cache[0, kv], apply_rope(k[:, kv * d:(kv + 1) * d], cos, sin)))
+        vh = torch.cat((layer.v_cache[0, kv], v[:, kv * d:(kv + 1) * d]))
+        for i in range(t):
+            seen = context + i + 1
+            scores = torch.stack([qh[i] @ kh[j] for j in range(seen)]) / math.sqrt(d)
+            expected[i, head * d:(head + 1) * d] = torch.softmax(scores, dim=0) @ vh[:seen]
+    assert torch.allclose(layer.attention(qkv), expected, atol=1e-5)
+    assert layer.k_cache.abs().mean() > 0.5  # keys of unit scale: the cache weighs in the softmax
+    with pytest.raises(ValueError, match="context"):
+        DecoderLayer(spec, context=-1)

@@ -120,9 +120,13 @@ def test_weights_are_transposed_once_and_calls_are_recorded():
     layer(hidden_states(QWEN2, 8))
     first = list(calls)
     layer(hidden_states(QWEN2, 3))
-    assert [role for role, _ in first] == ["norm", "qkv", "o_proj", "norm", "gate_up", "down"]
+    assert [role for role, _ in first] == ["norm", "qkv", "attention", "o_proj", "norm", "gate_up", "down"]
     for (role, args), (_, again) in zip(first, calls[len(first):], strict=True):
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        if role == "attention":  # q, k, v as [1, heads, T, head_dim] views of the projection: the head dim dense
+            assert [t.shape[:3] for t in args] == [(1, 6, 8), (1, 2, 8), (1, 2, 8)]
+            assert all(t.stride(-1) == 1 for t in args)
+            continue
         if role != "norm":  # B is the same tensor in every call: nothing transposes per call
             assert args[1] is getattr(layer, f"{role}_b") and again[1] is args[1]
         assert all(t.is_contiguous() for t in tensors), role
@@ -137,7 +141,7 @@ def test_refusals_change_nothing_and_unpatch_restores_torch():
     x = hidden_states(TINY, 5)
     ref = layer(x)
     patch(layer, {"o_proj": lambda a, b, residual: a @ b})
-    for ops, message in [({"up": _norm_op}, "has no role 'up'; its roles are norm, qkv, o_proj, down, gate_up"),
+    for ops, message in [({"up": _norm_op}, "has no role 'up'; its roles are norm, qkv, o_proj, down, gate_up, attention"),
                          ({"lm_head": _norm_op}, "has no role 'lm_head'"),
                          ({"qkv": "kernel.py"}, "for role 'qkv' is not callable")]:
         with pytest.raises(ValueError, match=message):
@@ -175,9 +179,10 @@ def _tiny_kernels(tokens: int, dtype: str) -> dict:
     ops = {}
     for p in layer_problems(TINY, [tokens], dtype):
         if p.scope == "layer" and p.searchable:
-            genes = {} if p.operator == "rmsnorm" else dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16)
+            genes = {"rmsnorm": {}, "attention+causal": dict(BLOCK_M=16, BLOCK_N=16, num_warps=2)}.get(
+                p.operator, dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16))
             ops["norm" if p.role == NORM_ROLE else p.role] = _kernel(p.operator, p.sizes, dtype, **genes)
-    assert set(ops) == {"norm", "qkv", "o_proj", "gate_up", "down"}
+    assert set(ops) == {"norm", "qkv", "o_proj", "gate_up", "down"} | ({"attention"} if dtype != "fp32" else set())
     return ops
 
 
@@ -234,3 +239,20 @@ def test_torch_compile_runs_evo_kernels_as_custom_ops():
     traced = [str(n.target) for n in counter.graphs[0].graph.nodes if str(n.target).startswith("evo.")]
     assert counter.frame_count == 1 and [t.split(".")[1].rsplit("_", 1)[0] for t in traced] == \
         ["rmsnorm", "gemm", "gemm_residual", "rmsnorm", "gemm_swiglu", "gemm_residual"]
+
+
+@pytest.mark.parametrize("tokens, genes", [(1, dict(pack_gqa=True, kv_split=4, reduce="last_program")),
+                                           (3, dict(pack_gqa=False, kv_split=2))])
+def test_an_evo_attention_kernel_runs_the_tiny_layer_over_a_kv_cache(tokens, genes):
+    context = 45
+    layer = DecoderLayer(TINY, dtype=torch.float16, init_std=0.2, context=context)
+    ref = DecoderLayer(TINY, dtype=torch.float32, init_std=0.2, context=context)
+    x = hidden_states(TINY, tokens, torch.float16)
+    plan = {p.role: p for p in layer_problems(TINY, [tokens], "fp16", context=context)}
+    assert plan["attention"].sizes == (1, 4, 2, tokens, context + tokens, 16)
+    op = _kernel("attention+causal", plan["attention"].sizes, "fp16", BLOCK_M=16, BLOCK_N=16, num_warps=2, **genes)
+    qkv = ref.qkv_proj(ref.input_norm(x.float()))
+    want = ref.attention(qkv)
+    patch(layer, {"attention": op})
+    assert _rel(layer.attention(qkv.half()), want) < 5e-3
+    assert _rel(layer(x), ref(x.float())) < 5e-3

@@ -8,7 +8,6 @@ import pytest
 
 from evo.experiment.config import parse_experiment
 from evo.zoo import KernelProblem, ModelSpec, experiments_for, layer_problems, load_model
-from evo.zoo.problems import ATTENTION_NOTE
 
 MODELS = Path(__file__).resolve().parents[2] / "experiments" / "models"
 
@@ -23,7 +22,7 @@ def test_llama_3_8b():
     assert _by_role(problems, 16) == {
         "norm": ("rmsnorm", (16, 4096)),
         "qkv": ("gemm", (16, 4096 + 2 * 8 * 128, 4096)),
-        "attention": (None, (16, 32, 8, 128)),
+        "attention": ("attention+causal", (1, 32, 8, 16, 16, 128)),
         "o_proj": ("gemm+residual", (16, 4096, 4096)),
         "gate_up": ("gemm+swiglu", (16, 14336, 4096)),
         "down": ("gemm+residual", (16, 4096, 14336)),
@@ -33,8 +32,28 @@ def test_llama_3_8b():
     norm = next(p for p in problems if p.operator == "rmsnorm")
     assert norm.uses == 2 and norm.scope == "layer"
     assert {p.role for p in problems if p.scope == "model"} == {"lm_head", "sampling_softmax"}
-    attention = [p for p in problems if p.role == "attention"]
-    assert all(not p.searchable and p.note == ATTENTION_NOTE for p in attention)
+    assert all(p.searchable for p in problems)
+
+
+def test_a_kv_cache_lengthens_the_keys_of_attention_only():
+    spec = load_model(MODELS / "llama-3-8b.json")
+    plain, cached = layer_problems(spec, [4], context=8188), layer_problems(spec, [4])
+    assert _by_role(plain, 4)["attention"] == ("attention+causal", (1, 32, 8, 4, 8192, 128))
+    assert {k: v for k, v in _by_role(plain, 4).items() if k != "attention"} == \
+        {k: v for k, v in _by_role(cached, 4).items() if k != "attention"}
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="context"):
+            layer_problems(spec, [4], context=bad)
+    text = experiments_for(spec, [1, 4], context=1000)["attention+causal"]
+    assert [p.key for p in parse_experiment(text).problems] == ["attention+causal:1x32x8x1x1001x128:bf16",
+                                                                "attention+causal:1x32x8x4x1004x128:bf16"]
+
+
+def test_fp32_leaves_attention_to_torch_and_says_so():
+    problems = layer_problems(load_model(MODELS / "tiny.yaml"), [4], "fp32")
+    attention = next(p for p in problems if p.role == "attention")
+    assert not attention.searchable and "no fp32 kernels" in attention.note
+    assert "attention+causal" not in experiments_for(load_model(MODELS / "tiny.yaml"), [4], "fp32")
 
 
 def test_qwen2_has_a_qkv_bias():

@@ -16,13 +16,15 @@ TINY = str(ROOT / "experiments" / "models" / "tiny.yaml")
 
 
 def test_tiny_model_plan_and_files(tmp_path, capsys):
-    assert main(["zoo", TINY, "--tokens", "1,16", "-o", str(tmp_path), "--wall-s", "5"]) == 0
+    assert main(["zoo", TINY, "--tokens", "1,16", "-o", str(tmp_path), "--wall-s", "5", "--context", "100"]) == 0
     out = capsys.readouterr().out
-    assert "T=1" in out and "T=16" in out and "16x128x64" in out and "not searchable yet" in out
-    assert "attention: no evo operator yet (issue 28)" in out
+    assert "T=1" in out and "T=16" in out and "16x128x64" in out and "1x4x2x16x116x16" in out
+    assert "100 tokens in the KV cache" in out
     folder = tmp_path / "tiny"
     names = sorted(p.name for p in folder.iterdir())
-    assert names == ["gemm-residual.yaml", "gemm-swiglu.yaml", "gemm.yaml", "rmsnorm.yaml", "softmax.yaml"]
+    assert names == ["attention-causal.yaml", "gemm-residual.yaml", "gemm-swiglu.yaml", "gemm.yaml", "rmsnorm.yaml",
+                     "softmax.yaml"]
+    assert "--context 100 --collect" in out
     for name in names:
         assert f"evo run {folder / name}" in out
     swiglu = load_experiment(folder / "gemm-swiglu.yaml")
@@ -39,6 +41,7 @@ def test_tiny_model_plan_and_files(tmp_path, capsys):
     (["--dtype", "int8"], "--dtype"),
     (["--wall-s", "0"], "--wall-s"),
     (["--wall-s", "nan"], "--wall-s"),
+    (["--context", "-1"], "--context"),
     (["--tokens", "70000000"], "2^31 - 1"),  # a tensor the kernels cannot index, refused by the experiment check
 ])
 def test_bad_inputs_are_one_line(tmp_path, capsys, extra, words):
