@@ -1,7 +1,7 @@
 """Operators evo can search, found through the `evo.operators` entry-point group.
 
 Every operator, built-in or not, is registered the same way: a package declares
-`[project.entry-points."evo.operators"] NAME = "module:OperatorClass"` in its pyproject (evo's own three are in
+`[project.entry-points."evo.operators"] NAME = "module:OperatorClass"` in its pyproject (evo's own four are in
 evo's), and `get(NAME)` imports the module only when the operator is asked for. A separate package can add an
 operator without editing evo.
 """

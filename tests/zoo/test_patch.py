@@ -256,3 +256,18 @@ def test_an_evo_attention_kernel_runs_the_tiny_layer_over_a_kv_cache(tokens, gen
     patch(layer, {"attention": op})
     assert _rel(layer.attention(qkv.half()), want) < 5e-3
     assert _rel(layer(x), ref(x.float())) < 5e-3
+
+
+def test_torch_compile_traces_the_attention_op_over_a_kv_cache():
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    layer = DecoderLayer(TINY, dtype=torch.float16, init_std=0.2, context=30)
+    ref = layer(hidden_states(TINY, 2, torch.float16))
+    sizes = next(p.sizes for p in layer_problems(TINY, [2], "fp16", context=30) if p.role == "attention")
+    patch(layer, {"attention": _kernel("attention+causal", sizes, "fp16", BLOCK_M=16, BLOCK_N=16, num_warps=2,
+                                       pack_gqa=True)})
+    counter = CompileCounterWithBackend("aot_eager")
+    assert _rel(torch.compile(layer, backend=counter, fullgraph=True)(hidden_states(TINY, 2, torch.float16)),
+                ref) < 5e-3
+    traced = [str(n.target) for n in counter.graphs[0].graph.nodes if str(n.target).startswith("evo.")]
+    assert counter.frame_count == 1 and [t.split(".")[1].rsplit("_", 1)[0] for t in traced] == ["attention_causal"]
