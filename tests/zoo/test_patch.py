@@ -141,7 +141,7 @@ def test_refusals_change_nothing_and_unpatch_restores_torch():
     x = hidden_states(TINY, 5)
     ref = layer(x)
     patch(layer, {"o_proj": lambda a, b, residual: a @ b})
-    for ops, message in [({"up": _norm_op}, "has no role 'up'; its roles are norm, qkv, o_proj, down, gate_up, attention"),
+    for ops, message in [({"up": _norm_op}, "no role 'up'; its roles are norm, qkv, o_proj, down, gate_up, attention"),
                          ({"lm_head": _norm_op}, "has no role 'lm_head'"),
                          ({"qkv": "kernel.py"}, "for role 'qkv' is not callable")]:
         with pytest.raises(ValueError, match=message):
