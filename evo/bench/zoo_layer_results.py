@@ -21,20 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from evo.store.atomic_file import write_atomic
+from evo.zoo.goals import GOALS, TIME_KEYS, WAYS, speedup
 
 __all__ = ["WAYS", "TIME_KEYS", "GOALS", "write_zoo", "to_markdown", "speedup"]
-
-WAYS = ("eager", "compile", "zoo_eager", "zoo_compile")
-TIME_KEYS = tuple(f"{w}_ms" for w in WAYS) + tuple(f"{w}_graph_ms" for w in WAYS)
-# (label, the rival's time key, the zoo's time key, the goal): issue 29's two goals
-GOALS = (("vs compile, graphs", "compile_graph_ms", "zoo_compile_graph_ms", 1.10),
-         ("vs eager, per call", "eager_ms", "zoo_eager_ms", 1.15))
-
-
-def speedup(layer: dict[str, Any], rival: str, zoo: str) -> float | None:
-    """The rival's time over the zoo's (> 1: the zoo is faster); None when either is missing."""
-    a, b = layer.get(rival), layer.get(zoo)
-    return a / b if a and b else None
 
 
 def write_zoo(doc: dict[str, Any], out_dir: str | Path) -> tuple[Path, Path]:

@@ -75,8 +75,12 @@ def zoo_command(args: argparse.Namespace) -> int:
     folder = Path(args.output) / spec.name
     if folder.exists() and not folder.is_dir():
         raise usage_error(f"-o {args.output}: {folder} is a file, not a folder")
+    if args.collect and args.report:
+        raise usage_error("--collect and --report: one at a time (collect first, then the report)")
     if args.collect:
         return _collect(spec, tokens, args.dtype, args.context, folder, usage_error)
+    if args.report:
+        return _report(spec, tokens, args.dtype, args.context, folder, args.layer_results, usage_error)
     if args.evaluations is not None and args.evaluations < 1:
         raise usage_error(f"--evaluations {args.evaluations}: expected a positive number per problem")
     texts = experiments_for(spec, tokens, args.dtype, wall_s=args.wall_s, output=str(folder),
@@ -128,6 +132,23 @@ def _collect(spec: Any, tokens: list[int], dtype: str, context: int, folder: Pat
     return 0
 
 
+def _report(spec: Any, tokens: list[int], dtype: str, context: int, folder: Path, layer_results: str | None,
+            usage_error: type[Exception]) -> int:
+    from evo.surface.zoo_report import write_zoo_report
+
+    if not folder.is_dir():
+        raise usage_error(f"no zoo at {folder}: plan it and run its experiments first (evo zoo MODEL -o DIR)")
+    try:
+        path = write_zoo_report(spec, tokens, dtype, context, folder,
+                                Path(layer_results) if layer_results else None)
+    except ValueError as e:
+        raise usage_error(str(e)) from None
+    except OSError as e:
+        raise usage_error(f"cannot write the report under {folder}: {e.strerror or e}") from None
+    print(f"wrote {path} (self-contained: open it in a browser, no network needed)")
+    return 0
+
+
 def add_zoo_command(subparsers: Any, usage_error: type[Exception]) -> argparse.ArgumentParser:
     """Register `zoo` on the `evo` command's subparsers (argparse's add_subparsers() object); bad input raises
     `usage_error` (the CLI's UsageError: one line, exit status 2)."""
@@ -151,5 +172,11 @@ def add_zoo_command(subparsers: Any, usage_error: type[Exception]) -> argparse.A
                    help="experiments for the CPU smoke executor (fp16/fp32; fitness is NOT a timing): to try the flow")
     z.add_argument("--collect", action="store_true",
                    help="after the runs: bundle every operator's elites into DIR/<model>/<model>_kernels.py")
+    z.add_argument("--report", action="store_true",
+                   help="after the runs: DIR/<model>/report.html (each role's elite against its baseline, the layer "
+                        "end to end, a roofline, where the layer's time goes)")
+    z.add_argument("--layer-results", metavar="ZOO_JSON",
+                   help="with --report: the layer benchmark's zoo.json (python -m evo.bench.zoo_layer; default "
+                        "DIR/<model>/zoo.json when it exists)")
     z.set_defaults(func=zoo_command, usage_error=usage_error)
     return z

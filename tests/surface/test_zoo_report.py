@@ -1,0 +1,108 @@
+"""`evo zoo MODEL --report`: the zoo's page from its runs' stores (test rows, tests/fixtures/run_fixture.py) and the
+layer benchmark's zoo.json: each role's elite against its baseline, the layer's goals, the roofline and the time
+breakdown computed from the stores; a smoke zoo shows no time; bad input is one line."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from evo.surface.cli import main
+from evo.zoo import experiments_for, layer_problems, load_model
+from evo.zoo.problems import run_name
+from tests.fixtures.run_fixture import make_run
+from tests.fixtures.tiny_zoo import TINY
+
+SPEC = load_model(TINY)
+ARGS = [str(TINY), "--tokens", "1,4", "--dtype", "fp16", "--context", "8"]
+
+
+def _zoo(root, smoke=False):
+    folder = root / SPEC.name
+    for operator in experiments_for(SPEC, [1, 4], "fp16", context=8):
+        shapes = tuple(dict.fromkeys(p.shape_text for p in layer_problems(SPEC, [1, 4], "fp16", 8)
+                                     if p.operator == operator))
+        make_run(folder, name=run_name(SPEC, operator), operator=operator, shapes=shapes, n_random=3, smoke=smoke)
+    return folder
+
+
+def _layer_doc(model="tiny"):  # TEST DATA: made-up times of the layer benchmark's schema
+    layers = []
+    for t, zoo_graph in ((1, 0.09), (4, 0.2)):
+        layers.append({"tokens": t, "eager_ms": 0.5, "compile_ms": 0.3, "zoo_eager_ms": 0.4, "zoo_compile_ms": 0.25,
+                       "eager_graph_ms": 0.2, "compile_graph_ms": 0.1, "zoo_eager_graph_ms": 0.12,
+                       "zoo_compile_graph_ms": zoo_graph, "errors": {"zoo_eager": 1e-3}, "max_rel_error": 1e-3,
+                       "tolerance": 3e-3, "within_tolerance": True, "failures": {"compile_graph": "<b>why</b>"}})
+    return {"model": model, "gpu": "TEST DATA", "device": "cuda", "versions": {}, "dtype": "fp16", "context": 8,
+            "zoo_module": "x.py", "roles": {"qkv": "gemm"}, "layers": layers}
+
+
+def _data(page: str) -> dict:
+    return json.loads(re.search(r'<script type="application/json" id="evo-data">(.*?)</script>', page, re.S)[1])
+
+
+def test_the_report_holds_every_role_its_layer_and_its_roofline(tmp_path, capsys):
+    folder = _zoo(tmp_path)
+    (folder / "zoo.json").write_text(json.dumps(_layer_doc()))
+    assert main(["zoo", *ARGS, "-o", str(tmp_path), "--report"]) == 0
+    assert "report.html" in capsys.readouterr().out
+    page = (folder / "report.html").read_text()
+    assert page.startswith("<!DOCTYPE html>") and not re.search(r"<script[^>]+src=", page)
+    assert "&lt;b&gt;why&lt;/b&gt;" in page and "<b>why</b>" not in page.split('id="evo-data"')[0]
+    data = _data(page)
+    assert not data["smoke"] and len(data["kernels"]) == 2 * 8  # eight roles at two token counts
+    for row in data["kernels"]:
+        assert row["status"] == "measured", row
+        # the fixture's baseline takes 0.05 ms and its elites 0.03-0.13 ms: the ratio is the one of the store
+        assert row["ratio"] == pytest.approx(0.05 / row["ms"], rel=5e-3) and row["baseline"] == "torch-test"
+        assert row["tflops"] > 0 and row["intensity"] > 0
+    attention = [r for r in data["kernels"] if r["role"] == "attention"]
+    assert [r["shape"] for r in attention] == ["1x4x2x1x9x16", "1x4x2x4x12x16"]
+    b = data["breakdown"]
+    assert b["tokens"] == [1, 4] and "sampling_softmax" not in b["roles"]  # the layer's kernels only
+    norm = next(r for r in data["kernels"] if r["role"] == "norm" and r["tokens"] == 4)
+    assert b["evo"]["norm"][1] == pytest.approx(2 * norm["ms"], rel=1e-3)  # two norms per layer
+    rf = data["overview"]["roofline"]
+    assert len(rf["points"]) == 16 and rf["peak_tflops"] >= max(p["y"] for p in rf["points"]) * 0.999
+    # the layer's goals: vs compile under graphs 0.1 / 0.09 = 1.11x met at T=1, 0.1 / 0.2 = 0.5x not met at T=4
+    assert page.count('class="num met"') == 1 + 2 and page.count('class="num miss"') == 1
+    assert 'id="layer-plot"' in page and 'id="roofline"' in page and 'id="breakdown-plot"' in page
+
+
+def test_a_smoke_zoo_shows_no_time(tmp_path):
+    folder = _zoo(tmp_path, smoke=True)
+    assert main(["zoo", *ARGS, "-o", str(tmp_path), "--report"]) == 0
+    page = (folder / "report.html").read_text()
+    data = _data(page)
+    assert data["smoke"] and data["breakdown"] is None and data["overview"]["roofline"] is None
+    assert all("ms" not in r and "ratio" not in r for r in data["kernels"])
+    assert "Smoke zoo" in page and 'id="roofline-none"' in page and 'id="layer-none"' in page
+
+
+def test_missing_runs_are_rows_not_errors(tmp_path):
+    folder = tmp_path / SPEC.name
+    make_run(folder, name=run_name(SPEC, "rmsnorm"), operator="rmsnorm", shapes=("1x64", "4x64"), n_random=3)
+    assert main(["zoo", *ARGS, "-o", str(tmp_path), "--report"]) == 0
+    rows = _data((folder / "report.html").read_text())["kernels"]
+    assert {r["status"] for r in rows if r["role"] != "norm"} == {"not searched (no run)"}
+
+
+@pytest.mark.parametrize("setup, extra, words", [
+    (None, ["--report"], "no zoo at"),
+    ("other", ["--report"], "holds the layer of 'llama'"),
+    ("garbage", ["--report"], "cannot read the layer results"),
+    ("ok", ["--report", "--collect"], "one at a time"),
+])
+def test_bad_input_is_one_line(tmp_path, capsys, setup, extra, words):
+    if setup is not None:
+        folder = tmp_path / SPEC.name
+        folder.mkdir()
+        if setup == "other":
+            (folder / "zoo.json").write_text(json.dumps(_layer_doc("llama")))
+        elif setup == "garbage":
+            (folder / "zoo.json").write_text("{not json")
+    assert main(["zoo", *ARGS, "-o", str(tmp_path), *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and words in err, err
