@@ -135,3 +135,18 @@ def test_the_report_reads_well(tmp_path):
         assert "a smoke run times nothing" in b.eval("document.getElementById('roofline-none').textContent")
         b.screenshot(str(tmp_path / "smoke.png"), full_page=True)
         assert (tmp_path / "smoke.png").stat().st_size > 30_000
+
+
+@pytest.mark.slow
+def test_the_zoo_page_draws_its_plots(tmp_path):
+    from tests.fixtures.zoo_report_fixture import ARGS, fixture_zoo, layer_doc
+
+    folder = fixture_zoo(tmp_path)
+    (folder / "zoo.json").write_text(json.dumps(layer_doc()))
+    assert main(["zoo", *ARGS, "-o", str(tmp_path), "--report"]) == 0
+    with Browser(CHROMIUM) as b:
+        b.open((folder / "report.html").as_uri())
+        b.wait_for("window.evoZooReport && (window.evoZooReport.ready || window.evoZooReport.error)", timeout=90)
+        assert b.eval("window.evoZooReport.error || ''") == ""
+        assert b.eval("document.querySelectorAll('.js-plotly-plot').length") == 3  # roofline, layer, breakdown
+        assert b.eval("document.getElementById('breakdown-plot').data.length") == 2 * 6  # six layer roles, twice

@@ -10,33 +10,11 @@ import re
 import pytest
 
 from evo.surface.cli import main
-from evo.zoo import experiments_for, layer_problems, load_model
 from evo.zoo.problems import run_name
 from tests.fixtures.run_fixture import make_run
-from tests.fixtures.tiny_zoo import TINY
-
-SPEC = load_model(TINY)
-ARGS = [str(TINY), "--tokens", "1,4", "--dtype", "fp16", "--context", "8"]
-
-
-def _zoo(root, smoke=False):
-    folder = root / SPEC.name
-    for operator in experiments_for(SPEC, [1, 4], "fp16", context=8):
-        shapes = tuple(dict.fromkeys(p.shape_text for p in layer_problems(SPEC, [1, 4], "fp16", 8)
-                                     if p.operator == operator))
-        make_run(folder, name=run_name(SPEC, operator), operator=operator, shapes=shapes, n_random=3, smoke=smoke)
-    return folder
-
-
-def _layer_doc(model="tiny"):  # TEST DATA: made-up times of the layer benchmark's schema
-    layers = []
-    for t, zoo_graph in ((1, 0.09), (4, 0.2)):
-        layers.append({"tokens": t, "eager_ms": 0.5, "compile_ms": 0.3, "zoo_eager_ms": 0.4, "zoo_compile_ms": 0.25,
-                       "eager_graph_ms": 0.2, "compile_graph_ms": 0.1, "zoo_eager_graph_ms": 0.12,
-                       "zoo_compile_graph_ms": zoo_graph, "errors": {"zoo_eager": 1e-3}, "max_rel_error": 1e-3,
-                       "tolerance": 3e-3, "within_tolerance": True, "failures": {"compile_graph": "<b>why</b>"}})
-    return {"model": model, "gpu": "TEST DATA", "device": "cuda", "versions": {}, "dtype": "fp16", "context": 8,
-            "zoo_module": "x.py", "roles": {"qkv": "gemm"}, "layers": layers}
+from tests.fixtures.zoo_report_fixture import ARGS, SPEC
+from tests.fixtures.zoo_report_fixture import fixture_zoo as _zoo
+from tests.fixtures.zoo_report_fixture import layer_doc as _layer_doc
 
 
 def _data(page: str) -> dict:
