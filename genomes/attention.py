@@ -94,6 +94,12 @@ class AttentionFamily(GenomeFamily):
                         doc="query tiles issued first to last, or last first (the longest causal rows first)"),
             Categorical("grid", ("tiles_first", "heads_first"), group="order",
                         doc="programs issued tile by tile of one head (K and V shared in L2) or head by head"),
+            Categorical("kv_load", ("pointer", "tma"), group="memory",
+                        doc="K and V tiles loaded through pointers, or through tensor descriptors made in the kernel "
+                            "(TMA: no address arithmetic, rows past the end read as zeros)"),
+            IntChoice("persistent", (0, 1, 2), group="order",
+                      doc="programs per SM of a persistent grid looping over the work items in issue order; "
+                          "0 = one program per work item"),
         ]
 
     # -- resources ------------------------------------------------------------------------------------
@@ -128,10 +134,15 @@ class AttentionFamily(GenomeFamily):
         smem = self.smem_estimate(g, problem)
         if smem > target.smem_bytes:
             out.append(f"needs ~{smem} bytes of shared memory (> {target.smem_bytes})")
+        elif g["persistent"] > 1 and g["persistent"] * smem > target.smem_bytes:
+            out.append(f"persistent {g['persistent']}: that many programs of ~{smem} bytes of shared memory do not "
+                       "fit one SM together")
         if g["pack_gqa"] and group(problem) == 1:
             out.append("pack_gqa: every query head has its own KV head, there is nothing to pack")
         if g["kv_split"] == 1 and g["reduce"] != self.genes["reduce"].values[0]:
             out.append("reduce: only a kv_split > 1 has partials to combine")
+        if g["kv_load"] == "tma" and problem.dims["head_dim"] * ELEM_BYTES[problem.dtype] % 16:
+            out.append(f"kv_load tma: rows of head_dim {problem.dims['head_dim']} are not 16-byte multiples")
         return out
 
     # -- repair ---------------------------------------------------------------------------------------
@@ -159,10 +170,15 @@ class AttentionFamily(GenomeFamily):
         for name in ("num_stages", "BLOCK_N", "BLOCK_M"):
             while self.smem_estimate(g, problem) > target.smem_bytes and self._step_down(g, name):
                 pass
+        while (g["persistent"] > 1 and g["persistent"] * self.smem_estimate(g, problem) > target.smem_bytes
+               and self._step_down(g, "persistent")):
+            pass
         while g["kv_split"] > key_blocks(g, problem) and self._step_down(g, "kv_split"):
             pass
         if g["kv_split"] == 1:
             self._set(g, "reduce", self.genes["reduce"].values[0])
+        if g["kv_load"] == "tma" and problem.dims["head_dim"] * ELEM_BYTES[problem.dtype] % 16:
+            self._set(g, "kv_load", "pointer")
         repaired = self.make(g)
         reasons = self.violations(repaired, problem, target)
         if reasons:
@@ -173,7 +189,8 @@ class AttentionFamily(GenomeFamily):
     def base(self, **values: Any) -> dict[str, Any]:
         """FlashAttention-2's forward as Triton writes it: 128x64 tiles, 8 warps, 3 stages; updated by `values`."""
         g = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3, "pack_gqa": False, "kv_split": 1,
-             "reduce": "launch", "mask_loop": "split", "q_order": "forward", "grid": "tiles_first"}
+             "reduce": "launch", "mask_loop": "split", "q_order": "forward", "grid": "tiles_first",
+             "kv_load": "pointer", "persistent": 0}
         g.update(values)
         return g
 
@@ -182,6 +199,10 @@ class AttentionFamily(GenomeFamily):
                for m, n, w, s in ((128, 64, 8, 3), (128, 128, 8, 2), (128, 128, 8, 3), (64, 64, 4, 3), (128, 32, 4, 4),
                                   (64, 128, 4, 2), (256, 64, 16, 2))]
         raw += [self.base(q_order="reverse"), self.base(mask_loop="masked")]
+        # TMA loads of K and V (as Triton's Hopper tutorial kernel), and persistent grids issuing the longest first
+        raw += [self.base(kv_load="tma"), self.base(BLOCK_N=128, num_stages=2, kv_load="tma"),
+                self.base(kv_load="tma", persistent=1, q_order="reverse"),
+                self.base(persistent=2, q_order="reverse")]
         # Decode and other short queries: pack the heads of a group, split the keys so that every SM works.
         rows = problem.dims["q_len"] * group(problem)
         programs = problem.dims["batch"] * problem.dims["kv_heads"] * max(1, -(-rows // 64))
@@ -201,6 +222,9 @@ class AttentionFamily(GenomeFamily):
                                   "log2(query rows per program)", label=labels.power_of_two),
             "kv_split": Descriptor("kv_split", lambda g, r: log2(g["kv_split"]), tuple(float(x) for x in range(7)),
                                    "log2(programs sharing a tile's keys)", label=labels.power_of_two),
+            "memory": Descriptor("memory", lambda g, r: float(g["kv_load"] == "tma") + 2.0 * (g["persistent"] > 0),
+                                 (0.0, 1.0, 2.0, 3.0), "0 pointers, 1 TMA, 2 persistent, 3 TMA + persistent",
+                                 label=labels.categories(("pointers", "TMA", "persistent", "TMA+persistent"))),
             "structure": Descriptor(
                 "structure", lambda g, r: float(g["pack_gqa"]) + 2.0 * (g["kv_split"] > 1), (0.0, 1.0, 2.0, 3.0),
                 "0 plain, 1 GQA packed, 2 split keys, 3 both",

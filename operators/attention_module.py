@@ -25,6 +25,10 @@ def _header(name: str, f: KernelFacts, problem: Problem, target: Target) -> list
     structure = []
     if f.pack:
         structure.append("query heads sharing a KV head packed into one tile")
+    if f.tma:
+        structure.append("K and V loaded through tensor descriptors (TMA)")
+    if f.persistent:
+        structure.append(f"a persistent grid of {g['persistent']} programs per SM")
     if f.split > 1:
         how = "a second launch" if g["reduce"] == "launch" else "the last program of each tile"
         structure.append(f"keys split over {f.split} programs per tile, combined by {how}")
@@ -52,6 +56,8 @@ def _header(name: str, f: KernelFacts, problem: Problem, target: Target) -> list
         f"NUM_WARPS = {g['num_warps']}",
         f"NUM_STAGES = {g['num_stages']}",
         f"LOG2E = {LOG2E!r}",
+        *([f"PROGRAMS = {g['persistent'] * target.num_sms}  # persistent grid: {g['persistent']} per SM of "
+           f"{target.num_sms}"] if f.persistent else []),
         "",
         "",
     ]
@@ -61,6 +67,11 @@ def _plan(f: KernelFacts) -> list[str]:
     g = f.g
     tiles_first = g["grid"] == "tiles_first"
     grid = "(n_tiles, b * h_grid, SPLIT)" if tiles_first else "(b * h_grid, n_tiles, SPLIT)"
+    if f.persistent:
+        grid = "(min(n_tiles * b * h_grid * SPLIT, PROGRAMS),)"
+    limit = "1 << 31" if f.persistent else 65535
+    axis = "n_tiles * b * h_grid * SPLIT" if f.persistent else "b * h_grid" if tiles_first else "n_tiles"
+    scratch = ", scratch=True" if f.tma else ""
     lines = [
         "def _described(t):",
         "    if isinstance(t, torch.Tensor):",
@@ -91,11 +102,12 @@ def _plan(f: KernelFacts) -> list[str]:
         "    group = hq // hkv",
         "    h_grid = hkv if PACK_GQA else hq",
         "    n_tiles = triton.cdiv(n_q * group if PACK_GQA else n_q, BLOCK_M)",
-        f"    if {'b * h_grid' if tiles_first else 'n_tiles'} > 65535:",
-        "        raise ValueError(f\"{b} x {h_grid} heads or {n_tiles} query tiles exceed a grid axis of 65535\")",
+        f"    if {axis} >= {limit}:",
+        "        raise ValueError(f\"{b} x {h_grid} heads or {n_tiles} query tiles exceed a grid axis \"",
+        f"                         \"({limit})\")",
         "    d_pad = max(16, triton.next_power_of_2(d))",
         f"    kernel = BoundKernel(attention_kernel, {grid}, "
-        '{"num_warps": NUM_WARPS, "num_stages": NUM_STAGES})',
+        '{"num_warps": NUM_WARPS, "num_stages": NUM_STAGES}' + f"{scratch})",
         "    copies = [t.stride(-1) != 1 for t in (q, k, v)]  # the head dimension must be contiguous",
         "    n_part = b * hq * n_q",
     ]
@@ -110,6 +122,13 @@ def _plan(f: KernelFacts) -> list[str]:
                          "{\"num_warps\": 4})")
     else:
         lines.append("    parts = ()")
+    if f.tma:  # a tensor descriptor's base and row stride must be 16-byte multiples: else K and V are copied
+        lines += ["    for i, t in ((1, k), (2, v)):",
+                  "        copies[i] = copies[i] or any(s % (16 // t.element_size()) for s in t.stride()[:3]) \\",
+                  "            or t.data_ptr() % 16",
+                  "    if d * q.element_size() % 16:",
+                  "        raise ValueError(f\"this kernel loads K and V through TMA, whose rows must be 16-byte \"",
+                  "                         f\"multiples; head_dim {d} is not\")"]
     lines += [
         "    consts = (group, d, d_pad, BLOCK_M, BLOCK_N" + (", SPLIT)" if f.split > 1 else ")"),
         "",
@@ -121,7 +140,7 @@ def _plan(f: KernelFacts) -> list[str]:
         "        qk_scale = (1.0 / math.sqrt(d) if scale is None else scale) * LOG2E",
         "        kernel(q, k, v, out, *parts, qk_scale, q.stride(0), q.stride(1), q.stride(2), k.stride(0),",
         "               k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2), out.stride(0), out.stride(1),",
-        "               out.stride(2), n_q, n_k, n_tiles, h_grid, *consts)",
+        "               out.stride(2), n_q, n_k, n_tiles, h_grid, b * h_grid, *consts)",
     ]
     if f.split > 1 and not f.last_program:
         lines += ["        combine(po, pl, out, n_part, n_q, hq, out.stride(0), out.stride(1), out.stride(2),",

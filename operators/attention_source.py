@@ -27,6 +27,8 @@ class KernelFacts:
         self.split = g["kv_split"]
         self.last_program = self.split > 1 and g["reduce"] == "last_program"
         self.padded_d = head_dim != d_pad  # head dim not a power of two: the tiles' last columns are masked
+        self.tma = g["kv_load"] == "tma"  # K and V through tensor descriptors made in the kernel
+        self.persistent = g["persistent"] > 0  # a fixed grid whose programs loop over the work items
 
     def d_mask(self, axis: str) -> str:
         """' & d_ok[...]' masking the padded head-dimension columns, or nothing."""
@@ -35,15 +37,20 @@ class KernelFacts:
 
 def _online_step(f: KernelFacts, masked: bool) -> list[str]:
     """One step of the key loop at `start`: scores, online max and sum, and the output tile update."""
+    if f.tma:  # rows past n_k and the padded head dims arrive as zeros: only the scores are masked
+        k_load = ["k = k_desc.load([start, 0])", "s = tl.dot(q, tl.trans(k)) * qk_scale"]
+        v_load = "v = v_desc.load([start, 0])"
     k_mask = v_mask = ""
     if masked or f.padded_d:
         k_ok = "(cols[None, :] < n_k)" if masked else "(cols[None, :] >= 0)"
         v_ok = "(cols[:, None] < n_k)" if masked else "(cols[:, None] >= 0)"
         k_mask = f", mask={k_ok}{f.d_mask(':, None')}, other=0.0"
         v_mask = f", mask={v_ok}{f.d_mask('None, :')}, other=0.0"
-    lines = ["cols = start + tl.arange(0, BLOCK_N)",
-             f"kt = tl.load(k_base + cols[None, :].to(tl.int64) * skn + dims[:, None]{k_mask})",
-             "s = tl.dot(q, kt) * qk_scale"]
+    if not f.tma:
+        k_load = [f"kt = tl.load(k_base + cols[None, :].to(tl.int64) * skn + dims[:, None]{k_mask})",
+                  "s = tl.dot(q, kt) * qk_scale"]
+        v_load = f"v = tl.load(v_base + cols[:, None].to(tl.int64) * svn + dims[None, :]{v_mask})"
+    lines = ["cols = start + tl.arange(0, BLOCK_N)", *k_load]
     if masked:
         visible = "(cols[None, :] < n_k)"
         if f.causal:
@@ -57,7 +64,7 @@ def _online_step(f: KernelFacts, masked: bool) -> list[str]:
         "alpha = tl.exp2(m_i - m_use)",
         "p = tl.exp2(s - m_use[:, None])",
         "l_i = l_i * alpha + tl.sum(p, axis=1)",
-        f"v = tl.load(v_base + cols[:, None].to(tl.int64) * svn + dims[None, :]{v_mask})",
+        v_load,
         "acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])",
         "m_i = m_new",
     ]
@@ -106,18 +113,32 @@ def kernel_params(f: KernelFacts) -> list[str]:
     parts += ["CNT"] if f.last_program else []
     consts = ["GROUP", "HEAD_DIM", "D_PAD", "BLOCK_M", "BLOCK_N"] + (["SPLIT"] if f.split > 1 else [])
     return (["Q", "K", "V", "O"] + parts + ["qk_scale", "sqb", "sqh", "sqm", "skb", "skh", "skn", "svb", "svh", "svn",
-                                           "sob", "soh", "som", "n_q", "n_k", "n_tiles", "h_grid"]
+                                           "sob", "soh", "som", "n_q", "n_k", "n_tiles", "h_grid", "n_bh"]
             + [f"{c}: tl.constexpr" for c in consts])
 
 
-def kernel_source(f: KernelFacts) -> list[str]:
+def _work_item(f: KernelFacts) -> list[str]:
+    """tile, bh (batch * h_grid + head) and split of this program (or, persistent, of its work item w)."""
     g = f.g
-    axes = ("0", "1") if g["grid"] == "tiles_first" else ("1", "0")
-    body = [f"tile = tl.program_id({axes[0]})",
-            f"bh = tl.program_id({axes[1]})  # batch * h_grid + head (KV head when packed)"]
+    first, second = ("tile", "bh") if g["grid"] == "tiles_first" else ("bh", "tile")
+    sizes = {"tile": "n_tiles", "bh": "n_bh"}
+    if f.persistent:
+        lines = [f"{first} = w % {sizes[first]}", f"{second} = (w // {sizes[first]}) % {sizes[second]}"]
+        if f.split > 1:
+            lines.append(f"split = w // ({sizes[first]} * {sizes[second]})")
+    else:
+        lines = [f"{first} = tl.program_id(0)", f"{second} = tl.program_id(1)"]
+        if f.split > 1:
+            lines.append("split = tl.program_id(2)")
     if g["q_order"] == "reverse":
-        body.append("tile = n_tiles - 1 - tile  # the last query tiles (the longest causal rows) first")
-    body += ["b = bh // h_grid", "hg = bh % h_grid", "rows = tile * BLOCK_M + tl.arange(0, BLOCK_M)"]
+        lines.append("tile = n_tiles - 1 - tile  # the last query tiles (the longest causal rows) first")
+    return lines
+
+
+def kernel_source(f: KernelFacts) -> list[str]:
+    body = _work_item(f)
+    body += ["b = bh // h_grid  # bh: batch * h_grid + head (the KV head when packed)", "hg = bh % h_grid",
+             "rows = tile * BLOCK_M + tl.arange(0, BLOCK_M)"]
     if f.pack:
         body += ["q_pos = rows // GROUP  # a row is a (query, head) pair of the heads sharing KV head hg",
                  "head = hg * GROUP + rows % GROUP",
@@ -137,14 +158,18 @@ def kernel_source(f: KernelFacts) -> list[str]:
     body += [f"q = tl.load(Q + q_off[:, None] + dims[None, :], mask=row_ok[:, None]{f.d_mask('None, :')}, other=0.0)",
              "k_base = K + b64 * skb + kvh.to(tl.int64) * skh",
              "v_base = V + b64 * svb + kvh.to(tl.int64) * svh"]
+    if f.tma:
+        body += ["k_desc = tl.make_tensor_descriptor(k_base, shape=[n_k, HEAD_DIM], strides=[skn, 1], "
+                 "block_shape=[BLOCK_N, D_PAD])",
+                 "v_desc = tl.make_tensor_descriptor(v_base, shape=[n_k, HEAD_DIM], strides=[svn, 1], "
+                 "block_shape=[BLOCK_N, D_PAD])"]
     if f.causal:
         body += ["hi = tl.minimum(n_k, q_hi + 1 + n_k - n_q)  # keys the tile's last query sees",
                  "full = tl.minimum(n_k // BLOCK_N, (q_lo + 1 + n_k - n_q) // BLOCK_N) * BLOCK_N  # seen by every row"]
     else:
         body += ["hi = n_k", "full = (n_k // BLOCK_N) * BLOCK_N"]
     if f.split > 1:
-        body += ["split = tl.program_id(2)",
-                 "per = tl.cdiv(tl.cdiv(hi, BLOCK_N), SPLIT) * BLOCK_N  # keys per split, whole blocks",
+        body += ["per = tl.cdiv(tl.cdiv(hi, BLOCK_N), SPLIT) * BLOCK_N  # keys per split, whole blocks",
                  "lo = split * per",
                  "hi = tl.minimum(hi, lo + per)"]
     else:
@@ -169,6 +194,10 @@ def kernel_source(f: KernelFacts) -> list[str]:
                      "if ticket == SPLIT - 1:  # the tile's last program combines; nothing ever waits",
                      *["    " + x for x in _combine("BLOCK_M") + [_store_o(f)]],
                      "    tl.atomic_xchg(CNT + bh * n_tiles + tile, 0)  # ready for the next call (CUDA graphs too)"]
+    if f.persistent:
+        body = (["for w in tl.range(tl.program_id(0), n_tiles * n_bh * " + ("SPLIT" if f.split > 1 else "1")
+                 + ", tl.num_programs(0)):  # persistent: this program's work items"]
+                + ["    " + x for x in body])
     return jit_def("attention_kernel", kernel_params(f)) + ["    " + x for x in body]
 
 

@@ -85,3 +85,10 @@ def test_the_operator_refuses_impossible_problems_in_one_line():
         operators.get("attention+sliding")
     with pytest.raises(ValueError, match="does not support dtype"):
         operators.get("attention").problem((1, 8, 8, 16, 16, 64), "fp32")
+
+
+def test_persistent_programs_must_fit_one_sm_together(family):
+    g = family.make(family.base(persistent=2))  # 128x64 tiles, 3 stages at head dim 128: ~128 KiB each
+    assert any("do not fit one SM together" in r for r in family.violations(g, DECODE.__class__.make(
+        "attention", DIMS, (1, 32, 8, 4096, 4096, 128), "bf16"), HOPPER))
+    assert family.repair(g, PREFILL, HOPPER, np.random.default_rng(0))["persistent"] == 2  # head dim 64: they fit

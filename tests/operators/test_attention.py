@@ -5,6 +5,7 @@ export's self-check code, and the FLOP count of a bottom-right causal mask."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -28,14 +29,24 @@ CASES = [  # (operator, sizes, genes beyond the FlashAttention-2 base)
                                                 "kv_split": 8, "reduce": "last_program"}),
     # more splits than key blocks: the empty splits' partials weigh nothing
     ("attention+causal", (1, 2, 1, 3, 20, 16), {"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 2, "kv_split": 8}),
+    # K and V through tensor descriptors: ragged key lengths and a padded head dim read as zeros
+    ("attention+causal", (2, 4, 2, 29, 45, 40), {"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 2, "kv_load": "tma"}),
+    ("attention", (1, 8, 2, 2, 150, 64), {"BLOCK_M": 16, "BLOCK_N": 32, "num_warps": 2, "kv_load": "tma",
+                                          "pack_gqa": True, "kv_split": 4, "reduce": "last_program"}),
+    # persistent grids: a program loops over (tile, head, split) work items, here fewer programs than items
+    ("attention+causal", (2, 4, 2, 50, 50, 32), {"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 2, "persistent": 1,
+                                                 "q_order": "reverse", "grid": "heads_first"}),
+    ("attention", (1, 4, 1, 1, 300, 32), {"BLOCK_M": 16, "BLOCK_N": 32, "num_warps": 2, "persistent": 2,
+                                          "pack_gqa": True, "kv_split": 4, "kv_load": "tma"}),
 ]
+SMALL_GPU = dataclasses.replace(HOPPER, num_sms=3)  # a persistent grid smaller than the work
 
 def _module(name, sizes, genes):
     op = operators.get(name)
     problem = op.problem(sizes, "fp16")
     genome = op.family.make(op.family.base(**genes))
-    assert op.family.violations(genome, problem, HOPPER) == []
-    return op, problem, load_source(op.render(genome, problem, HOPPER))
+    assert op.family.violations(genome, problem, SMALL_GPU) == []
+    return op, problem, load_source(op.render(genome, problem, SMALL_GPU))
 
 def _error(out, ref):
     return ((out.float() - ref).norm() / ref.norm()).item()
@@ -120,3 +131,27 @@ def test_the_reference_in_query_blocks_is_the_formula(monkeypatch):
     s = (q @ k.transpose(-1, -2) / 4.0).masked_fill(torch.ones(13, 29, dtype=torch.bool).tril(16).logical_not(),
                                                     float("-inf"))
     assert torch.allclose(torch.softmax(s, dim=-1) @ v, whole, atol=1e-5)
+
+
+def test_a_persistent_grid_is_capped_and_tma_copies_misaligned_rows():
+    op, problem, module = _module("attention+causal", (2, 4, 2, 50, 50, 32), {"BLOCK_M": 16, "BLOCK_N": 16,
+                                                                             "num_warps": 2, "persistent": 1,
+                                                                             "kv_load": "tma"})
+    q, k, v = op.make_inputs(problem, seed=2, device="cpu")
+    assert _error(module.attention(q, k, v), op.reference(q, k, v)) < op.tolerance(problem)
+    # 4 query tiles x 2 x 4 heads = 32 work items on a persistent grid of one program per SM of 3
+    assert next(iter(module._PLANS.values())).kernel.grid == (3, 1, 1)
+    # K rows 36 elements apart (72 bytes): not a 16-byte multiple, so the plan copies K before making descriptors
+    wide = torch.zeros(2, 2, 50, 36, dtype=k.dtype)
+    wide[..., :32] = k
+    assert _error(module.attention(q, wide[..., :32], v), op.reference(q, k, v)) < op.tolerance(problem)
+    with pytest.raises(ValueError, match="16-byte multiples; head_dim 20"):
+        module.attention(q[..., :20], k[..., :20], v[..., :20])
+
+
+def test_tma_needs_rows_of_16_byte_multiples():
+    family = operators.get("attention").family
+    problem = operators.get("attention").problem((1, 2, 2, 8, 8, 20), "fp16")
+    genome = family.make(family.base(BLOCK_M=16, BLOCK_N=16, num_warps=2, kv_load="tma"))
+    assert any("16-byte multiples" in r for r in family.violations(genome, problem, HOPPER))
+    assert family.repair(genome, problem, HOPPER, np.random.default_rng(0))["kv_load"] == "pointer"
