@@ -155,3 +155,33 @@ def test_tma_needs_rows_of_16_byte_multiples():
     genome = family.make(family.base(BLOCK_M=16, BLOCK_N=16, num_warps=2, kv_load="tma"))
     assert any("16-byte multiples" in r for r in family.violations(genome, problem, HOPPER))
     assert family.repair(genome, problem, HOPPER, np.random.default_rng(0))["kv_load"] == "pointer"
+
+
+@pytest.mark.parametrize("name, sizes", [("attention+causal", (1, 4, 2, 5, 37, 32)),
+                                         ("attention+causal", (2, 4, 4, 24, 24, 16)),
+                                         ("attention", (1, 8, 2, 1, 70, 64))])
+def test_the_bench_baselines_are_checked_and_named(name, sizes):
+    """`evo bench`'s contenders on CPU tensors: SDPA as called agrees with the reference (the bottom-right causal
+    mask, GQA), as does each backend forced alone that runs here (the CPU has a flash kernel); one that cannot (cuDNN)
+    is skipped with its reason, never timed."""
+    from types import SimpleNamespace
+
+    from evo.bench.entrants import Entrant
+    from evo.bench.measure import measure_contenders
+
+    op = operators.get(name)
+    problem = op.problem(sizes, "fp16")
+    entrants = [Entrant(b.name, b.make, b.doc) for b in op.bench_baselines()]
+    assert [e.name for e in entrants] == ["sdpa", "sdpa_flash", "sdpa_efficient", "sdpa_cudnn"]
+
+    def timer(fns, **kw):  # not a measurement: made-up times after one run of each
+        for f in fns:
+            f()
+        return [SimpleNamespace(median_ms=1.0, spread_ms=0.0, times_ms=[1.0] * 5) for _ in fns]
+
+    res = {r.name: r for r in measure_contenders(op, problem, entrants, timer=timer, device="cpu")}
+    assert res["sdpa"].status == "ok", res["sdpa"].reason
+    for r in res.values():
+        assert r.status in ("ok", "skipped"), r
+        assert (r.median_ms is None) == (r.status == "skipped") and (r.status == "ok" or r.reason)
+    assert res["sdpa_cudnn"].status == "skipped"
