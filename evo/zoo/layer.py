@@ -26,8 +26,8 @@ from evo.zoo.model import ModelSpec
 
 __all__ = ["DecoderLayer", "LMHead", "RMSNorm", "apply_rope", "linears", "DEFAULT_EPS", "ROPE_THETA", "INIT_STD"]
 
-DEFAULT_EPS = 1e-6  # operators/rmsnorm.py's EPS (Qwen2's rms_norm_eps); Llama 3 uses 1e-5: pass eps=
-ROPE_THETA = 10000.0
+DEFAULT_EPS = 1e-6  # RMSNorm's own default; a layer takes its spec's rms_norm_eps (Llama 3: 1e-5)
+ROPE_THETA = 10000.0  # what a spec without rope_theta says
 INIT_STD = 0.02
 
 
@@ -113,7 +113,7 @@ class DecoderLayer(_Routed):
     ROLES = ("norm", "qkv", "attention", "o_proj", "gate_up", "up", "down")
 
     def __init__(self, spec: ModelSpec, dtype: torch.dtype = torch.bfloat16, device: str | torch.device = "cpu",
-                 seed: int = 0, eps: float = DEFAULT_EPS, rope_theta: float = ROPE_THETA,
+                 seed: int = 0, eps: float | None = None, rope_theta: float | None = None,
                  init_std: float = INIT_STD, context: int = 0) -> None:
         super().__init__()
         if spec.head_dim % 2:
@@ -122,6 +122,8 @@ class DecoderLayer(_Routed):
             raise ValueError(f"{spec.name}: unknown mlp {spec.mlp!r}; expected swiglu, gelu or gelu_tanh")
         self.spec = spec
         h, inter = spec.hidden_size, spec.intermediate_size
+        eps = spec.rms_norm_eps if eps is None else eps
+        rope_theta = spec.rope_theta if rope_theta is None else rope_theta
         self.input_norm = RMSNorm(h, eps)
         self.qkv_proj = nn.Linear(h, spec.q_size + 2 * spec.kv_size, bias=spec.attention_bias)
         self.o_proj = nn.Linear(spec.q_size, h, bias=False)  # ModelSpec's attention_bias is Q, K and V's only
@@ -212,10 +214,10 @@ class LMHead(_Routed):
     ROLES = ("norm", "lm_head", "sampling_softmax")
 
     def __init__(self, spec: ModelSpec, dtype: torch.dtype = torch.bfloat16, device: str | torch.device = "cpu",
-                 seed: int = 0, eps: float = DEFAULT_EPS, init_std: float = INIT_STD) -> None:
+                 seed: int = 0, eps: float | None = None, init_std: float = INIT_STD) -> None:
         super().__init__()
         self.spec = spec
-        self.norm = RMSNorm(spec.hidden_size, eps)
+        self.norm = RMSNorm(spec.hidden_size, spec.rms_norm_eps if eps is None else eps)
         self.lm_head = nn.Linear(spec.hidden_size, spec.vocab_size, bias=False)
         _init_(self, seed, dtype, device, init_std)
 

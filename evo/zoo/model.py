@@ -33,7 +33,8 @@ _HF_ACT = {"silu": "swiglu", "swish": "swiglu", "gelu": "gelu", "gelu_new": "gel
 _GATED_GELU = ("gemma", "gemma2", "gemma3", "gemma3_text")  # GELU in a gated MLP (GeGLU): no operator for it yet
 _MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
 _YAML_KEYS = ("name", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
-              "vocab_size", "norm", "mlp", "tie_word_embeddings", "attention_bias", "mlp_bias")
+              "vocab_size", "norm", "mlp", "tie_word_embeddings", "attention_bias", "mlp_bias", "rms_norm_eps",
+              "rope_theta")
 _REQUIRED = ("hidden_size", "intermediate_size", "num_attention_heads", "vocab_size")
 
 
@@ -61,6 +62,8 @@ class ModelSpec:
     tie_word_embeddings: bool = False
     attention_bias: bool = False  # a bias on the Q, K and V projections
     mlp_bias: bool = False
+    rms_norm_eps: float = 1e-6  # the norms' epsilon (the reference layer's and the rmsnorm kernels' runtime eps)
+    rope_theta: float = 10000.0  # the rotary embedding's base
 
     @property
     def q_size(self) -> int:
@@ -151,7 +154,8 @@ def _from_hf(data: Any, file: str, default_name: str) -> ModelSpec:
     if model_type in _GATED_GELU:
         raise ModelError(file, "model_type", f"{model_type!r} gates a GELU (GeGLU): no evo operator for it yet")
     fields = {k: d[k] for k in ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
-                                "head_dim", "vocab_size", "mlp_bias") if d.get(k) is not None}
+                                "head_dim", "vocab_size", "mlp_bias", "rms_norm_eps", "rope_theta")
+              if d.get(k) is not None}
     fields["mlp"] = _HF_ACT[act]
     # Qwen2 puts a bias on Q, K and V without saying so in its config; an explicit attention_bias wins
     fields["attention_bias"] = d.get("attention_bias", model_type == "qwen2")
@@ -195,15 +199,23 @@ def _build(d: dict, file: str, default_name: str) -> ModelSpec:
     mlp = _choice(d.get("mlp", "swiglu"), "mlp", MLP_KINDS, file)
     if flags["mlp_bias"] and mlp == "swiglu":  # gate and up would be biased: gemm+swiglu takes no bias
         raise ModelError(file, "mlp_bias", "a SwiGLU MLP with biases: the fused gemm+swiglu takes no bias yet")
+    eps = _positive(d.get("rms_norm_eps", 1e-6), "rms_norm_eps", 0.1, file)
+    theta = _positive(d.get("rope_theta", 10000.0), "rope_theta", 1e12, file)
     return ModelSpec(name=name, num_key_value_heads=kv_heads, head_dim=head_dim,
                      norm=_choice(d.get("norm", "rmsnorm"), "norm", NORMS, file),
-                     mlp=mlp, **sizes, **flags)
+                     mlp=mlp, rms_norm_eps=eps, rope_theta=theta, **sizes, **flags)
 
 
 def _size(value: Any, field: str, file: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_SIZE:
         raise ModelError(file, field, f"expected a positive integer up to {MAX_SIZE}; got {describe(value)}")
     return value
+
+
+def _positive(value: Any, field: str, high: float, file: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= high:
+        raise ModelError(file, field, f"expected a number above 0 and at most {high:g}; got {describe(value)}")
+    return float(value)
 
 
 def _flag(value: Any, field: str, file: str) -> bool:

@@ -117,6 +117,11 @@ def test_norm_uses_the_given_eps():
     expected = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-5) * b.input_norm.weight.double()
     assert torch.allclose(b.input_norm(x).double(), expected, rtol=1e-5)
     assert not torch.allclose(a.input_norm(x), b.input_norm(x), rtol=1e-3)
+    # without eps= the spec's rms_norm_eps (and rope_theta) hold, in the layer and in the head
+    spec = dataclasses.replace(TINY, rms_norm_eps=1e-5, rope_theta=5e5)
+    c = DecoderLayer(spec, dtype=torch.float32)
+    assert c.input_norm.eps == c.post_attention_norm.eps == LMHead(spec).norm.eps == 1e-5
+    assert torch.allclose(c.inv_freq, 5e5 ** -(torch.arange(0, 16, 2, dtype=torch.float32) / 16))
 
 
 def test_refusals():

@@ -16,12 +16,15 @@ LLAMA = json.loads((MODELS / "llama-3-8b.json").read_text())
 
 def test_shipped_models():
     llama = load_model(MODELS / "llama-3-8b.json")
-    assert llama == ModelSpec("llama-3-8b", 4096, 14336, 32, 8, 128, 128256, "rmsnorm", "swiglu", False, False, False)
+    assert llama == ModelSpec("llama-3-8b", 4096, 14336, 32, 8, 128, 128256, "rmsnorm", "swiglu", False, False, False,
+                              rms_norm_eps=1e-5, rope_theta=500000.0)
     qwen = load_model(MODELS / "qwen2-7b.json")
     assert (qwen.hidden_size, qwen.intermediate_size, qwen.num_key_value_heads, qwen.head_dim) == (3584, 18944, 4, 128)
     assert qwen.attention_bias and not qwen.mlp_bias and not qwen.tie_word_embeddings  # Qwen2's implicit QKV bias
+    assert (qwen.rms_norm_eps, qwen.rope_theta) == (1e-6, 1e6)
     mistral = load_model(MODELS / "mistral-7b.json")
     assert (mistral.vocab_size, mistral.num_key_value_heads, mistral.attention_bias) == (32000, 8, False)
+    assert load_model(MODELS / "tiny.yaml").rms_norm_eps == 1e-6  # the defaults when a file says nothing
     tiny = load_model(MODELS / "tiny.yaml")
     assert (tiny.name, tiny.hidden_size, tiny.head_dim, tiny.num_key_value_heads, tiny.vocab_size) == \
         ("tiny", 64, 16, 2, 256)
@@ -64,6 +67,9 @@ def _bad_json(**change):
     (_bad_json(model_type=3), "json", "model_type"),
     (_bad_json(num_local_experts=8), "json", "num_local_experts"),
     (_bad_json(rms_norm_eps=..., layer_norm_eps=1e-5), "json", "layer_norm_eps"),
+    (_bad_json(rms_norm_eps=0), "json", "rms_norm_eps"),
+    (_bad_json(rms_norm_eps="1e-5"), "json", "rms_norm_eps"),
+    (_bad_json(rope_theta=-1.0), "json", "rope_theta"),
     ('{"hidden_size": 1, "hidden_size": 2}', "json", "hidden_size"),
     ("{not json", "json", ""),
     ("[1, 2]", "json", ""),
