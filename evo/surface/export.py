@@ -12,7 +12,8 @@ operator.
 `export_all` writes one module holding every measured problem's elite, dispatching a call to the elite of its
 problem, or of the *nearest* measured problem when the call's shape was not measured: same dtype, smallest
 sum over dimensions of |log2(size / measured size)|, earliest measured on a tie. Such a fallback kernel was
-neither timed nor checked at that shape, and the module warns once per shape when it uses one.
+neither timed nor checked at that shape, and the module warns once per elite it uses so (naming the first such
+shape): a decode loop whose key length grows every step gets one warning, not one per step.
 """
 
 from __future__ import annotations
@@ -276,10 +277,11 @@ def kernel_for(sizes, dtype):
     import warnings
 
     key = nearest(sizes, dtype)
-    if tuple(sizes) != _EVO_VARIANTS[key]["sizes"] and (tuple(sizes), dtype) not in _EVO_WARNED:
-        _EVO_WARNED.add((tuple(sizes), dtype))
+    if tuple(sizes) != _EVO_VARIANTS[key]["sizes"] and key not in _EVO_WARNED:
+        _EVO_WARNED.add(key)
         warnings.warn(f"no kernel was measured for {'x'.join(map(str, sizes))} {dtype}: using the elite of "
-                      f"{key}, which was neither timed nor checked at this shape", stacklevel=2)
+                      f"{key}, which was neither timed nor checked at this shape (other unmeasured shapes that "
+                      "this elite serves are not warned about again)", stacklevel=2)
     return getattr(_evo_load(key), _EVO_ENTRY)
 
 
@@ -334,7 +336,7 @@ def export_all(store: Store, experiment: Experiment | None = None) -> tuple[str,
     head += [f"Call {op.entry}(*inputs): it runs the elite of the problem the inputs form; for a shape that was not",
              "measured, the elite of the nearest measured problem: same dtype, smallest sum over dimensions of",
              "|log2(size / measured size)|, earliest measured on a tie. That kernel was neither timed nor checked",
-             "at the new shape (a warning says so once per shape). kernel_for(sizes, dtype) returns the function.",
+             "at the new shape (a warning says so once per elite so used). kernel_for(sizes, dtype) returns it.",
              "Run `python THIS_FILE.py` to self-check every measured elite (see each one's own header).", "",
              "Measured problems (median GPU time and ratio to the baseline; call clock and its ratio where measured):"]
     for e in found:
