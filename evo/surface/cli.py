@@ -149,6 +149,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_file(path: Path, resume: bool) -> int:
+    """`evo run PATH [--resume]` (the zoo's --run searches its experiments through it)."""
+    return _cmd_run(argparse.Namespace(experiment=str(path), out=None, resume=resume, allow_changes=False))
+
+
 def _check_before_workers(rd: Any, experiment: Any, args: argparse.Namespace) -> None:
     """Every refusal that needs no worker, made before the executor machinery (torch, triton, Ray) is imported:
     the run directory (a file, a symbolic-link loop), and on --resume a store that cannot be resumed or an
@@ -351,7 +356,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_bench_command(sub)
     add_bench_search_command(sub)
-    add_zoo_command(sub, UsageError)
+    add_zoo_command(sub, UsageError, _run_file)
     return p
 
 

@@ -1,5 +1,6 @@
 """`evo zoo MODEL`: a model's kernel plan (per role: the operator and its shape at each token count) and one
-experiment file per operator, with the `evo run` commands that search them.
+experiment file per operator, with the `evo run` commands that search them; `--run` searches them one after
+another, then collects the module and writes the report (one command from a model to its kernels).
 
 Every bad input (a model file that is missing or invalid, a bad token list, dtype or budget, an output folder
 that cannot be written) ends with one line and exit status 2, before any file is written.
@@ -75,8 +76,8 @@ def zoo_command(args: argparse.Namespace) -> int:
     folder = Path(args.output) / spec.name
     if folder.exists() and not folder.is_dir():
         raise usage_error(f"-o {args.output}: {folder} is a file, not a folder")
-    if args.collect and args.report:
-        raise usage_error("--collect and --report: one at a time (collect first, then the report)")
+    if sum((args.collect, args.report, args.run)) > 1:
+        raise usage_error("--run, --collect and --report: one at a time (--run collects and reports by itself)")
     if args.collect:
         return _collect(spec, tokens, args.dtype, args.context, folder, usage_error)
     if args.report:
@@ -102,9 +103,12 @@ def zoo_command(args: argparse.Namespace) -> int:
     print(format_plan(problems, tokens))
     try:
         for op, text in texts.items():
-            write_atomic(files[op], text)
+            if not (args.run and files[op].exists() and files[op].read_text() == text):
+                write_atomic(files[op], text)
     except OSError as e:
         raise usage_error(f"cannot write the experiments under {folder}: {e.strerror or e}") from None
+    if args.run:
+        return _run_all(args, spec, tokens, folder, files, problems)
     print(f"wrote {len(files)} experiments ({sum(counts.values())} problems, {args.wall_s:g} s each at most) "
           f"under {folder}; search them with:")
     for op, path in files.items():
@@ -113,6 +117,27 @@ def zoo_command(args: argparse.Namespace) -> int:
                                               args.output, "--context", str(args.context)))
     print(f"then bundle their kernels into one module: evo zoo {again} --collect")
     return 0
+
+
+def _run_all(args: argparse.Namespace, spec: Any, tokens: list[int], folder: Path, files: dict[str, Path],
+             problems: list[Any]) -> int:
+    """Search every operator's experiment in turn (resuming one that an earlier --run left), then collect and report.
+    A search that ends otherwise than done (interrupted, workers lost) stops here with its exit status."""
+    from evo.experiment.config import load_experiment
+    from evo.experiment.rundir import RunDir
+
+    for i, (op, path) in enumerate(files.items(), 1):
+        roles = ", ".join(dict.fromkeys(f"{p.role} T={p.tokens}" for p in problems if p.operator == op))
+        rd = RunDir.of(load_experiment(path).output, load_experiment(path).name)
+        again = rd.exists()
+        print(f"[zoo {i}/{len(files)}] {op}: {roles}{' (resuming the earlier run)' if again else ''}", flush=True)
+        status = args.run_file(path, again)
+        if status != 0:
+            print(f"[zoo] stopped at {op} (exit status {status}); `evo zoo` with the same arguments and --run "
+                  "continues where it stopped", flush=True)
+            return status
+    status = _collect(spec, tokens, args.dtype, args.context, folder, args.usage_error)
+    return status or _report(spec, tokens, args.dtype, args.context, folder, args.layer_results, args.usage_error)
 
 
 def _collect(spec: Any, tokens: list[int], dtype: str, context: int, folder: Path,
@@ -149,9 +174,10 @@ def _report(spec: Any, tokens: list[int], dtype: str, context: int, folder: Path
     return 0
 
 
-def add_zoo_command(subparsers: Any, usage_error: type[Exception]) -> argparse.ArgumentParser:
+def add_zoo_command(subparsers: Any, usage_error: type[Exception], run_file: Any = None) -> argparse.ArgumentParser:
     """Register `zoo` on the `evo` command's subparsers (argparse's add_subparsers() object); bad input raises
-    `usage_error` (the CLI's UsageError: one line, exit status 2)."""
+    `usage_error` (the CLI's UsageError: one line, exit status 2); `run_file(path, resume) -> exit status` is the
+    CLI's `evo run`, which --run searches each experiment with (passed in: this module does not import the CLI)."""
     z = subparsers.add_parser("zoo", help="a model's kernel plan and one experiment per operator",
                               description=__doc__.split("\n\n")[0])
     z.add_argument("model", metavar="MODEL", help="a Hugging Face config.json or a model YAML, e.g. "
@@ -178,5 +204,8 @@ def add_zoo_command(subparsers: Any, usage_error: type[Exception]) -> argparse.A
     z.add_argument("--layer-results", metavar="ZOO_JSON",
                    help="with --report: the layer benchmark's zoo.json (python -m evo.bench.zoo_layer; default "
                         "DIR/<model>/zoo.json when it exists)")
-    z.set_defaults(func=zoo_command, usage_error=usage_error)
+    z.add_argument("--run", action="store_true",
+                   help="search every experiment in turn (resuming runs an earlier --run left), then --collect and "
+                        "--report: one command from a model to its kernels")
+    z.set_defaults(func=zoo_command, usage_error=usage_error, run_file=run_file)
     return z

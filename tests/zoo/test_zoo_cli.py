@@ -66,3 +66,30 @@ def test_console_script_without_traceback(tmp_path):
     result = subprocess.run([sys.executable, "-m", "evo.surface.cli", "zoo", TINY, "--tokens", "1,y", "-o",
                              str(tmp_path)], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 2 and result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+
+
+def test_run_searches_each_experiment_in_turn_and_stops_at_a_failure(tmp_path, capsys, monkeypatch):
+    """--run hands each experiment to `evo run` (stubbed here: the tiny zoo fixture runs the real one), resumes a
+    run an earlier --run left, and stops with the status of a search that did not finish."""
+    import evo.surface.cli as cli
+    from evo.experiment.rundir import RunDir
+
+    calls = []
+
+    def run_file(path, resume):
+        calls.append((Path(path).name, resume))
+        if len(calls) == 1:
+            RunDir(tmp_path / "tiny" / f"tiny_{Path(path).stem}").store.parent.mkdir(parents=True, exist_ok=True)
+            RunDir(tmp_path / "tiny" / f"tiny_{Path(path).stem}").store.write_bytes(b"")
+        return 130 if len(calls) == 2 else 0
+
+    monkeypatch.setattr(cli, "_run_file", run_file)
+    assert main(["zoo", TINY, "--tokens", "1,4", "--dtype", "fp16", "--smoke", "-o", str(tmp_path), "--run"]) == 130
+    out = capsys.readouterr().out
+    assert calls == [("rmsnorm.yaml", False), ("gemm.yaml", False)]
+    assert "[zoo 1/6] rmsnorm: norm T=1, norm T=4" in out and "stopped at gemm (exit status 130)" in out
+    assert not (tmp_path / "tiny" / "tiny_kernels.py").exists()
+    calls.clear()
+    assert main(["zoo", TINY, "--tokens", "1,4", "--dtype", "fp16", "--smoke", "-o", str(tmp_path), "--run"]) == 130
+    assert calls == [("rmsnorm.yaml", True), ("gemm.yaml", False)]  # the first run is resumed, not started again
+    assert "(resuming the earlier run)" in capsys.readouterr().out
