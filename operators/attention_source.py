@@ -118,14 +118,14 @@ def kernel_params(f: KernelFacts) -> list[str]:
 
 
 def _work_item(f: KernelFacts) -> list[str]:
-    """tile, bh (batch * h_grid + head) and split of this program (or, persistent, of its work item w)."""
+    """tile, bh (batch * h_grid + head) and split of this program (or, persistent, of its work item)."""
     g = f.g
     first, second = ("tile", "bh") if g["grid"] == "tiles_first" else ("bh", "tile")
     sizes = {"tile": "n_tiles", "bh": "n_bh"}
     if f.persistent:
-        lines = [f"{first} = w % {sizes[first]}", f"{second} = (w // {sizes[first]}) % {sizes[second]}"]
+        lines = [f"{first} = item % {sizes[first]}", f"{second} = (item // {sizes[first]}) % {sizes[second]}"]
         if f.split > 1:
-            lines.append(f"split = w // ({sizes[first]} * {sizes[second]})")
+            lines.append(f"split = item // ({sizes[first]} * {sizes[second]})")
     else:
         lines = [f"{first} = tl.program_id(0)", f"{second} = tl.program_id(1)"]
         if f.split > 1:
@@ -195,7 +195,7 @@ def kernel_source(f: KernelFacts) -> list[str]:
                      *["    " + x for x in _combine("BLOCK_M") + [_store_o(f)]],
                      "    tl.atomic_xchg(CNT + bh * n_tiles + tile, 0)  # ready for the next call (CUDA graphs too)"]
     if f.persistent:
-        body = (["for w in tl.range(tl.program_id(0), n_tiles * n_bh * " + ("SPLIT" if f.split > 1 else "1")
+        body = (["for item in tl.range(tl.program_id(0), n_tiles * n_bh * " + ("SPLIT" if f.split > 1 else "1")
                  + ", tl.num_programs(0)):  # persistent: this program's work items"]
                 + ["    " + x for x in body])
     return jit_def("attention_kernel", kernel_params(f)) + ["    " + x for x in body]
