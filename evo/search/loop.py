@@ -17,7 +17,9 @@ the problem's speed-of-light floor, evo.evaluate.roofline, when the workers meas
 The store is the checkpoint. Every evaluation is committed as it arrives, and everything else is rebuilt
 from it on resume: the archive (by replaying the rows in order, exactly as it was built live), the
 evaluation count, the stagnation counter, the genomes already tried. A resumed problem continues with a
-random stream derived from (seed, problem, evaluations so far), so resuming is deterministic too.
+random stream derived from (seed, problem, evaluations so far), so resuming is deterministic too. Beside each
+problem's clock (`wall_s:<problem>`) the store keeps the search process's CPU seconds (`cpu_s:`) and how full
+the executor's pipeline was in the latest session (`queue:`, evo.evaluate.occupancy).
 """
 
 from __future__ import annotations
@@ -214,6 +216,17 @@ class Search:
         spent = float(self.store.meta(clock_key, 0.0))
         started = time.monotonic()
         elapsed = lambda: spent + time.monotonic() - started  # noqa: E731
+        # the search process's own CPU time beside the clock (its share says whether the driver keeps up)
+        cpu_spent, cpu_started = float(self.store.meta(f"cpu_s:{problem.key}", 0.0)), time.process_time()
+        if self.executor.occupancy is not None:
+            self.executor.occupancy.restart()
+
+        def save_clock() -> None:
+            self.store.set_meta(clock_key, elapsed())
+            self.store.set_meta(f"cpu_s:{problem.key}", round(cpu_spent + time.process_time() - cpu_started, 3))
+            if self.executor.occupancy is not None:  # this session's, for the problem
+                self.store.set_meta(f"queue:{problem.key}", self.executor.occupancy.summary())
+
         self._floor, self.scheduler = self._problem_floor(problem), None
         stop = self._stop_reason(archive, spent)
         if stop is not None:  # finished in an earlier session
@@ -268,7 +281,7 @@ class Search:
                     self._record(index, problem, archive, job, ev, elapsed())
                 self._workers_changed(index, problem, archive, elapsed())
                 if time.monotonic() - saved_at > _SAVE_CLOCK_S:
-                    self.store.set_meta(clock_key, elapsed())
+                    save_clock()
                     saved_at = time.monotonic()
         except KeyboardInterrupt:
             stop = "interrupted"
@@ -277,7 +290,7 @@ class Search:
                     self._record(index, problem, archive, job, ev, elapsed())
             except Exception:  # the executor may be half torn down by the same signal
                 pass
-        self.store.set_meta(clock_key, elapsed())
+        save_clock()
         summary = self._summary(problem, archive, stop or "evaluations")
         if stop != "interrupted":
             self.store.set_meta(f"summary:{problem.key}", summary.as_dict())
