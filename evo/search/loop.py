@@ -43,8 +43,9 @@ from evo.mutators import MutatorMix
 from evo.problem import Problem
 from evo.search import emitters as emitting
 from evo.search.events import ProblemSummary, RunSummary, SearchEvent
+from evo.search.handover import NextProblem
 from evo.search.selection import get as get_selection
-from evo.search.variation import Variation
+from evo.search.variation import Proposal, Variation
 from evo.store.atomic_file import write_atomic
 from evo.store.record import Evaluation
 from evo.store.resumable import check_resumable, resume_changes
@@ -186,6 +187,7 @@ class Search:
         self._ticket = 0
         self._session_evaluations = 0
         self._busy = -1
+        self._next: NextProblem | None = None  # the next problem, when its first population has started
         self.archives: dict[str, GridArchive] = {}  # by problem key, as searched in this session
 
     def run(self) -> RunSummary:
@@ -208,10 +210,11 @@ class Search:
     def search_problem(self, index: int, problem: Problem, transfer: Sequence[Elite] = ()
                        ) -> tuple[GridArchive, ProblemSummary]:
         exp = self.experiment
+        head, self._next = (self._next, None) if self._next is not None and self._next.index == index else (None, None)
         archive = GridArchive.for_problem(self.operator, problem, exp.descriptors, self.margin)
         rows = self._rows(problem)
         archive.add(rows)
-        seen = {r.genome_hash for r in rows}
+        seen = {r.genome_hash for r in rows} | (head.seen if head else set())
         clock_key = f"wall_s:{problem.key}"
         spent = float(self.store.meta(clock_key, 0.0))
         started = time.monotonic()
@@ -229,14 +232,14 @@ class Search:
 
         self._floor, self.scheduler = self._problem_floor(problem), None
         stop = self._stop_reason(archive, spent)
-        if stop is not None:  # finished in an earlier session
+        if stop is not None and head is None:  # finished in an earlier session
             self._emit("problem_done", index, problem, archive, spent, reason=stop)
             return archive, self._summary(problem, archive, stop)
 
-        variation = Variation(self.family, problem, self.executor.target, self.mutators, self.selection)
-        first = variation.initial(self._rng(index, 0), exp.initial_random, transfer, seen, self._remembered(problem),
-                                  exp.seeds)
-        queue = deque(first)
+        if head is not None:  # its first population started while the problem before it drained
+            variation, queue, mine = head.variation, head.queue, head.in_flight
+        else:
+            variation, queue, mine = self._first_population(index, problem, transfer, seen)
         rng = self._rng(index, 1, archive.evaluations)
         self.scheduler = emitting.get_scheduler(exp.scheduler, self.emitters)
         prefix = f"{exp.name}#"
@@ -250,16 +253,18 @@ class Search:
                 f"budget.sol {exp.budget.sol} is not used for {problem.key}: no speed-of-light floor on "
                 f"{self.executor.infos[0].gpu if self.executor.infos else 'this executor'} (a smoke run's fitness "
                 f"is not a timing; a GPU run measures the copy bandwidth at start-up)"))
+        for job, ev in head.early if head else ():
+            self._record(index, problem, archive, job, ev, elapsed())
         saved_at = time.monotonic()
         cancelled = False
+        budget = exp.budget.evaluations
         try:
             while True:
                 if stop is None:
                     stop = self._stop_reason(archive, elapsed())
                 if stop is None:
-                    budget = exp.budget.evaluations
                     while self.executor.in_flight < self.executor.slots and (
-                            budget is None or archive.evaluations + self.executor.in_flight < budget):
+                            budget is None or archive.evaluations + mine < budget):
                         self._ticket += 1
                         if queue:
                             proposal, emitter = queue.popleft(), emitting.INITIAL
@@ -270,24 +275,33 @@ class Search:
                         seen.add(proposal.genome.hash)
                         self.executor.submit(Candidate(problem, proposal.genome, self.operator, proposal.origin,
                                                        proposal.parents, self._ticket, emitter))
-                elif not cancelled:
+                        mine += 1
+                elif not cancelled and self._next is None:  # (the next problem's first candidates are kept)
                     for cand in self.executor.cancel_waiting():
+                        mine -= 1
                         if cand.ticket in self._arm:
                             self.scheduler.release(self._arm.pop(cand.ticket))
                     cancelled = True
-                if self.executor.in_flight == 0:
+                if mine == 0:
                     break
+                if stop is not None or (budget is not None and archive.evaluations + mine >= budget):
+                    self._hand_over(index, archive)  # nothing more to submit here: the next problem may start
                 for job, ev in self.executor.poll(timeout_s=1.0):
+                    if job.problem.key != problem.key and self._next is not None:
+                        self._next.arrived(job, ev)
+                        continue
                     self._record(index, problem, archive, job, ev, elapsed())
+                    mine -= 1
                 self._workers_changed(index, problem, archive, elapsed())
                 if time.monotonic() - saved_at > _SAVE_CLOCK_S:
                     save_clock()
                     saved_at = time.monotonic()
         except KeyboardInterrupt:
             stop = "interrupted"
-            try:  # keep what completed while we were interrupted
+            try:  # keep what completed while we were interrupted (the next problem's results are dropped)
                 for job, ev in self.executor.poll(timeout_s=0):
-                    self._record(index, problem, archive, job, ev, elapsed())
+                    if job.problem.key == problem.key:
+                        self._record(index, problem, archive, job, ev, elapsed())
             except Exception:  # the executor may be half torn down by the same signal
                 pass
         save_clock()
@@ -296,6 +310,40 @@ class Search:
             self.store.set_meta(f"summary:{problem.key}", summary.as_dict())
         self._emit("problem_done", index, problem, archive, elapsed(), reason=summary.reason)
         return archive, summary
+
+    def _first_population(self, index: int, problem: Problem, transfer: Sequence[Elite], seen: set[str]
+                          ) -> tuple[Variation, deque[Proposal], int]:
+        """The problem's variation, its first population (none of it submitted yet: 0 in flight)."""
+        exp = self.experiment
+        variation = Variation(self.family, problem, self.executor.target, self.mutators, self.selection)
+        first = variation.initial(self._rng(index, 0), exp.initial_random, transfer, seen, self._remembered(problem),
+                                  exp.seeds)
+        return variation, deque(first), 0
+
+    def _hand_over(self, index: int, archive: GridArchive) -> None:
+        """Problem `index` submits nothing more: the next problem's first population takes the free slots
+        (evo.search.handover), unless it finished in an earlier session."""
+        problems = self.experiment.problems
+        if self._next is None:
+            if index + 1 >= len(problems) or self.executor.in_flight >= self.executor.slots:
+                return
+            problem = problems[index + 1]
+            if self.store.meta(f"summary:{problem.key}") is not None:
+                return
+            # the elites as they are now (the last few results of problem `index` are still to come)
+            searched = {**self.archives, problems[index].key: archive}
+            transfer = self._transfer_elites(searched) if self.experiment.transfer else []
+            seen = {r.genome_hash for r in self._rows(problem)}
+            variation, queue, _ = self._first_population(index + 1, problem, transfer, seen)
+            self._next = NextProblem(index + 1, problem, variation, queue, seen)
+        head = self._next
+        while head.queue and self.executor.in_flight < self.executor.slots:
+            proposal = head.queue.popleft()
+            self._ticket += 1
+            head.seen.add(proposal.genome.hash)
+            head.in_flight += 1
+            self.executor.submit(Candidate(head.problem, proposal.genome, self.operator, proposal.origin,
+                                           proposal.parents, self._ticket, emitting.INITIAL))
 
     def _record(self, index: int, problem: Problem, archive: GridArchive, job: Candidate, ev: Evaluation,
                 elapsed: float) -> None:
