@@ -5,14 +5,16 @@ is stored, offered to the archive, and immediately replaced by a new child varie
 is now. While GPUs check and time, the CPU side renders and compiles the next jobs, so a GPU that frees up
 gets a compiled job at once.
 
-Problems are searched in order. The first population of a problem is the elites of the nearest problems earlier
-runs measured on this GPU model and versions (the shared results database, evo.store.shared), the elites of the
-problems already searched (with `transfer`), both repaired for this problem, the family's seeds, and
-`initial_random` random valid genomes. After it, the experiment's emitters propose the children, a bandit
-scheduler choosing which one proposes next from the archive improvements each caused (evo.search.emitters; its
-counts restart with each session). A problem's search stops at the first budget reached: evaluations, wall
-time, stagnation (evaluations since the best last rose beyond the noise margin), or `sol` (the elite's share of
-the problem's speed-of-light floor, evo.evaluate.roofline, when the workers measured one).
+Problems are searched in order; the next one's first population starts while the one before drains its last
+candidates (evo.search.handover), so that the GPUs do not wait for its first compiles. The first population of a
+problem is the elites of the nearest problems earlier runs measured on this GPU model and versions (the shared
+results database, evo.store.shared), the elites of the problems already searched (with `transfer`), both repaired
+for this problem, the family's seeds, and `initial_random` random valid genomes. After it, the experiment's
+emitters propose the children, a bandit scheduler choosing which one proposes next from the archive improvements
+each caused (evo.search.emitters; its counts restart with each session). A problem's search stops at the first
+budget reached: evaluations, wall time, stagnation (evaluations since the best last rose beyond the noise margin),
+or `sol` (the elite's share of the problem's speed-of-light floor, evo.evaluate.roofline, when the workers measured
+one).
 
 The store is the checkpoint. Every evaluation is committed as it arrives, and everything else is rebuilt
 from it on resume: the archive (by replaying the rows in order, exactly as it was built live), the
