@@ -70,7 +70,8 @@ PROFILE_PARTS: dict[str, tuple[str, str]] = {
     "collect": ("evo/evaluate/ray_executor.py", "_collect"),
     "ray_wait": ("ray/_private/worker.py", "wait"),
     "poll": ("evo/evaluate/ray_executor.py", "poll"),
-    "surrogate_fit": ("evo/search/surrogate.py", "fit"),
+    "surrogate_fit": ("evo/search/surrogate.py", "fit"),  # in the search's thread only when refitting in place
+    "surrogate_wait": ("evo/search/emitters/guided.py", "result"),  # waiting for a refit made in a thread
     "surrogate_score": ("evo/search/surrogate.py", "score"),
     "store_iter": ("evo/store/sqlite.py", "iter"),
     "first_population": ("evo/search/variation.py", "initial"),
