@@ -16,11 +16,10 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
-from evo.evaluate import Candidate
-from evo.problem import Problem
-from evo.search.variation import Proposal, Variation
-from evo.store.record import Evaluation
+# the types are the search's (evo.evaluate.Candidate, evo.problem.Problem, evo.search.variation's Proposal and
+# Variation, evo.store.record.Evaluation), named in comments only: this module adds no floor under the loop
 
 __all__ = ["NextProblem"]
 
@@ -30,13 +29,13 @@ class NextProblem:
     """A problem whose first population started before its search did."""
 
     index: int
-    problem: Problem
-    variation: Variation
-    queue: deque[Proposal]  # the first population's proposals not submitted yet
+    problem: Any  # Problem
+    variation: Any  # Variation
+    queue: deque[Any]  # the first population's Proposals not submitted yet
     seen: set[str]  # genomes already tried or submitted for this problem
-    early: list[tuple[Candidate, Evaluation]] = field(default_factory=list)  # results in before its search began
+    early: list[tuple[Any, Any]] = field(default_factory=list)  # (Candidate, Evaluation)s in before its search
     in_flight: int = 0  # submitted, not yet come back
 
-    def arrived(self, job: Candidate, ev: Evaluation) -> None:
+    def arrived(self, job: Any, ev: Any) -> None:
         self.early.append((job, ev))
         self.in_flight -= 1
