@@ -9,6 +9,13 @@ and look-up, Ray submits, waits and gets, events). Nothing it measures is a fitn
 temporary directory that is deleted.
 
     python -m evo.bench.driver_load --gpus 1 2 4 8 --seconds 20 --profile -o reports/gpu/driver-load-simulated.json
+
+`--problems llm` searches the ten GEMM shapes of experiments/llm_gemm.yaml one after the other, as that experiment
+does, instead of one 4096^3 problem: each problem stops at `--problem-evaluations` (llm_gemm's own budget is 400)
+or at its share of `--seconds`, so the rates include every hand-over from one problem to the next. The surrogate
+(the guided emitter, among the default emitters) is on in both modes; `--no-surrogate` leaves it out. Load tests
+never read or write the results database shared by runs (`memory: false`): a fake row served from an earlier
+load test would inflate the rates.
 """
 
 from __future__ import annotations
@@ -28,17 +35,27 @@ from typing import Any
 from evo.bench.loadtest import COMPILE_S, H200_EVAL_S, LOADTEST_GPU, LoadTestBackend
 from evo.experiment.spec import Experiment
 
-__all__ = ["loadtest_experiment", "run_load", "run_matrix", "main", "PROFILE_PARTS"]
+__all__ = ["loadtest_experiment", "run_load", "run_matrix", "main", "PROFILE_PARTS", "PROBLEM_SETS"]
 
 _EXPERIMENT = """\
 name: LOADTEST
 operator: gemm
-problems: {{shapes: [4096x4096x4096], dtypes: [bf16]}}
+problems: {{shapes: [{shapes}], dtypes: [bf16]}}
 descriptors: [tile_area, {{name: structure}}]
-budget: {{evaluations: null, wall_s: {seconds}, stagnation: null}}
+budget: {{evaluations: {evaluations}, wall_s: {seconds}, stagnation: null}}
 seed: {seed}
 executor: {{kind: ray}}
-"""
+memory: false
+{emitters}"""
+
+# the problem sets a load test searches: one square GEMM, or the ten shapes of experiments/llm_gemm.yaml (its
+# LLM inference and training GEMMs; tests/bench/test_driver_load.py checks they are the file's)
+PROBLEM_SETS: dict[str, tuple[str, ...]] = {
+    "one": ("4096x4096x4096",),
+    "llm": ("4096x4096x4096", "8192x8192x8192", "4096x6144x4096", "4096x28672x4096", "4096x4096x14336",
+            "16x4096x4096", "16x28672x4096", "128x4096x14336", "1000x3000x2000", "2048x2048x16384"),
+}
+_NO_SURROGATE = "emitters: [variation, exploit, restart]\n"  # the default emitters less the guided one
 
 # The driver's own work, by the function that does it: (file suffix, function name) -> part of the loop.
 PROFILE_PARTS: dict[str, tuple[str, str]] = {
@@ -53,14 +70,30 @@ PROFILE_PARTS: dict[str, tuple[str, str]] = {
     "collect": ("evo/evaluate/ray_executor.py", "_collect"),
     "ray_wait": ("ray/_private/worker.py", "wait"),
     "poll": ("evo/evaluate/ray_executor.py", "poll"),
+    "surrogate_fit": ("evo/search/surrogate.py", "fit"),  # in the search's thread only when refitting in place
+    "surrogate_wait": ("evo/search/emitters/guided.py", "result"),  # waiting for a refit made in a thread
+    "surrogate_score": ("evo/search/surrogate.py", "score"),
+    "store_iter": ("evo/store/sqlite.py", "iter"),
+    "first_population": ("evo/search/variation.py", "initial"),
     "search": ("evo/search/loop.py", "search_problem"),
 }
 
 
-def loadtest_experiment(seconds: float, seed: int = 0) -> Experiment:
+def loadtest_experiment(seconds: float, seed: int = 0, problems: str = "one", problem_evaluations: int | None = None,
+                        surrogate: bool = True) -> Experiment:
+    """The load test's experiment: the `problems` set searched for `seconds` in all, each problem for its share of
+    them or `problem_evaluations`, whichever comes first; with or without the surrogate-guided emitter."""
     from evo.experiment.config import parse_experiment
 
-    return parse_experiment(_EXPERIMENT.format(seconds=seconds, seed=seed), default_name="LOADTEST")
+    if problems not in PROBLEM_SETS:
+        raise ValueError(f"problems {problems!r}: expected one of {', '.join(PROBLEM_SETS)}")
+    if problem_evaluations is not None and problem_evaluations < 1:
+        raise ValueError(f"problem_evaluations {problem_evaluations}: expected at least 1, or None")
+    shapes = PROBLEM_SETS[problems]
+    text = _EXPERIMENT.format(shapes=", ".join(shapes), seconds=seconds / len(shapes), seed=seed,
+                              evaluations="null" if problem_evaluations is None else problem_evaluations,
+                              emitters="" if surrogate else _NO_SURROGATE)
+    return parse_experiment(text, default_name="LOADTEST")
 
 
 def _machine_busy() -> tuple[float, float]:
@@ -127,19 +160,33 @@ class _LazyLookup:
             self.store.close()
 
 
+def _queue(metas: list[Any]) -> dict[str, dict[str, float]] | None:
+    """The problems' pipeline occupancy (queue:<problem>, evo.evaluate.occupancy) as one: means weighted by
+    each problem's seconds, the largest counts."""
+    metas = [m for m in metas if isinstance(m, dict) and m.get("seconds")]
+    total = sum(m["seconds"] for m in metas)
+    if not total:
+        return None
+    stages = [k for k, v in metas[0].items() if isinstance(v, dict)]
+    return {k: {"mean": round(sum(m[k]["mean"] * m["seconds"] for m in metas) / total, 2),
+                "max": max(m[k]["max"] for m in metas)} for k in stages}
+
+
 def run_load(gpus: int, seconds: float = 10.0, backend: LoadTestBackend | None = None,
              compile_workers: int | None = None, profile: bool = False, seed: int = 0,
-             warmup_s: float = 0.0) -> dict[str, Any]:
+             warmup_s: float = 0.0, problems: str = "one", problem_evaluations: int | None = None,
+             surrogate: bool = True) -> dict[str, Any]:
     """One load test: the search for `warmup_s` + `seconds` against `gpus` fake GPUs on the Ray that is
     running (or an embedded one it starts); the rates count what finished after the warm-up (Ray starting
-    its task processes), the CPU shares the whole run. Returns the figures (see the module's docstring)."""
+    its task processes), the CPU shares the whole run. `problems`, `problem_evaluations`, `surrogate`: see
+    loadtest_experiment. Returns the figures (see the module's docstring)."""
     from evo.evaluate.ray_executor import RayExecutor
     from evo.experiment.spec import ExecutorSpec
     from evo.search.loop import run_experiment
     from evo.store.sqlite import Store
 
     backend = backend or LoadTestBackend()
-    exp = loadtest_experiment(warmup_s + seconds, seed)
+    exp = loadtest_experiment(warmup_s + seconds, seed, problems, problem_evaluations, surrogate)
     spec = ExecutorSpec(kind="ray", gpus=gpus, compile_workers=compile_workers)
     with tempfile.TemporaryDirectory(prefix="evo-loadtest-") as tmp:
         run_dir = Path(tmp) / "LOADTEST"
@@ -166,6 +213,7 @@ def run_load(gpus: int, seconds: float = 10.0, backend: LoadTestBackend | None =
             lookup.close()
         with Store(run_dir / "store.sqlite") as store:
             rows = store.evaluations()
+            queue = _queue([store.meta(f"queue:{p.key}") for p in exp.problems])
     wall = summary.elapsed_s
     window = t1 - t0 - warmup_s
     rows = [r for r in rows if r.finished_at >= t0 + warmup_s]
@@ -175,7 +223,8 @@ def run_load(gpus: int, seconds: float = 10.0, backend: LoadTestBackend | None =
     rate = len(rows) / window * 60.0
     ideal = gpus * 60.0 / backend.eval_s if backend.eval_s else None
     result: dict[str, Any] = {
-        "gpus": gpus, "seconds": round(window, 2), "warmup_s": warmup_s, "evaluations": len(rows),
+        "gpus": gpus, "problems": len(exp.problems), "problems_searched": len(summary.problems),
+        "surrogate": surrogate, "seconds": round(window, 2), "warmup_s": warmup_s, "evaluations": len(rows),
         "evaluations_with_warmup": summary.session_evaluations, "gpu_evaluated": len(measured),
         "per_minute": round(rate, 1),
         "ideal_per_minute": round(ideal, 1) if ideal else None,
@@ -187,6 +236,7 @@ def run_load(gpus: int, seconds: float = 10.0, backend: LoadTestBackend | None =
         "ray_processes_cpu_share": round(ray_cpu / wall, 3),
         "machine_cpu_share": round((busy1 - busy0) / (total1 - total0), 3) if total1 > total0 else None,
         "statuses": {s: sum(r.status == s for r in rows) for s in sorted({r.status for r in rows})},
+        "queue": queue,
     }
     if profiler is not None:
         result["driver_profile_s"] = _profile_parts(profiler, wall)
@@ -200,9 +250,10 @@ def _warm_task(seconds: float) -> None:
 
 
 def run_matrix(gpus: Sequence[int], seconds: float, backend: LoadTestBackend, compile_workers: int | None,
-               profile: bool, num_cpus: int, warmup_s: float = 0.0) -> list[dict[str, Any]]:
+               profile: bool, num_cpus: int, warmup_s: float = 0.0, **experiment: Any) -> list[dict[str, Any]]:
     """`run_load` for each GPU count on one embedded Ray instance (`num_cpus` logical CPUs: the compile
-    pool a GPU host would have; tasks that sleep need no real core each)."""
+    pool a GPU host would have; tasks that sleep need no real core each). `experiment`: run_load's problems,
+    problem_evaluations and surrogate."""
     import ray
 
     from evo.evaluate.ray_session import RaySession
@@ -218,9 +269,10 @@ def run_matrix(gpus: Sequence[int], seconds: float, backend: LoadTestBackend, co
         ray.get([warm.remote(0.5) for _ in range(int(ray.cluster_resources().get("CPU", 1)))])
         out = []
         for n in gpus:
-            row = run_load(n, seconds, backend, compile_workers, warmup_s=warmup_s)
+            row = run_load(n, seconds, backend, compile_workers, warmup_s=warmup_s, **experiment)
             if profile:
-                row["profiled"] = run_load(n, seconds, backend, compile_workers, profile=True, warmup_s=warmup_s)
+                row["profiled"] = run_load(n, seconds, backend, compile_workers, profile=True, warmup_s=warmup_s,
+                                           **experiment)
             print(json.dumps(row), flush=True)
             out.append(row)
         return out
@@ -241,21 +293,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--warmup", type=float, default=10.0, help="seconds searched before the rates count")
     ap.add_argument("--num-cpus", type=int, default=32, help="logical CPUs of the embedded Ray instance")
     ap.add_argument("--profile", action="store_true", help="also run each count under cProfile")
+    ap.add_argument("--problems", choices=sorted(PROBLEM_SETS), default="one",
+                    help="one: GEMM 4096^3 alone; llm: the ten shapes of experiments/llm_gemm.yaml in turn")
+    ap.add_argument("--problem-evaluations", type=int, default=None, metavar="N",
+                    help="stop each problem at N evaluations (default: only at its share of the time)")
+    ap.add_argument("--no-surrogate", action="store_true", help="leave the surrogate-guided emitter out")
     ap.add_argument("--label", default="", help="a name for this set of runs in the output (e.g. before/after)")
+    ap.add_argument("--note", default="", help="a remark kept with the runs (e.g. what limited this machine)")
     ap.add_argument("-o", "--out", type=Path, default=None, help="append the runs to this JSON file")
     args = ap.parse_args(argv)
+    if args.problem_evaluations is not None and args.problem_evaluations < 1:
+        ap.error(f"--problem-evaluations {args.problem_evaluations}: expected at least 1")
+    if args.seconds <= 0 or args.warmup < 0:
+        ap.error(f"--seconds {args.seconds:g} / --warmup {args.warmup:g}: expected more than 0 / at least 0")
     compile_s = None if args.compile == "none" else (min(args.compile_s), max(args.compile_s))
     backend = LoadTestBackend(args.eval_s, compile_s, args.compile == "cpu")
     runs = run_matrix(args.gpus, args.seconds, backend, args.compile_workers, args.profile, args.num_cpus,
-                      args.warmup)
+                      args.warmup, problems=args.problems, problem_evaluations=args.problem_evaluations,
+                      surrogate=not args.no_surrogate)
     if args.out is not None:
         doc = json.loads(args.out.read_text()) if args.out.exists() else {"runs": []}
-        doc["runs"].append({"label": args.label, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        doc["runs"].append({"label": args.label, "note": args.note, "created": created,
                             "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                                         "python": platform.python_version()},
                             "eval_s": args.eval_s, "compile": args.compile,
                             "compile_s": list(compile_s) if compile_s else None,
                             "compile_workers": args.compile_workers, "num_cpus": args.num_cpus, "warmup_s": args.warmup,
+                            "problems": list(PROBLEM_SETS[args.problems]),
+                            "problem_evaluations": args.problem_evaluations, "surrogate": not args.no_surrogate,
                             "results": runs})
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(doc, indent=1) + "\n")

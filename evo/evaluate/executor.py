@@ -15,6 +15,7 @@ from evo.evaluate import pipeline
 from evo.evaluate.backend import Backend, Worker, WorkerInfo
 from evo.evaluate.candidate import Candidate, CompileResult
 from evo.evaluate.faults import classify
+from evo.evaluate.occupancy import Occupancy
 from evo.evaluate.pipeline import Lookup
 from evo.evaluate.supervisor import ChildDied, ChildRaised, ChildTimeout, Supervised
 from evo.experiment.spec import EvaluationSpec
@@ -32,6 +33,7 @@ class Executor(ABC):
     busy: int  # workers evaluating a candidate right now
     slots: int  # candidates the search keeps in flight so that every worker stays busy
     in_flight: int  # submitted, not yet handed back by poll
+    occupancy: Occupancy | None = None  # how full each pipeline stage was (executors with stages of their own)
 
     def __init__(self, backend: Backend, evaluation: EvaluationSpec | None = None,
                  lookup: Lookup | None = None) -> None:

@@ -17,6 +17,7 @@ from evo.evaluate.backend import Backend
 from evo.evaluate.candidate import Candidate, CompileResult
 from evo.evaluate.executor import Executor, WorkersLost
 from evo.evaluate.latency import Latency
+from evo.evaluate.occupancy import Occupancy
 from evo.evaluate.ray_session import RaySession
 from evo.experiment.spec import EvaluationSpec, ExecutorSpec
 from evo.problem import Target
@@ -85,6 +86,7 @@ class RayExecutor(Executor):
         self._done: list[tuple[Candidate, Evaluation]] = []
         self._compile_slots = 1
         self._latency = Latency()
+        self.occupancy = Occupancy()  # the search restarts it per problem and saves it (queue:<problem>)
         self._fatal: WorkersLost | None = None  # set when no worker is left; raised once results are out
 
     # -- lifecycle ------------------------------------------------------------------------------------
@@ -177,6 +179,7 @@ class RayExecutor(Executor):
         # next problem would wait for Ray to start new ones.
         dropped = [*self._waiting, *self._ready, *(cand for cand, _ in self._compiling.values())]
         self._compiling, self._waiting, self._ready = {}, deque(), deque()
+        self._observe()
         return dropped
 
     def poll(self, timeout_s: float | None = None) -> list[tuple[Candidate, Evaluation]]:
@@ -222,6 +225,11 @@ class RayExecutor(Executor):
                 self._workers[i].started = time.monotonic()
             self._workers[i].calls.append(ref)
             self._running[ref] = (i, cand)
+        self._observe()
+
+    def _observe(self) -> None:
+        self.occupancy.observe(waiting=len(self._waiting), compiling=len(self._compiling), ready=len(self._ready),
+                               at_workers=len(self._running))
 
     def _collect(self, ref: Any) -> None:
         ray = self._ray

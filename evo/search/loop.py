@@ -5,19 +5,23 @@ is stored, offered to the archive, and immediately replaced by a new child varie
 is now. While GPUs check and time, the CPU side renders and compiles the next jobs, so a GPU that frees up
 gets a compiled job at once.
 
-Problems are searched in order. The first population of a problem is the elites of the nearest problems earlier
-runs measured on this GPU model and versions (the shared results database, evo.store.shared), the elites of the
-problems already searched (with `transfer`), both repaired for this problem, the family's seeds, and
-`initial_random` random valid genomes. After it, the experiment's emitters propose the children, a bandit
-scheduler choosing which one proposes next from the archive improvements each caused (evo.search.emitters; its
-counts restart with each session). A problem's search stops at the first budget reached: evaluations, wall
-time, stagnation (evaluations since the best last rose beyond the noise margin), or `sol` (the elite's share of
-the problem's speed-of-light floor, evo.evaluate.roofline, when the workers measured one).
+Problems are searched in order; the next one's first population starts while the one before drains its last
+candidates (evo.search.handover), so that the GPUs do not wait for its first compiles. The first population of a
+problem is the elites of the nearest problems earlier runs measured on this GPU model and versions (the shared
+results database, evo.store.shared), the elites of the problems already searched (with `transfer`), both repaired
+for this problem, the family's seeds, and `initial_random` random valid genomes. After it, the experiment's
+emitters propose the children, a bandit scheduler choosing which one proposes next from the archive improvements
+each caused (evo.search.emitters; its counts restart with each session). A problem's search stops at the first
+budget reached: evaluations, wall time, stagnation (evaluations since the best last rose beyond the noise margin),
+or `sol` (the elite's share of the problem's speed-of-light floor, evo.evaluate.roofline, when the workers measured
+one).
 
 The store is the checkpoint. Every evaluation is committed as it arrives, and everything else is rebuilt
 from it on resume: the archive (by replaying the rows in order, exactly as it was built live), the
 evaluation count, the stagnation counter, the genomes already tried. A resumed problem continues with a
-random stream derived from (seed, problem, evaluations so far), so resuming is deterministic too.
+random stream derived from (seed, problem, evaluations so far), so resuming is deterministic too. Beside each
+problem's clock (`wall_s:<problem>`) the store keeps the search process's CPU seconds (`cpu_s:`) and how full
+the executor's pipeline was in the latest session (`queue:`, evo.evaluate.occupancy).
 """
 
 from __future__ import annotations
@@ -41,8 +45,9 @@ from evo.mutators import MutatorMix
 from evo.problem import Problem
 from evo.search import emitters as emitting
 from evo.search.events import ProblemSummary, RunSummary, SearchEvent
+from evo.search.handover import NextProblem
 from evo.search.selection import get as get_selection
-from evo.search.variation import Variation
+from evo.search.variation import Proposal, Variation
 from evo.store.atomic_file import write_atomic
 from evo.store.record import Evaluation
 from evo.store.resumable import check_resumable, resume_changes
@@ -184,6 +189,7 @@ class Search:
         self._ticket = 0
         self._session_evaluations = 0
         self._busy = -1
+        self._next: NextProblem | None = None  # the next problem, when its first population has started
         self.archives: dict[str, GridArchive] = {}  # by problem key, as searched in this session
 
     def run(self) -> RunSummary:
@@ -206,24 +212,36 @@ class Search:
     def search_problem(self, index: int, problem: Problem, transfer: Sequence[Elite] = ()
                        ) -> tuple[GridArchive, ProblemSummary]:
         exp = self.experiment
+        head, self._next = (self._next, None) if self._next is not None and self._next.index == index else (None, None)
         archive = GridArchive.for_problem(self.operator, problem, exp.descriptors, self.margin)
         rows = self._rows(problem)
         archive.add(rows)
-        seen = {r.genome_hash for r in rows}
+        seen = {r.genome_hash for r in rows} | (head.seen if head else set())
         clock_key = f"wall_s:{problem.key}"
         spent = float(self.store.meta(clock_key, 0.0))
         started = time.monotonic()
         elapsed = lambda: spent + time.monotonic() - started  # noqa: E731
+        # the search process's own CPU time beside the clock (its share says whether the driver keeps up)
+        cpu_spent, cpu_started = float(self.store.meta(f"cpu_s:{problem.key}", 0.0)), time.process_time()
+        if self.executor.occupancy is not None:
+            self.executor.occupancy.restart()
+
+        def save_clock() -> None:
+            self.store.set_meta(clock_key, elapsed())
+            self.store.set_meta(f"cpu_s:{problem.key}", round(cpu_spent + time.process_time() - cpu_started, 3))
+            if self.executor.occupancy is not None:  # this session's, for the problem
+                self.store.set_meta(f"queue:{problem.key}", self.executor.occupancy.summary())
+
         self._floor, self.scheduler = self._problem_floor(problem), None
         stop = self._stop_reason(archive, spent)
-        if stop is not None:  # finished in an earlier session
+        if stop is not None and head is None:  # finished in an earlier session
             self._emit("problem_done", index, problem, archive, spent, reason=stop)
             return archive, self._summary(problem, archive, stop)
 
-        variation = Variation(self.family, problem, self.executor.target, self.mutators, self.selection)
-        first = variation.initial(self._rng(index, 0), exp.initial_random, transfer, seen, self._remembered(problem),
-                                  exp.seeds)
-        queue = deque(first)
+        if head is not None:  # its first population started while the problem before it drained
+            variation, queue, mine = head.variation, head.queue, head.in_flight
+        else:
+            variation, queue, mine = self._first_population(index, problem, transfer, seen)
         rng = self._rng(index, 1, archive.evaluations)
         self.scheduler = emitting.get_scheduler(exp.scheduler, self.emitters)
         prefix = f"{exp.name}#"
@@ -237,16 +255,18 @@ class Search:
                 f"budget.sol {exp.budget.sol} is not used for {problem.key}: no speed-of-light floor on "
                 f"{self.executor.infos[0].gpu if self.executor.infos else 'this executor'} (a smoke run's fitness "
                 f"is not a timing; a GPU run measures the copy bandwidth at start-up)"))
+        for job, ev in head.early if head else ():
+            self._record(index, problem, archive, job, ev, elapsed())
         saved_at = time.monotonic()
         cancelled = False
+        budget = exp.budget.evaluations
         try:
             while True:
                 if stop is None:
                     stop = self._stop_reason(archive, elapsed())
                 if stop is None:
-                    budget = exp.budget.evaluations
                     while self.executor.in_flight < self.executor.slots and (
-                            budget is None or archive.evaluations + self.executor.in_flight < budget):
+                            budget is None or archive.evaluations + mine < budget):
                         self._ticket += 1
                         if queue:
                             proposal, emitter = queue.popleft(), emitting.INITIAL
@@ -257,32 +277,75 @@ class Search:
                         seen.add(proposal.genome.hash)
                         self.executor.submit(Candidate(problem, proposal.genome, self.operator, proposal.origin,
                                                        proposal.parents, self._ticket, emitter))
-                elif not cancelled:
+                        mine += 1
+                elif not cancelled and self._next is None:  # (the next problem's first candidates are kept)
                     for cand in self.executor.cancel_waiting():
+                        mine -= 1
                         if cand.ticket in self._arm:
                             self.scheduler.release(self._arm.pop(cand.ticket))
                     cancelled = True
-                if self.executor.in_flight == 0:
+                if mine == 0:
                     break
+                if stop is not None or (budget is not None and archive.evaluations + mine >= budget):
+                    self._hand_over(index, archive)  # nothing more to submit here: the next problem may start
                 for job, ev in self.executor.poll(timeout_s=1.0):
+                    if job.problem.key != problem.key and self._next is not None:
+                        self._next.arrived(job, ev)
+                        continue
                     self._record(index, problem, archive, job, ev, elapsed())
+                    mine -= 1
                 self._workers_changed(index, problem, archive, elapsed())
                 if time.monotonic() - saved_at > _SAVE_CLOCK_S:
-                    self.store.set_meta(clock_key, elapsed())
+                    save_clock()
                     saved_at = time.monotonic()
         except KeyboardInterrupt:
             stop = "interrupted"
-            try:  # keep what completed while we were interrupted
+            try:  # keep what completed while we were interrupted (the next problem's results are dropped)
                 for job, ev in self.executor.poll(timeout_s=0):
-                    self._record(index, problem, archive, job, ev, elapsed())
+                    if job.problem.key == problem.key:
+                        self._record(index, problem, archive, job, ev, elapsed())
             except Exception:  # the executor may be half torn down by the same signal
                 pass
-        self.store.set_meta(clock_key, elapsed())
+        save_clock()
         summary = self._summary(problem, archive, stop or "evaluations")
         if stop != "interrupted":
             self.store.set_meta(f"summary:{problem.key}", summary.as_dict())
         self._emit("problem_done", index, problem, archive, elapsed(), reason=summary.reason)
         return archive, summary
+
+    def _first_population(self, index: int, problem: Problem, transfer: Sequence[Elite], seen: set[str]
+                          ) -> tuple[Variation, deque[Proposal], int]:
+        """The problem's variation, its first population (none of it submitted yet: 0 in flight)."""
+        exp = self.experiment
+        variation = Variation(self.family, problem, self.executor.target, self.mutators, self.selection)
+        first = variation.initial(self._rng(index, 0), exp.initial_random, transfer, seen, self._remembered(problem),
+                                  exp.seeds)
+        return variation, deque(first), 0
+
+    def _hand_over(self, index: int, archive: GridArchive) -> None:
+        """Problem `index` submits nothing more: the next problem's first population takes the free slots
+        (evo.search.handover), unless it finished in an earlier session."""
+        problems = self.experiment.problems
+        if self._next is None:
+            if index + 1 >= len(problems) or self.executor.in_flight >= self.executor.slots:
+                return
+            problem = problems[index + 1]
+            if self.store.meta(f"summary:{problem.key}") is not None:
+                return
+            # the elites as they are now (the last few results of problem `index` are still to come)
+            searched = {**self.archives, problems[index].key: archive}
+            transfer = self._transfer_elites(searched) if self.experiment.transfer else []
+            seen = {r.genome_hash for r in self._rows(problem)}
+            variation, queue, _ = self._first_population(index + 1, problem, transfer, seen)
+            self._next = NextProblem(index + 1, problem, variation, queue, seen)
+        head = self._next
+        while head.queue and self.executor.in_flight < self.executor.slots:
+            proposal = head.queue.popleft()
+            self._ticket += 1
+            head.seen.add(proposal.genome.hash)
+            head.in_flight += 1
+            self.executor.submit(Candidate(head.problem, proposal.genome, self.operator, proposal.origin,
+                                           proposal.parents, self._ticket, emitting.INITIAL))
 
     def _record(self, index: int, problem: Problem, archive: GridArchive, job: Candidate, ev: Evaluation,
                 elapsed: float) -> None:

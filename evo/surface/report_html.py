@@ -289,8 +289,9 @@ def _meta_section(data: dict[str, Any]) -> str:
     for k, v in sorted(run["store_meta"].items()):
         if k.startswith("summary:"):  # each problem's section shows its summary
             continue
-        label = labels.get(k) or k.replace("wall_s:", "time spent on ").replace("summary:", "summary of ")
-        if k.startswith("wall_s:") and isinstance(v, (int, float)):
+        label = labels.get(k) or k.replace("wall_s:", "time spent on ").replace("summary:", "summary of ").replace(
+            "cpu_s:", "search process's CPU time on ").replace("queue:", "pipeline occupancy on ")
+        if k.startswith(("wall_s:", "cpu_s:")) and isinstance(v, (int, float)):
             v = f"{v:.1f} s"
         rows.append([f"<th>{_e(label)}</th>", f"<td>{_value(v)}</td>"])
     out = ['<section id="metadata"><h2>Run</h2>', '<table class="meta">']

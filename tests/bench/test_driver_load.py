@@ -47,3 +47,21 @@ def test_two_fake_gpus_get_a_wider_window(monkeypatch):
     # timed test's
     assert two["slots"] > 2 * 2 + 2
     assert two["statuses"] == {"ok": two["evaluations"]} and two["evaluations"] > 0
+
+
+def test_the_llm_problem_set_is_llm_gemm_yaml_with_or_without_the_surrogate():
+    from evo.bench.driver_load import PROBLEM_SETS, loadtest_experiment
+    from evo.experiment.config import load_experiment
+
+    llm = load_experiment(REPO / "experiments" / "llm_gemm.yaml")
+    exp = loadtest_experiment(50.0, problems="llm", problem_evaluations=40)
+    assert [p.key for p in exp.problems] == [p.key for p in llm.problems] and len(PROBLEM_SETS["llm"]) == 10
+    assert exp.budget.evaluations == 40 and exp.budget.wall_s == 5.0  # each problem: its share of the time
+    assert "guided" in [e.name for e in exp.emitters] and not exp.memory.enabled
+    assert "guided" not in [e.name for e in loadtest_experiment(10.0, surrogate=False).emitters]
+    one = loadtest_experiment(10.0)
+    assert [p.key for p in one.problems] == ["gemm:4096x4096x4096:bf16"] and one.budget.evaluations is None
+    with pytest.raises(ValueError, match="problems 'all'"):
+        loadtest_experiment(10.0, problems="all")
+    with pytest.raises(ValueError, match="problem_evaluations 0"):
+        loadtest_experiment(10.0, problems="llm", problem_evaluations=0)

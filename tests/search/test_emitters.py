@@ -114,7 +114,7 @@ def test_old_store_gains_the_emitter_column(tmp_path):
 class _CountingSurrogate:
     """Stands in for the surrogate: counts fits and reports the rows it was fitted on."""
 
-    def __init__(self, family):
+    def __init__(self, family, **settings):
         self.family, self.fits, self.rows_seen = family, 0, 0
 
     def fit(self, rows):
@@ -129,7 +129,7 @@ def test_guided_refits_every_few_proposals_then_as_the_rows_grow_by_a_tenth():
     family = object()
     rows: list[int] = []
     ctx = SimpleNamespace(variation=SimpleNamespace(family=family), rows=lambda: rows, seed=0)
-    guided = emitters.get("guided", {"refit_every": 8})
+    guided = emitters.get("guided", {"refit_every": 8, "fit_lag": 0})  # refits in place
     guided.surrogate = _CountingSurrogate(family)
     guided._since_fit = guided.refit_every
     for _ in range(80):  # few rows: a refit every 8 proposals
@@ -142,3 +142,35 @@ def test_guided_refits_every_few_proposals_then_as_the_rows_grow_by_a_tenth():
         guided._refit(ctx)
         rows.append(0)
     assert guided.surrogate.fits - fits == 2
+
+
+def test_guided_refits_in_a_thread_and_swaps_in_the_new_model_a_fixed_number_of_proposals_later(monkeypatch):
+    import threading
+    from types import SimpleNamespace
+
+    from evo.search.emitters import guided as guided_module
+
+    gate = threading.Event()
+
+    class Slow(_CountingSurrogate):
+        def fit(self, rows):
+            assert threading.current_thread().name == "evo-surrogate-fit" and gate.wait(10)
+            return super().fit(rows)
+
+    monkeypatch.setattr(guided_module, "Surrogate", Slow)
+    family = object()
+    rows = [0] * 20
+    ctx = SimpleNamespace(variation=SimpleNamespace(family=family), rows=lambda: list(rows), seed=0)
+    guided = emitters.get("guided", {"refit_every": 8, "fit_lag": 3})
+    guided._refit(ctx)  # the first fit begins; the proposals go on with an untrained surrogate
+    untrained = guided.surrogate
+    rows.extend([0] * 5)
+    guided._refit(ctx)
+    guided._refit(ctx)
+    assert guided.surrogate is untrained and untrained.fits == 0  # the fit still waits on the gate
+    gate.set()
+    guided._refit(ctx)  # the third proposal after it began: waits for the fit, then uses it
+    assert guided.surrogate is not untrained and guided.surrogate.fits == 1
+    assert guided.surrogate.rows_seen == 20  # the rows as they were when the refit began
+    with pytest.raises(ValueError, match="fit_lag"):
+        emitters.get("guided", {"fit_lag": -1})

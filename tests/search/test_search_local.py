@@ -114,6 +114,25 @@ def test_resume_continues_deterministically_without_repeating(tmp_path):
     assert RunDir(tmp_path / "r").experiment.read_text() == short.source
 
 
+def test_each_problem_keeps_its_clock_cpu_time_and_pipeline_occupancy(tmp_path):
+    from evo.evaluate.occupancy import Occupancy
+
+    exp = fx.experiment(name="c", evaluations=8)
+    run_experiment(exp, tmp_path / "c", executor=LocalExecutor(fx.StandInBackend()))
+    with Store(RunDir(tmp_path / "c").store) as store:
+        first = {p.key: store.meta(f"cpu_s:{p.key}") for p in exp.problems}
+        assert all(store.meta(f"queue:{p.key}") is None for p in exp.problems)  # no stages of its own
+    assert all(0 < cpu <= 60 for cpu in first.values())
+    ex = LocalExecutor(fx.StandInBackend())
+    ex.occupancy = Occupancy()  # as the Ray executor has one
+    run_experiment(fx.experiment(name="c", evaluations=12), tmp_path / "c", resume=True, executor=ex)
+    with Store(RunDir(tmp_path / "c").store) as store:
+        for p in exp.problems:
+            assert store.meta(f"cpu_s:{p.key}") > first[p.key]  # both sessions' CPU time
+            queue = store.meta(f"queue:{p.key}")
+            assert queue["seconds"] <= store.meta(f"wall_s:{p.key}") and queue["waiting"] == {"mean": 0, "max": 0}
+
+
 class InterruptingBackend(fx.StandInBackend):
     """Raises KeyboardInterrupt (as Ctrl-C would) during its `after`-th evaluation."""
 

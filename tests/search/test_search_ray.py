@@ -48,6 +48,9 @@ def test_search_on_ray(tmp_path, monkeypatch):
                 assert len({r.worker for r in rows if r.status == "ok"}) == 2  # both workers took jobs
                 rebuilt = GridArchive.from_store(store, p, op, exp.descriptors, exp.evaluation.noise_margin)
                 assert rebuilt.elites() == search.archives[p.key].elites()
+                queue = store.meta(f"queue:{p.key}")  # how full the pipeline's stages were, per problem
+                assert queue["at_workers"]["max"] == 4 and queue["compiling"]["max"] <= 2
+                assert 0 < queue["at_workers"]["mean"] <= 4 and store.meta(f"cpu_s:{p.key}") > 0
         assert [s.evaluations for s in summary.problems] == [14, 14]
         assert max(e.busy_workers for e in events) == 2  # both workers busy at once
         assert all(e.total_workers == 2 for e in events)

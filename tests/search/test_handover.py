@@ -1,0 +1,65 @@
+"""The next problem's first population starts while the problem before it drains (evo.search.handover): with a
+window of several candidates, results that come back out of order, and every row in the right problem's archive."""
+
+from __future__ import annotations
+
+import pytest
+
+from evo.archive import GridArchive
+from evo.evaluate.executor import LocalExecutor
+from evo.search.loop import Search
+from evo.store.sqlite import Store
+from tests.fixtures import search_fixtures as fx
+
+
+@pytest.fixture(autouse=True)
+def _operator(monkeypatch):
+    fx.register(monkeypatch)
+
+
+class Windowed(LocalExecutor):
+    """Keeps 4 candidates in flight and evaluates the newest first: results in another order than submits, as
+    from Ray, but deterministic. Logs ("submit"|"result", problem key)."""
+
+    slots = 4
+
+    def __init__(self, backend):
+        super().__init__(backend)
+        self.log = []
+
+    def submit(self, cand):
+        self.log.append(("submit", cand.problem.key))
+        super().submit(cand)
+
+    def poll(self, timeout_s=None):
+        self._queue.reverse()  # the newest is evaluated first
+        out = super().poll(timeout_s)
+        self._queue.reverse()
+        self.log += [("result", c.problem.key) for c, _ in out]
+        return out
+
+
+def test_the_next_problem_starts_while_the_last_candidates_of_the_one_before_are_in_flight(tmp_path):
+    import operators
+
+    exp = fx.experiment(name="h", evaluations=10)
+    first, second = exp.problems
+    op = operators.get(fx.OPERATOR)
+    events = []
+    with Store(tmp_path / "s.sqlite") as store, Windowed(fx.StandInBackend()) as ex:
+        search = Search(exp, op, store, ex, events.append)
+        summary = search.run()
+        assert [s.evaluations for s in summary.problems] == [10, 10]
+        for p in exp.problems:
+            rows = store.evaluations(p.key)
+            assert len(rows) == 10 and len({r.genome_hash for r in rows}) == 10
+            rebuilt = GridArchive.from_store(store, p, op, exp.descriptors, exp.evaluation.noise_margin)
+            assert rebuilt.elites() == search.archives[p.key].elites()
+        assert any(r.origin == "transfer" for r in store.evaluations(second.key))
+    early = ex.log.index(("submit", second.key))
+    last_of_first = max(i for i, e in enumerate(ex.log) if e == ("result", first.key))
+    assert early < last_of_first  # its first candidates went out before the first problem's last result came back
+    assert ex.log.index(("result", second.key)) < last_of_first  # and some came back first: kept, recorded later
+    kinds = [(e.kind, e.problem_index) for e in events if e.kind != "workers"]
+    assert kinds.index(("problem_done", 0)) < kinds.index(("problem_start", 1)) < kinds.index(("evaluation", 1))
+    assert [e.evaluations for e in events if e.kind == "evaluation" and e.problem_index == 1] == list(range(1, 11))
