@@ -1,6 +1,6 @@
 """`evo bench`: evo's elite kernels against what users would pick instead, measured side by side.
 
-For each problem of an experiment: search (evo.search.loop.run_experiment), or read an existing run (`--run`);
+For each problem of an experiment: search (evo.search.run.run_experiment), or read an existing run (`--run`);
 take the elite (evo.archive.elite, as status, report and export do; with `--finalists N` the archive's best N
 re-timed on other inputs, the fastest kept), its genome rendered again by the operator; then, in ONE process on
 ONE GPU, on the same fresh random inputs, check every contender (the operator's `bench_baselines()` and evo)
@@ -139,7 +139,7 @@ def _bench_problem(operator: Any, problem: Problem, store: Store | None, entrant
 # -- a whole run in this process ----------------------------------------------------------------------------
 def search_problems(experiment: Experiment, problems: list[Problem], run_dir: Path) -> None:
     """Search `problems` with the experiment's settings into a new run directory, showing progress."""
-    from evo.search.loop import run_experiment
+    from evo.search.run import run_experiment
     from evo.surface.progress import Progress
 
     exp = dataclasses.replace(experiment, problems=tuple(problems))

@@ -182,7 +182,7 @@ def run_load(gpus: int, seconds: float = 10.0, backend: LoadTestBackend | None =
     loadtest_experiment. Returns the figures (see the module's docstring)."""
     from evo.evaluate.ray_executor import RayExecutor
     from evo.experiment.spec import ExecutorSpec
-    from evo.search.loop import run_experiment
+    from evo.search.run import run_experiment
     from evo.store.sqlite import Store
 
     backend = backend or LoadTestBackend()

@@ -67,7 +67,7 @@ def trace(rows: list[Any], operator: Any, problem: Problem, t0: float) -> list[l
 
 
 def _search(exp: Experiment, executor: Any, run_dir: Path) -> tuple[list[Any], float, float]:
-    from evo.search.loop import run_experiment
+    from evo.search.run import run_experiment
     from evo.store.sqlite import Store
 
     executor.lookup = None  # a method measures its own kernels (evo-rerun's database is chained in by the run)

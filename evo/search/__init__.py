@@ -4,6 +4,7 @@ telling what happens through events (evo.search.events). The archive and mutator
 evo.mutators."""
 
 from evo.search.events import ProblemSummary, RunSummary, SearchEvent
-from evo.search.loop import Search, StartupError, run_experiment
+from evo.search.loop import Search
+from evo.search.run import StartupError, run_experiment
 
 __all__ = ["run_experiment", "Search", "StartupError", "SearchEvent", "ProblemSummary", "RunSummary"]

@@ -8,9 +8,10 @@ for them, the more often the faster the problems go (evo.bench.driver_load, two 
 at 150 evaluations each: busy 96% before, 98.6% with this and the threaded surrogate refit, on a quiet 2-core box;
 reports/gpu/driver-load-multiproblem-simulated.json). So the search takes the next
 problem's first population (elites transferred from the archives as they are at that moment, the family's
-seeds, random genomes) into the free slots of the window as soon as the current problem stops submitting; their
-results are kept here and recorded, in the order they came, once the next problem's search begins. Only the
-first population starts early: the emitters, which learn from the problem's own archive, wait for it.
+seeds, random genomes) into the free slots of the window as soon as the current problem stops submitting. Their
+results are stored as they arrive (a crash or a kill loses none of them) and kept here, to enter the next
+problem's archive, in the order they came, once its search begins. Only the first population starts early: the
+emitters, which learn from the problem's own archive, wait for it.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ class NextProblem:
     variation: Any  # Variation
     queue: deque[Any]  # the first population's Proposals not submitted yet
     seen: set[str]  # genomes already tried or submitted for this problem
-    early: list[tuple[Any, Any]] = field(default_factory=list)  # (Candidate, Evaluation)s in before its search
+    early: list[tuple[Any, Any]] = field(default_factory=list)  # (Candidate, stored Evaluation)s in before its search
     in_flight: int = 0  # submitted, not yet come back
 
     def arrived(self, job: Any, ev: Any) -> None:

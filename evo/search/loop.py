@@ -30,16 +30,12 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
-from pathlib import Path
 
 import numpy as np
 
 from evo.archive import AddStatus, Elite, GridArchive
-from evo.evaluate import Candidate, Executor, make_executor
+from evo.evaluate import Candidate, Executor
 from evo.evaluate.roofline import Floor, floor
-from evo.experiment.resume_check import deciding, record_resume
-from evo.experiment.rundir import RunDir
-from evo.experiment.runlock import RunDirError, RunLock
 from evo.experiment.spec import Experiment
 from evo.mutators import MutatorMix
 from evo.problem import Problem
@@ -48,116 +44,14 @@ from evo.search.events import ProblemSummary, RunSummary, SearchEvent
 from evo.search.handover import NextProblem
 from evo.search.selection import get as get_selection
 from evo.search.variation import Proposal, Variation
-from evo.store.atomic_file import write_atomic
 from evo.store.record import Evaluation
-from evo.store.resumable import check_resumable, resume_changes
-from evo.store.shared import SharedResults, chain_lookups, default_path, open_shared
-from evo.store.sqlite import Store, StoreError
+from evo.store.shared import SharedResults
+from evo.store.sqlite import Store
 
-__all__ = ["run_experiment", "Search", "EventCallback", "StartupError"]
+__all__ = ["Search", "EventCallback"]
 
 EventCallback = Callable[[SearchEvent], None]
 _SAVE_CLOCK_S = 5.0  # how often the time spent on a problem is saved (lost on a kill: at most this much)
-
-
-def run_experiment(experiment: Experiment, run_dir: str | Path, resume: bool = False,
-                   on_event: EventCallback | None = None, executor: Executor | None = None,
-                   allow_changes: bool = False) -> RunSummary:
-    """Run (or, with `resume`, continue) `experiment` in `run_dir` (see evo.experiment.rundir for its layout).
-
-
-    The run holds the directory's lock throughout (evo.experiment.runlock: a second writer is refused). A
-    resume whose experiment differs in what decides results is refused unless `allow_changes`
-    (evo.experiment.resume_check).
-    `executor` replaces the one the experiment describes (tests, benchmarks); the caller then owns it.
-    Ctrl-C ends the run early: what completed is in the store, and the summary says it was interrupted.
-    """
-    rd = RunDir(Path(run_dir))
-    lock = RunLock(rd.path).acquire()
-    try:
-        return _run_locked(experiment, rd, resume, on_event, executor, allow_changes)
-    finally:
-        lock.release()
-        if lock.created and rd.path.is_dir() and not any(rd.path.iterdir()):
-            rd.path.rmdir()  # a run that never started leaves no directory behind
-
-
-def _run_locked(experiment: Experiment, rd: RunDir, resume: bool, on_event: EventCallback | None,
-                executor: Executor | None, allow_changes: bool) -> RunSummary:
-    if rd.exists() and not resume:
-        raise RunDirError(f"{rd.path} already holds a run: resume it, or choose another name or output folder")
-    if resume and not rd.exists():
-        raise RunDirError(f"nothing to resume: {rd.store} does not exist")
-    import operators
-
-    operator = operators.get(experiment.operator, dict(experiment.genome))
-    changes: list[str] = []
-    previous = rd.experiment.read_text() if rd.experiment.exists() else None
-    if resume:
-        changes = _check_resumable(rd, experiment, allow_changes)
-    if experiment.source and experiment.source != previous:
-        write_atomic(rd.experiment, experiment.source)
-    store = Store(rd.store)
-    memory = experiment.memory
-    # the platform's cache, else this run's directory; an unusable one is a notice, never the end of the run
-    shared, notice = open_shared(default_path(memory.db, rd.path)) if memory.enabled else (None, "")
-    owned = executor is None
-    try:
-        if executor is None:
-            executor = make_executor(experiment.executor, experiment.evaluation, experiment.seed, store.lookup)
-        if shared is not None and memory.reuse:  # the run's own store first, then what earlier runs measured
-            executor.lookup = chain_lookups(executor.lookup, shared.lookup)
-        try:
-            executor.start()
-        except Exception as e:
-            if owned:
-                executor.shutdown()
-            raise StartupError(f"cannot start the {experiment.executor.kind} executor: {e}") from e
-    except BaseException:
-        store.close()
-        if shared is not None:
-            shared.close()
-        if not resume:  # leave nothing behind that would block a retry
-            for path in (rd.store, Path(f"{rd.store}-wal"), Path(f"{rd.store}-shm"), rd.experiment):
-                path.unlink(missing_ok=True)
-        elif previous is not None and previous != experiment.source:
-            write_atomic(rd.experiment, previous)  # the resume did not happen: the copy describes the run again
-        raise
-    with store:
-        session = int(store.meta("sessions", 0)) + 1
-        store.set_meta("sessions", session)
-        if resume:
-            record_resume(store, session, changes, previous if previous != experiment.source else None)
-        store.set_meta("experiment", experiment.name)
-        store.set_meta("operator", experiment.operator)
-        store.set_meta("seed", experiment.seed)
-        store.set_meta("deciding", deciding(experiment))
-        store.set_meta("problems", [p.key for p in experiment.problems])
-        store.set_meta("executor", experiment.executor.kind)
-        try:
-            store.set_meta("target", {k: v for k, v in asdict(executor.target).items() if k != "extra"})
-            search = Search(experiment, operator, store, executor, on_event, run_id=f"{experiment.name}#{session}",
-                            shared=shared, notices=[notice] if notice else [])
-            summary = search.run()
-        finally:
-            if owned:
-                executor.shutdown()
-            if shared is not None:
-                shared.close()
-    return RunSummary(experiment.name, str(rd.path), summary.problems, summary.interrupted,
-                      summary.session_evaluations, summary.elapsed_s, experiment.executor.kind == "smoke")
-
-
-class StartupError(RuntimeError):
-    """The search could not start: the executor failed (no GPU visible, Ray cannot start, ...) or a resumed run
-    does not match the experiment. Nothing was searched."""
-
-
-def _check_resumable(rd: RunDir, experiment: Experiment, allow_changes: bool = False) -> list[str]:
-    """Refuse a store that cannot be resumed, or a resume that would be another search (evo.store.resumable; `evo
-    run` made the same checks before importing this module); returns the differences allowed by `allow_changes`."""
-    check_resumable(rd.store, StoreError)  # empty, foreign, damaged or locked: refused before it is opened to write
-    return resume_changes(rd.store, experiment, allow_changes, StartupError)
 
 
 class Search:
@@ -214,7 +108,8 @@ class Search:
         exp = self.experiment
         head, self._next = (self._next, None) if self._next is not None and self._next.index == index else (None, None)
         archive = GridArchive.for_problem(self.operator, problem, exp.descriptors, self.margin)
-        rows = self._rows(problem)
+        early_ids = {ev.id for _, ev in head.early} if head else set()
+        rows = [r for r in self._rows(problem) if r.id not in early_ids]  # the early rows are replayed below
         archive.add(rows)
         seen = {r.genome_hash for r in rows} | (head.seen if head else set())
         clock_key = f"wall_s:{problem.key}"
@@ -255,8 +150,8 @@ class Search:
                 f"budget.sol {exp.budget.sol} is not used for {problem.key}: no speed-of-light floor on "
                 f"{self.executor.infos[0].gpu if self.executor.infos else 'this executor'} (a smoke run's fitness "
                 f"is not a timing; a GPU run measures the copy bandwidth at start-up)"))
-        for job, ev in head.early if head else ():
-            self._record(index, problem, archive, job, ev, elapsed())
+        for job, ev in head.early if head else ():  # stored as they came; into the archive now, in that order
+            self._record(index, problem, archive, job, ev, elapsed(), stored=True)
         saved_at = time.monotonic()
         cancelled = False
         budget = exp.budget.evaluations
@@ -290,6 +185,7 @@ class Search:
                     self._hand_over(index, archive)  # nothing more to submit here: the next problem may start
                 for job, ev in self.executor.poll(timeout_s=1.0):
                     if job.problem.key != problem.key and self._next is not None:
+                        self._store(job, ev)  # stored now: nothing completed is lost if the run ends here
                         self._next.arrived(job, ev)
                         continue
                     self._record(index, problem, archive, job, ev, elapsed())
@@ -300,10 +196,12 @@ class Search:
                     saved_at = time.monotonic()
         except KeyboardInterrupt:
             stop = "interrupted"
-            try:  # keep what completed while we were interrupted (the next problem's results are dropped)
+            try:  # keep what completed while we were interrupted
                 for job, ev in self.executor.poll(timeout_s=0):
                     if job.problem.key == problem.key:
                         self._record(index, problem, archive, job, ev, elapsed())
+                    elif self._next is not None:
+                        self._store(job, ev)
             except Exception:  # the executor may be half torn down by the same signal
                 pass
         save_clock()
@@ -347,17 +245,26 @@ class Search:
             self.executor.submit(Candidate(head.problem, proposal.genome, self.operator, proposal.origin,
                                            proposal.parents, self._ticket, emitting.INITIAL))
 
-    def _record(self, index: int, problem: Problem, archive: GridArchive, job: Candidate, ev: Evaluation,
-                elapsed: float) -> None:
-        if ev.problem_key != problem.key or ev.genome_hash != job.genome.hash:
+    def _store(self, job: Candidate, ev: Evaluation) -> None:
+        """Stamp `ev` with its job's provenance and this run, and store it (and share it)."""
+        if ev.problem_key != job.problem.key or ev.genome_hash != job.genome.hash:
             raise RuntimeError(f"executor returned an evaluation of {ev.problem_key} {ev.genome_hash} for job "
-                               f"{job.ticket} ({problem.key} {job.genome.hash})")
+                               f"{job.ticket} ({job.problem.key} {job.genome.hash})")
         ev.origin, ev.parents, ev.run_id, ev.emitter = job.origin, list(job.parents), self.run_id, job.emitter
         # judged by the experiment's objective: the worker's rows are already; failures made outside one are now
         ev.objective = ev.judged_by(self.experiment.evaluation.objective).objective
-        self.store.add(ev)  # first the store, then the archive: the order from_store replays
+        self.store.add(ev)
         if self.shared is not None:
             self.shared.record(ev)
+
+    def _record(self, index: int, problem: Problem, archive: GridArchive, job: Candidate, ev: Evaluation,
+                elapsed: float, stored: bool = False) -> None:
+        """Store `ev` (unless it is already: a hand-over's early row), then add it to the archive: the order
+        from_store replays."""
+        if job.problem.key != problem.key:
+            raise RuntimeError(f"job {job.ticket} of {job.problem.key} recorded for {problem.key}")
+        if not stored:
+            self._store(job, ev)
         (result,) = archive.add([ev])
         arm = self._arm.pop(job.ticket, None)
         if arm is not None and self.scheduler is not None:

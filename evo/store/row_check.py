@@ -45,7 +45,7 @@ def _problem(row: dict[str, Any]) -> None:
     except (ValueError, TypeError, KeyError, AttributeError):
         raise BadRow("problem does not decode") from None
     if problem.key != row.get("problem_key") or problem.operator != row.get("operator"):
-        raise BadRow(f"problem {problem.key} does not match the row's problem_key {row.get('problem_key')}")
+        raise BadRow(f"problem {problem.key!r} does not match the row's problem_key {row.get('problem_key')!r}"[:300])
 
 
 def _genome(row: dict[str, Any]) -> None:

@@ -94,7 +94,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     rd = RunDir(Path(args.out)) if args.out else RunDir.of(experiment.output, experiment.name)
     _check_before_workers(rd, experiment, args)
     from evo.evaluate.executor import WorkersLost
-    from evo.search.loop import StartupError, run_experiment  # imported late: it brings in the executor machinery
+    from evo.search.run import StartupError, run_experiment  # imported late: it brings in the executor machinery
     from evo.surface.stop_signals import StopSignals
 
     smoke = experiment.executor.kind == "smoke"

@@ -46,7 +46,7 @@ BestKernel = EliteKernel  # the elite of one problem (evo.archive.elite: the one
 
 def is_smoke(ev: Evaluation, meta: dict[str, Any] | None = None) -> bool:
     """True when the run measured nothing on a GPU (the labelled CPU smoke mode)."""
-    kind = (meta or {}).get("executor")  # evo.search.loop stores the executor kind in the store's metadata
+    kind = (meta or {}).get("executor")  # evo.search.run stores the executor kind in the store's metadata
     gpu = (ev.gpu or "").lower()
     return kind == "smoke" or "interpret" in gpu or gpu.startswith("cpu") or gpu.startswith("smoke")
 

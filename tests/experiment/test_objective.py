@@ -11,7 +11,7 @@ from evo.evaluate.executor import LocalExecutor
 from evo.experiment.config import ConfigError, load_experiment, parse_experiment
 from evo.experiment.resume_check import deciding, experiment_changes
 from evo.experiment.spec import EvaluationSpec
-from evo.search.loop import StartupError, run_experiment
+from evo.search.run import StartupError, run_experiment
 from tests.experiment.test_config import GOOD, ROOT
 from tests.fixtures import search_fixtures as fx
 

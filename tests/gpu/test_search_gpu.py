@@ -48,13 +48,13 @@ def experiment(tmp_path: Path):
 
 def test_search_on_the_gpu_with_kill_and_resume(tmp_path):
     from evo.experiment.rundir import RunDir
-    from evo.search.loop import run_experiment
+    from evo.search.run import run_experiment
     from evo.store.sqlite import Store
 
     path, exp = experiment(tmp_path)
     rd = RunDir.of(tmp_path / "runs", exp.name)
     driver = [sys.executable, "-c", "import sys; from evo.experiment.config import load_experiment; "
-              "from evo.search.loop import run_experiment; "
+              "from evo.search.run import run_experiment; "
               f"run_experiment(load_experiment({str(path)!r}), {str(rd.path)!r})"]
     proc = subprocess.Popen(driver, cwd=REPO, env=dict(os.environ), stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)

@@ -45,9 +45,15 @@ def test_the_next_problem_starts_while_the_last_candidates_of_the_one_before_are
     exp = fx.experiment(name="h", evaluations=10)
     first, second = exp.problems
     op = operators.get(fx.OPERATOR)
-    events = []
+    events, stored_at_start = [], []
+
+    def on_event(e):
+        events.append(e)
+        if e.kind == "problem_start" and e.problem_index == 1:  # what came back early is stored already
+            stored_at_start.append(store.count(second.key))
+
     with Store(tmp_path / "s.sqlite") as store, Windowed(fx.StandInBackend()) as ex:
-        search = Search(exp, op, store, ex, events.append)
+        search = Search(exp, op, store, ex, on_event)
         summary = search.run()
         assert [s.evaluations for s in summary.problems] == [10, 10]
         for p in exp.problems:
@@ -59,7 +65,8 @@ def test_the_next_problem_starts_while_the_last_candidates_of_the_one_before_are
     early = ex.log.index(("submit", second.key))
     last_of_first = max(i for i, e in enumerate(ex.log) if e == ("result", first.key))
     assert early < last_of_first  # its first candidates went out before the first problem's last result came back
-    assert ex.log.index(("result", second.key)) < last_of_first  # and some came back first: kept, recorded later
+    assert ex.log.index(("result", second.key)) < last_of_first  # and some came back first: stored at once
+    assert stored_at_start and stored_at_start[0] > 0
     kinds = [(e.kind, e.problem_index) for e in events if e.kind != "workers"]
     assert kinds.index(("problem_done", 0)) < kinds.index(("problem_start", 1)) < kinds.index(("evaluation", 1))
     assert [e.evaluations for e in events if e.kind == "evaluation" and e.problem_index == 1] == list(range(1, 11))

@@ -10,7 +10,8 @@ from evo.archive import GridArchive
 from evo.evaluate.executor import LocalExecutor
 from evo.experiment.rundir import RunDir
 from evo.experiment.spec import Budget
-from evo.search.loop import Search, run_experiment
+from evo.search.loop import Search
+from evo.search.run import run_experiment
 from evo.store.sqlite import Store
 from tests.fixtures import search_fixtures as fx
 

@@ -13,7 +13,8 @@ from evo.evaluate import make_executor
 from evo.evaluate.ray_executor import RayExecutor
 from evo.experiment.rundir import RunDir
 from evo.experiment.spec import Budget, ExecutorSpec, Experiment
-from evo.search.loop import Search, run_experiment
+from evo.search.loop import Search
+from evo.search.run import run_experiment
 from evo.store.sqlite import Store
 from tests.fixtures import search_fixtures as fx
 

@@ -16,7 +16,7 @@ import pytest
 from evo.archive import GridArchive
 from evo.evaluate.executor import LocalExecutor
 from evo.experiment.rundir import RunDir
-from evo.search.loop import run_experiment
+from evo.search.run import run_experiment
 from evo.store.sqlite import Store
 from tests.fixtures import search_fixtures as fx
 

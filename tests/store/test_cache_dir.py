@@ -11,7 +11,7 @@ import pytest
 
 from evo.evaluate.executor import LocalExecutor
 from evo.experiment.spec import MemorySpec
-from evo.search.loop import run_experiment
+from evo.search.run import run_experiment
 from evo.store.cache_dir import cache_root
 from evo.store.shared import ENV_VAR, default_path, open_shared
 from evo.store.sqlite import Store

@@ -8,7 +8,7 @@ import pytest
 from evo.evaluate.executor import LocalExecutor
 from evo.experiment.rundir import RunDir
 from evo.experiment.spec import MemorySpec
-from evo.search.loop import run_experiment
+from evo.search.run import run_experiment
 from evo.store.shared import ENV_VAR, SharedResults, default_path, is_served
 from evo.store.sqlite import Store
 from tests.fixtures import search_fixtures as fx

@@ -97,9 +97,9 @@ def fake_search(monkeypatch, tmp_path):
         # the CLI reads only `interrupted` of the search's RunSummary
         return types.SimpleNamespace(name=experiment.name, run_dir=str(rd.path), interrupted=fake.interrupted)
 
-    import evo.search.loop
+    import evo.search.run
 
-    monkeypatch.setattr(evo.search.loop, "run_experiment", run_experiment)
+    monkeypatch.setattr(evo.search.run, "run_experiment", run_experiment)
     return fake
 
 

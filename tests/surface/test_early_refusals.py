@@ -77,7 +77,7 @@ def test_a_symlink_loop_as_out_is_refused_before_workers(tmp_path):
 
 def test_a_changed_seed_on_resume_is_refused_before_workers(tmp_path):
     run = make_run(tmp_path / "runs", name="smoke", smoke=True)
-    with Store(run / "store.sqlite") as store:  # as evo.search.loop records a session's deciding settings
+    with Store(run / "store.sqlite") as store:  # as evo.search.run records a session's deciding settings
         store.set_meta("deciding", deciding(load_experiment(SMOKE)))
     changed = _variant(tmp_path, "seed: 0", "seed: 1")
     err = _refused("run", str(changed), "--out", str(run), "--resume", cwd=tmp_path)

@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 import evo.bench.command
-import evo.search.loop
+import evo.search.run
 from evo.experiment.rundir import RunDir
 from evo.experiment.runlock import RunLock
 from evo.search.events import RunSummary
@@ -193,7 +193,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.fixture(autouse=True)
 def no_search(monkeypatch: pytest.MonkeyPatch, world: dict[str, Path]) -> None:
     monkeypatch.chdir(world["root"])  # relative paths (`output`, `--out genes`, `-o 48x80x64`) land in the sandbox
-    monkeypatch.setattr(evo.search.loop, "run_experiment", _dry_start)
+    monkeypatch.setattr(evo.search.run, "run_experiment", _dry_start)
     monkeypatch.setattr(evo.bench.command, "_cuda_visible", lambda: False)
 
 

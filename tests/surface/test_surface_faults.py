@@ -22,10 +22,10 @@ STAND_IN_CLI = textwrap.dedent("""
     import sys
     from tests.fixtures import search_fixtures as fx
     fx.register_now()
-    import evo.search.loop
+    import evo.search.run
     from evo.evaluate.executor import LocalExecutor
-    real = evo.search.loop.run_experiment
-    evo.search.loop.run_experiment = lambda exp, d, **kw: real(exp, d, executor=LocalExecutor(fx.StandInBackend()),
+    real = evo.search.run.run_experiment
+    evo.search.run.run_experiment = lambda exp, d, **kw: real(exp, d, executor=LocalExecutor(fx.StandInBackend()),
                                                                 **kw)
     from evo.surface.cli import main
     sys.exit(main(sys.argv[1:]))
@@ -165,12 +165,12 @@ def test_a_full_disk_is_one_line_and_keeps_every_row(tmp_path, monkeypatch):
 
 def _run_raising(exc: BaseException, tmp_path, monkeypatch) -> int:
     """`evo run` of a small GEMM experiment whose search raises `exc` at once; returns the exit status."""
-    import evo.search.loop
+    import evo.search.run
 
     def raising(*args, **kw):
         raise exc
 
-    monkeypatch.setattr(evo.search.loop, "run_experiment", raising)
+    monkeypatch.setattr(evo.search.run, "run_experiment", raising)
     exp = tmp_path / "e.yaml"
     exp.write_text(AXPY.format(n=5, seed=0).replace(fx.OPERATOR, "gemm").replace("[512], dtypes: [fp32]",
                                                                              "[64x64x64], dtypes: [fp16]"))
