@@ -128,8 +128,12 @@ def _run_all(args: argparse.Namespace, spec: Any, tokens: list[int], folder: Pat
 
     for i, (op, path) in enumerate(files.items(), 1):
         roles = ", ".join(dict.fromkeys(f"{p.role} T={p.tokens}" for p in problems if p.operator == op))
-        rd = RunDir.of(load_experiment(path).output, load_experiment(path).name)
+        experiment = load_experiment(path)
+        rd = RunDir.of(experiment.output, experiment.name)
         again = rd.exists()
+        if again and _finished(rd, experiment, path):
+            print(f"[zoo {i}/{len(files)}] {op}: {roles} (searched to its budget earlier: nothing to do)", flush=True)
+            continue
         print(f"[zoo {i}/{len(files)}] {op}: {roles}{' (resuming the earlier run)' if again else ''}", flush=True)
         status = args.run_file(path, again)
         if status != 0:
@@ -138,6 +142,21 @@ def _run_all(args: argparse.Namespace, spec: Any, tokens: list[int], folder: Pat
             return status
     status = _collect(spec, tokens, args.dtype, args.context, folder, args.usage_error)
     return status or _report(spec, tokens, args.dtype, args.context, folder, args.layer_results, args.usage_error)
+
+
+def _finished(rd: Any, experiment: Any, path: Path) -> bool:
+    """Whether the run searched this very experiment file (its copy in the run is the same text: a new budget is
+    another search) and every problem of it ended (the search stores a problem's summary only then; an
+    interrupted one has none). A store that cannot be read is not finished: resuming it says what is wrong."""
+    from evo.store.sqlite import Store
+
+    try:
+        if rd.experiment.read_text() != path.read_text():
+            return False
+        with Store(rd.store, readonly=True) as store:
+            return all(store.meta(f"summary:{p.key}") is not None for p in experiment.problems)
+    except Exception:  # noqa: BLE001 - evo run --resume reports a damaged store in one line
+        return False
 
 
 def _collect(spec: Any, tokens: list[int], dtype: str, context: int, folder: Path,

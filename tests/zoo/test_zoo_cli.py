@@ -93,3 +93,24 @@ def test_run_searches_each_experiment_in_turn_and_stops_at_a_failure(tmp_path, c
     assert main(["zoo", TINY, "--tokens", "1,4", "--dtype", "fp16", "--smoke", "-o", str(tmp_path), "--run"]) == 130
     assert calls == [("rmsnorm.yaml", True), ("gemm.yaml", False)]  # the first run is resumed, not started again
     assert "(resuming the earlier run)" in capsys.readouterr().out
+
+
+def test_run_skips_what_was_searched_to_its_budget(tmp_path, capsys, monkeypatch):
+    import evo.surface.cli as cli
+    from evo.store.sqlite import Store
+
+    calls = []
+    monkeypatch.setattr(cli, "_run_file", lambda path, resume: calls.append(Path(path).name) or 130)
+    args = ["zoo", TINY, "--tokens", "1,4", "--dtype", "fp16", "--smoke", "-o", str(tmp_path), "--run"]
+    assert main(args) == 130 and calls == ["rmsnorm.yaml"]
+    (tmp_path / "tiny" / "tiny_rmsnorm").mkdir()
+    with Store(tmp_path / "tiny" / "tiny_rmsnorm" / "store.sqlite") as store:  # as a finished search leaves it
+        for key in ("rmsnorm:1x64:fp16", "rmsnorm:4x64:fp16"):
+            store.set_meta(f"summary:{key}", {"reason": "evaluations"})
+    run = tmp_path / "tiny" / "tiny_rmsnorm"
+    (run / "experiment.yaml").write_text((tmp_path / "tiny" / "rmsnorm.yaml").read_text())  # the run's copy
+    calls.clear()
+    assert main(args) == 130 and calls == ["gemm.yaml"]
+    assert "rmsnorm: norm T=1, norm T=4 (searched to its budget earlier: nothing to do)" in capsys.readouterr().out
+    calls.clear()  # a larger budget is another search: resumed, not skipped
+    assert main([*args, "--wall-s", "99"]) == 130 and calls == ["rmsnorm.yaml"]
