@@ -211,7 +211,11 @@ def _run_prologue(g: Mapping[str, Any]) -> list[str]:
     if not g["pad_rows"]:
         return ["    c = out = new_out() if out is None else out"]
     return ["    if pad_a:", "        a = copy_a(a, a_pad)",
-            "    if pad_b:", "        b = copy_b(b, b_pad)",
+            "    if pad_b:",
+            "        if b_copied[0]() is not b or b_copied[1] != b._version:  # another B, or this one changed",
+            "            b_copied[:] = [weakref.ref(b), b._version]",
+            "            copy_b(b, b_pad)",
+            "        b = b_pad",
             "    if pad_c:  # C in padded rows: a fresh view when returned, the plan's own buffer when copied out",
             "        c = _padded(M, N, b_pad) if out is None else c_pad",
             "    else:",
@@ -251,8 +255,10 @@ def _descriptor_checks(g: Mapping[str, Any]) -> str:
         """, 1) + aligned
     return aligned + _block("""
         # Tensor descriptors need rows of 16-byte multiples: an operand whose rows are not is copied into the plan's
-        # padded rows first, and C is computed into padded rows (every call pays for the copies, and its timing
+        # padded rows first, and C is computed into padded rows (the calls pay for the copies, and their timing
         # includes them). Without `out`, C is returned as a view of fresh padded rows, as torch.compile does.
+        # B (a weight, in a model) is copied once: a call given the same B tensor again, unchanged by torch since
+        # (its version counter), reuses the padded copy, as torch.compile pads a constant weight once.
         pad_a, pad_b = bool((K * a.element_size()) % 16), bool((N * b.element_size()) % 16)
         pad_c = pad_b
         a_pad = _padded(M, K, a) if pad_a else None
@@ -264,4 +270,5 @@ def _descriptor_checks(g: Mapping[str, Any]) -> str:
         a_stride = a_pad.stride(0) if pad_a else K
         b_stride = b_pad.stride(0) if pad_b else N
         c_stride = b_pad.stride(0) if pad_c else N  # C's padded rows are as wide as B's
+        b_copied = [lambda: None, -1]  # (a weak reference to the B last copied, its version then)
     """, 1)

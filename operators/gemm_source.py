@@ -363,6 +363,7 @@ def gemm_source(g: Mapping[str, Any], title: str, row_align: int = 1, aligned_di
     args = ", ".join(["a", "b", *(epilogue.operands if epilogue else ()), "out=None"])
     header = (f'"""{title}\n\n{what}\nCall {ENTRY_NAME}({args}) for any M, N, K whose operands have '
               'fewer than 2**31 elements.\n"""\n')
-    imports = "import torch\nimport triton\nimport triton.language as tl\n"
+    imports = (("import weakref\n\n" if g["pad_rows"] else "")  # padded B copied once per B tensor (launcher)
+               + "import torch\nimport triton\nimport triton.language as tl\n")
     return (header + "\n" + imports + "\n" + runtime_source() + "\n\n" + _constants(g) + "\n\n"
             + _tile_coords(g) + "\n\n" + _kernel(g) + "\n\n" + launcher_source(g))

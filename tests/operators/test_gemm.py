@@ -208,3 +208,35 @@ def test_padded_rows_without_out_return_a_view_of_padded_rows():
     assert tuple(c.shape) == (40, 401) and c.stride() == (408, 1)  # 401 halves rounded up to 16 bytes
     ref = OP.reference(a, b)
     assert float((c.float() - ref).norm() / ref.norm()) <= OP.tolerance(problem)
+
+
+def test_padded_b_is_copied_once_per_b_tensor_and_version(monkeypatch):
+    """pad_rows copies B into padded rows once: a call given the same B unchanged reuses the copy (as torch.compile
+    pads a constant weight once); a B changed in place by torch, or another B tensor, is copied again."""
+    problem = OP.problem((24, 201, 40), "fp16")
+    genome = FAMILY.make(FAMILY.base(BLOCK_M=32, BLOCK_N=64, BLOCK_K=32, memory="host_descriptor", pad_rows=True))
+    module = load_source(OP.render(genome, problem, HOPPER))
+    a, b = OP.make_inputs(problem, 1, device="cpu")
+    copies = []
+    original = module._row_copier  # the plan makes its copiers with it: count the copies they make
+
+    def counting(rows, cols):
+        copy = original(rows, cols)
+        return lambda src, dst: copies.append((rows, cols)) or copy(src, dst)
+
+    monkeypatch.setattr(module, "_row_copier", counting)
+    module._PLANS.clear()
+
+    def check(b):
+        out = module.matmul(a, b)
+        ref = OP.reference(a, b)
+        assert float((out.float() - ref).norm() / ref.norm()) <= OP.tolerance(problem)
+
+    check(b)
+    check(b)
+    assert copies == [(40, 201)]  # the second call reused the padded B
+    b.mul_(-1)  # changed in place: torch's version counter says so
+    check(b)
+    assert copies == [(40, 201)] * 2
+    check(b.clone())  # another tensor with the same shape: copied too
+    assert copies == [(40, 201)] * 3
