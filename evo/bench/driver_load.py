@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from evo.bench.loadtest import COMPILE_S, H200_EVAL_S, LOADTEST_GPU, LoadTestBackend
+from evo.evaluate.occupancy import merge_summaries
 from evo.experiment.spec import Experiment
 
 __all__ = ["loadtest_experiment", "run_load", "run_matrix", "main", "PROFILE_PARTS", "PROBLEM_SETS"]
@@ -160,18 +161,6 @@ class _LazyLookup:
             self.store.close()
 
 
-def _queue(metas: list[Any]) -> dict[str, dict[str, float]] | None:
-    """The problems' pipeline occupancy (queue:<problem>, evo.evaluate.occupancy) as one: means weighted by
-    each problem's seconds, the largest counts."""
-    metas = [m for m in metas if isinstance(m, dict) and m.get("seconds")]
-    total = sum(m["seconds"] for m in metas)
-    if not total:
-        return None
-    stages = [k for k, v in metas[0].items() if isinstance(v, dict)]
-    return {k: {"mean": round(sum(m[k]["mean"] * m["seconds"] for m in metas) / total, 2),
-                "max": max(m[k]["max"] for m in metas)} for k in stages}
-
-
 def run_load(gpus: int, seconds: float = 10.0, backend: LoadTestBackend | None = None,
              compile_workers: int | None = None, profile: bool = False, seed: int = 0,
              warmup_s: float = 0.0, problems: str = "one", problem_evaluations: int | None = None,
@@ -213,7 +202,7 @@ def run_load(gpus: int, seconds: float = 10.0, backend: LoadTestBackend | None =
             lookup.close()
         with Store(run_dir / "store.sqlite") as store:
             rows = store.evaluations()
-            queue = _queue([store.meta(f"queue:{p.key}") for p in exp.problems])
+            queue = merge_summaries([store.meta(f"queue:{p.key}") for p in exp.problems])
     wall = summary.elapsed_s
     window = t1 - t0 - warmup_s
     rows = [r for r in rows if r.finished_at >= t0 + warmup_s]

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
-__all__ = ["Occupancy", "STAGES"]
+__all__ = ["Occupancy", "STAGES", "merge_summaries"]
 
 STAGES = ("waiting", "compiling", "ready", "at_workers")
 
@@ -60,3 +61,15 @@ class Occupancy:
             mean = self._area[stage] / seconds if seconds > 0 else float(self._current[stage])
             out[stage] = {"mean": round(mean, 3), "max": self._max[stage]}
         return out
+
+
+def merge_summaries(summaries: list[Any]) -> dict[str, dict[str, float]] | None:
+    """Several problems' `summary()`s (as the store keeps them, `queue:<problem>`) as one: each stage's mean
+    weighted by each summary's seconds, its largest count; None when none covers any time (or none is a summary)."""
+    summaries = [m for m in summaries if isinstance(m, dict) and m.get("seconds")]
+    total = sum(m["seconds"] for m in summaries)
+    if not total:
+        return None
+    stages = [k for k, v in summaries[0].items() if isinstance(v, dict)]
+    return {k: {"mean": round(sum(m[k]["mean"] * m["seconds"] for m in summaries) / total, 2),
+                "max": max(m[k]["max"] for m in summaries)} for k in stages}

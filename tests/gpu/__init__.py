@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -31,3 +33,15 @@ def search_check(launcher: Any, inputs: tuple[Any, ...], ref: Any, tolerance: fl
         return ("crashed" if fault.fatal else "compile_failed"), float("nan"), fault.reason[:300], None
     err = checked.max_rel_error if checked.max_rel_error is not None else float("inf")
     return ("correct" if checked.status == "ok" else "wrong"), err, checked.reason, checked.out
+
+
+def run_child(script: str | Path, args: list[str], timeout_s: float) -> list[dict[str, Any]]:
+    """Run a GPU test file as a child process (`python SCRIPT ARGS`, from the checkout's root) under a timeout, so a
+    kernel that hangs fails the test instead of stalling it; returns the JSON rows it printed (lines starting
+    with "{") and fails the calling test, with the child's stderr, when it exits otherwise than 0."""
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=timeout_s,
+                          cwd=root)
+    rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert done.returncode == 0, f"child failed ({done.returncode}):\n{done.stderr[-4000:]}"
+    return rows

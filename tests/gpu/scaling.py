@@ -156,21 +156,11 @@ def scaled_experiment(text: str, problem_keys: str | Sequence[str], gpus: int, w
     return yaml.safe_dump(doc, sort_keys=False)
 
 
-def _queue(metas: list[Any]) -> dict[str, dict[str, float]] | None:
-    """The problems' pipeline occupancy (`queue:<problem>`) as one: means weighted by each one's seconds."""
-    metas = [m for m in metas if isinstance(m, dict) and m.get("seconds")]
-    total = sum(m["seconds"] for m in metas)
-    if not total:
-        return None
-    stages = [k for k, v in metas[0].items() if isinstance(v, dict)]
-    return {k: {"mean": round(sum(m[k]["mean"] * m["seconds"] for m in metas) / total, 2),
-                "max": max(m[k]["max"] for m in metas)} for k in stages}
-
-
 def count_rate(store_path: Path, problem_keys: str | Sequence[str]) -> dict[str, Any]:
     """Evaluations and correct ones per minute of the search's clock for the problem (or problems, their clocks
     added up), and where the time went: how busy each GPU worker was, the mean seconds of compiling and of each
     measuring phase, the compile pool's queue, and the search process's CPU share."""
+    from evo.evaluate.occupancy import merge_summaries
     from evo.store import Store
 
     keys = [problem_keys] if isinstance(problem_keys, str) else list(problem_keys)
@@ -178,7 +168,7 @@ def count_rate(store_path: Path, problem_keys: str | Sequence[str]) -> dict[str,
         rows = [r for k in keys for r in store.evaluations(k)]
         clock = sum(float(store.meta(f"wall_s:{k}", 0.0)) for k in keys)
         cpu = [store.meta(f"cpu_s:{k}") for k in keys]
-        queue = _queue([store.meta(f"queue:{k}") for k in keys])
+        queue = merge_summaries([store.meta(f"queue:{k}") for k in keys])
     ok = sum(r.status == "ok" for r in rows)
     minutes = clock / 60 if clock else float("nan")
     busy: dict[str, float] = {}

@@ -186,20 +186,10 @@ def _table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _run_child(args: list[str], timeout_s: float) -> list[dict[str, Any]]:
-    import subprocess
-
-    done = subprocess.run([sys.executable, str(Path(__file__).resolve()), *args], capture_output=True, text=True,
-                          timeout=timeout_s, cwd=ROOT)
-    rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    assert done.returncode == 0, f"child failed ({done.returncode}):\n{done.stderr[-4000:]}"
-    return rows
-
-
 def test_attention_sample_is_correct():
-    rows = _run_child(["--child", "--random", "4"], timeout_s=540)
-    from tests.gpu import write_json
+    from tests.gpu import run_child, write_json
 
+    rows = run_child(Path(__file__).resolve(), ["--child", "--random", "4"], timeout_s=540)
     write_json("attention_gpu.json", rows)
     assert {r["problem"].split(":")[1] for r in rows} == {"x".join(map(str, s)) for _, s, _ in CHECKED}
     bad = [r for r in rows if r["status"] != "correct"]

@@ -15,7 +15,6 @@ each, so a cooperative launch gets exactly one group of 64 programs that walks e
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -140,11 +139,9 @@ def child_smallest_gpu() -> list[dict[str, Any]]:
 
 
 def _run_child(args: list[str], timeout_s: float) -> list[dict[str, Any]]:
-    done = subprocess.run([sys.executable, str(Path(__file__).resolve()), *args], capture_output=True, text=True,
-                          timeout=timeout_s, cwd=ROOT)
-    rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    assert done.returncode == 0, f"child failed ({done.returncode}):\n{done.stderr[-4000:]}"
-    return rows
+    from tests.gpu import run_child
+
+    return run_child(Path(__file__).resolve(), args, timeout_s)
 
 
 def test_split_sample_is_correct():
