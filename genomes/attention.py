@@ -30,7 +30,7 @@ import numpy as np
 
 from evo.problem import Problem, Target
 from genomes import labels
-from genomes.base import Descriptor, Genome, GenomeFamily, InvalidGenome
+from genomes.base import Descriptor, Genome, GenomeFamily
 from genomes.genes import Boolean, Categorical, Gene, IntChoice, PowerOfTwo
 
 __all__ = ["AttentionFamily", "ELEM_BYTES", "head_dim_pad", "tile_rows", "key_blocks", "MAX_LIVE", "live_limit"]
@@ -179,11 +179,7 @@ class AttentionFamily(GenomeFamily):
             self._set(g, "reduce", self.genes["reduce"].values[0])
         if g["kv_load"] == "tma" and problem.dims["head_dim"] * ELEM_BYTES[problem.dtype] % 16:
             self._set(g, "kv_load", "pointer")
-        repaired = self.make(g)
-        reasons = self.violations(repaired, problem, target)
-        if reasons:
-            raise InvalidGenome(f"cannot repair {genome} for {problem.key}: {'; '.join(reasons)}")
-        return repaired
+        return self._repaired(g, genome, problem, target)
 
     # -- seeds and descriptors ------------------------------------------------------------------------
     def base(self, **values: Any) -> dict[str, Any]:

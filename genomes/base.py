@@ -138,6 +138,15 @@ class GenomeFamily:
             return True
         return False
 
+    def _repaired(self, values: dict[str, Any], genome: Genome, problem: Problem, target: Target) -> Genome:
+        """The end of a `repair`: the genome of the moved `values`, or InvalidGenome naming what is still wrong
+        with it (the repair of `genome` found no valid neighbour)."""
+        repaired = self.make(values)
+        reasons = self.violations(repaired, problem, target)
+        if reasons:
+            raise InvalidGenome(f"cannot repair {genome} for {problem.key}: {'; '.join(reasons)}")
+        return repaired
+
     def _repaired_seeds(self, raw: list[dict[str, Any]], problem: Problem, target: Target) -> list[Genome]:
         """Distinct valid genomes from raw seed values: each value moved into its (possibly restricted)
         domain, then repaired for `problem`; seeds that cannot be repaired are dropped."""

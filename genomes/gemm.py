@@ -17,7 +17,7 @@ import numpy as np
 
 from evo.problem import Problem, Target
 from genomes import labels
-from genomes.base import Descriptor, Genome, GenomeFamily, InvalidGenome
+from genomes.base import Descriptor, Genome, GenomeFamily
 from genomes.genes import Boolean, Categorical, Gene, IntChoice, PowerOfTwo
 
 __all__ = ["GemmFamily", "TUTORIAL_CONFIGS", "DESCRIPTOR_MEMORY", "smem_estimate", "acc_regs_per_thread",
@@ -306,11 +306,7 @@ class GemmFamily(GenomeFamily):
                 pass
         if g["epilogue_subtile"] and g["BLOCK_N"] < 32:
             self._set(g, "epilogue_subtile", False)
-        repaired = self.make(g)
-        reasons = self.violations(repaired, problem, target)
-        if reasons:
-            raise InvalidGenome(f"cannot repair {genome} for {problem.key}: {'; '.join(reasons)}")
-        return repaired
+        return self._repaired(g, genome, problem, target)
 
     # -- seeds and descriptors ------------------------------------------------------------------------
     def base(self, **values: Any) -> dict[str, Any]:

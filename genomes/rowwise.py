@@ -23,7 +23,7 @@ import numpy as np
 
 from evo.problem import Problem, Target
 from genomes import labels
-from genomes.base import Descriptor, Genome, GenomeFamily, InvalidGenome
+from genomes.base import Descriptor, Genome, GenomeFamily
 from genomes.genes import Categorical, Gene, IntChoice, PowerOfTwo
 from genomes.rowwise_split import chunk_width, repair_split, sensible_splits, split_seeds, split_violations
 
@@ -192,11 +192,7 @@ class RowwiseFamily(GenomeFamily):
             break
         while self.smem_estimate(g, problem) > target.smem_bytes and self._step(g, "num_stages", up=False):
             pass
-        repaired = self.make(g)
-        reasons = self.violations(repaired, problem, target)
-        if reasons:
-            raise InvalidGenome(f"cannot repair {genome} for {problem.key}: {'; '.join(reasons)}")
-        return repaired
+        return self._repaired(g, genome, problem, target)
 
     def random(self, rng: np.random.Generator, problem: Problem, target: Target) -> Genome:
         """Uniform genes, except split (among the sensible ones: rowwise_split.sensible_splits) and BLOCK: the
