@@ -14,7 +14,7 @@ import math
 from typing import Any
 
 from evo.problem import DTYPES, Problem, Target
-from genomes.attention import AttentionFamily, head_dim_pad
+from genomes.attention import AttentionFamily
 from genomes.base import Genome, GenomeFamily, InvalidGenome
 from operators.attention_module import render_module
 from operators.base import Baseline, Operator
@@ -99,7 +99,7 @@ class AttentionOperator(Operator):
         reasons = self.family.violations(genome, problem, target)
         if reasons:
             raise InvalidGenome(f"genome {genome} is not valid for {problem.key}: {'; '.join(reasons)}")
-        return render_module(self.name, genome.as_dict(), self.causal, problem, target, head_dim_pad(problem))
+        return render_module(self.name, genome.as_dict(), self.causal, problem, target)
 
     # -- judging a kernel ---------------------------------------------------------------------------
     def tensor_shapes(self, problem: Problem) -> list[tuple[int, ...]]:

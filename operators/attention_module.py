@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from evo.launch import runtime_source
 from evo.problem import Problem, Target
+from genomes.attention import head_dim_pad
 from operators.attention_source import COMBINE_ROWS, KernelFacts, combine_source, kernel_source
 
 __all__ = ["render_module"]
@@ -169,8 +170,8 @@ def _plan(f: KernelFacts) -> list[str]:
     return lines
 
 
-def render_module(name: str, g: dict, causal: bool, problem: Problem, target: Target, d_pad: int) -> str:
-    f = KernelFacts(g, causal, problem.dims["head_dim"], d_pad)
+def render_module(name: str, g: dict, causal: bool, problem: Problem, target: Target) -> str:
+    f = KernelFacts(g, causal, problem.dims["head_dim"], head_dim_pad(problem))
     lines = _header(name, f, problem, target) + kernel_source(f) + ["", ""]
     if f.split > 1 and not f.last_program:
         lines += combine_source(f) + ["", ""]

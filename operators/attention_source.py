@@ -40,13 +40,13 @@ def _online_step(f: KernelFacts, masked: bool) -> list[str]:
     if f.tma:  # rows past n_k and the padded head dims arrive as zeros: only the scores are masked
         k_load = ["k = k_desc.load([start, 0])", "s = tl.dot(q, tl.trans(k)) * qk_scale"]
         v_load = "v = v_desc.load([start, 0])"
-    k_mask = v_mask = ""
-    if masked or f.padded_d:
-        k_ok = "(cols[None, :] < n_k)" if masked else "(cols[None, :] >= 0)"
-        v_ok = "(cols[:, None] < n_k)" if masked else "(cols[:, None] >= 0)"
-        k_mask = f", mask={k_ok}{f.d_mask(':, None')}, other=0.0"
-        v_mask = f", mask={v_ok}{f.d_mask('None, :')}, other=0.0"
-    if not f.tma:
+    else:
+        k_mask = v_mask = ""
+        if masked or f.padded_d:
+            k_ok = "(cols[None, :] < n_k)" if masked else "(cols[None, :] >= 0)"
+            v_ok = "(cols[:, None] < n_k)" if masked else "(cols[:, None] >= 0)"
+            k_mask = f", mask={k_ok}{f.d_mask(':, None')}, other=0.0"
+            v_mask = f", mask={v_ok}{f.d_mask('None, :')}, other=0.0"
         k_load = [f"kt = tl.load(k_base + cols[None, :].to(tl.int64) * skn + dims[:, None]{k_mask})",
                   "s = tl.dot(q, kt) * qk_scale"]
         v_load = f"v = tl.load(v_base + cols[:, None].to(tl.int64) * svn + dims[None, :]{v_mask})"

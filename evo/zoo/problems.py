@@ -56,15 +56,17 @@ def layer_problems(spec: ModelSpec, tokens: Sequence[int], dtype: str = "bf16", 
     `context` tokens already in the KV cache."""
     if isinstance(context, bool) or not isinstance(context, int) or context < 0:
         raise ValueError(f"the context (tokens already in the KV cache) must be an integer >= 0; got {context!r}")
+    attention_dtypes = _attention_dtypes()
     out: list[KernelProblem] = []
     for t in tokens:
         if isinstance(t, bool) or not isinstance(t, int) or t <= 0:
             raise ValueError(f"token counts must be positive integers; got {t!r}")
-        out.extend(_problems_at(spec, t, dtype, context))
+        out.extend(_problems_at(spec, t, dtype, context, attention_dtypes))
     return out
 
 
-def _problems_at(spec: ModelSpec, t: int, dtype: str, context: int) -> list[KernelProblem]:
+def _problems_at(spec: ModelSpec, t: int, dtype: str, context: int, attention_dtypes: tuple[str, ...]
+                 ) -> list[KernelProblem]:
     h, inter = spec.hidden_size, spec.intermediate_size
     qkv_width = spec.q_size + 2 * spec.kv_size
 
@@ -79,10 +81,10 @@ def _problems_at(spec: ModelSpec, t: int, dtype: str, context: int) -> list[Kern
         kp("norm", "rmsnorm", (t, h), uses=2,
            note="norm: the input and post-attention norms of a layer; the final norm, before lm_head, has their shape"),
         kp("qkv", "gemm+bias" if spec.attention_bias else "gemm", (t, qkv_width, h)),
-        kp("attention", "attention+causal" if dtype in _attention_dtypes() else None,
+        kp("attention", "attention+causal" if dtype in attention_dtypes else None,
            (1, spec.num_attention_heads, spec.num_key_value_heads, t, context + t, spec.head_dim),
-           note="" if dtype in _attention_dtypes() else f"attention: no {dtype} kernels (the operator takes "
-                                                        f"{', '.join(_attention_dtypes())}); torch runs it"),
+           note="" if dtype in attention_dtypes else f"attention: no {dtype} kernels (the operator takes "
+                                                     f"{', '.join(attention_dtypes)}); torch runs it"),
         kp("o_proj", "gemm+residual", (t, h, spec.q_size)),
         up,
         kp("down", "gemm+bias+residual" if spec.mlp_bias else "gemm+residual", (t, h, inter)),
