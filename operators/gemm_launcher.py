@@ -212,7 +212,9 @@ def _run_prologue(g: Mapping[str, Any]) -> list[str]:
         return ["    c = out = new_out() if out is None else out"]
     return ["    if pad_a:", "        a = copy_a(a, a_pad)",
             "    if pad_b:",
-            "        if b_copied[0]() is not b or b_copied[1] != b._version:  # another B, or this one changed",
+            "        if b.is_cuda and torch.cuda.is_current_stream_capturing():  # a graph replays the copy",
+            "            copy_b(b, b_pad)",
+            "        elif b_copied[0]() is not b or b_copied[1] != b._version:  # another B, or this one changed",
             "            b_copied[:] = [weakref.ref(b), b._version]",
             "            copy_b(b, b_pad)",
             "        b = b_pad",
@@ -258,7 +260,8 @@ def _descriptor_checks(g: Mapping[str, Any]) -> str:
         # padded rows first, and C is computed into padded rows (the calls pay for the copies, and their timing
         # includes them). Without `out`, C is returned as a view of fresh padded rows, as torch.compile does.
         # B (a weight, in a model) is copied once: a call given the same B tensor again, unchanged by torch since
-        # (its version counter), reuses the padded copy, as torch.compile pads a constant weight once.
+        # (its version counter), reuses the padded copy, as torch.compile pads a constant weight once. A CUDA graph
+        # captures the copy with the call (B may change between replays, and no Python runs then to see it).
         pad_a, pad_b = bool((K * a.element_size()) % 16), bool((N * b.element_size()) % 16)
         pad_c = pad_b
         a_pad = _padded(M, K, a) if pad_a else None

@@ -37,6 +37,10 @@ class NextProblem:
     seen: set[str]  # genomes already tried or submitted for this problem
     early: list[tuple[Any, Any]] = field(default_factory=list)  # (Candidate, stored Evaluation)s in before its search
     in_flight: int = 0  # submitted, not yet come back
+    room: int | None = None  # how many it may submit before its search begins: its budget less its stored rows
+
+    def may_submit(self) -> bool:
+        return bool(self.queue) and (self.room is None or self.in_flight + len(self.early) < self.room)
 
     def arrived(self, job: Any, ev: Any) -> None:
         self.early.append((job, ev))

@@ -233,11 +233,14 @@ class Search:
             # the elites as they are now (the last few results of problem `index` are still to come)
             searched = {**self.archives, problems[index].key: archive}
             transfer = self._transfer_elites(searched) if self.experiment.transfer else []
-            seen = {r.genome_hash for r in self._rows(problem)}
+            rows = self._rows(problem)
+            seen = {r.genome_hash for r in rows}
             variation, queue, _ = self._first_population(index + 1, problem, transfer, seen)
-            self._next = NextProblem(index + 1, problem, variation, queue, seen)
+            budget = self.experiment.budget.evaluations  # a first population larger than what is left of it
+            room = None if budget is None else max(0, budget - len(rows))  # must not overrun it
+            self._next = NextProblem(index + 1, problem, variation, queue, seen, room=room)
         head = self._next
-        while head.queue and self.executor.in_flight < self.executor.slots:
+        while head.may_submit() and self.executor.in_flight < self.executor.slots:
             proposal = head.queue.popleft()
             self._ticket += 1
             head.seen.add(proposal.genome.hash)

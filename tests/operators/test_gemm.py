@@ -240,3 +240,9 @@ def test_padded_b_is_copied_once_per_b_tensor_and_version(monkeypatch):
     assert copies == [(40, 201)] * 2
     check(b.clone())  # another tensor with the same shape: copied too
     assert copies == [(40, 201)] * 3
+    # under CUDA-graph capture the copy is part of the call (a replay must see B as it is then), every time
+    monkeypatch.setattr(module.torch.cuda, "is_current_stream_capturing", lambda: True)
+    monkeypatch.setattr(type(b), "is_cuda", property(lambda t: True))  # (the check runs on the CPU)
+    check(b)
+    check(b)
+    assert copies == [(40, 201)] * 5

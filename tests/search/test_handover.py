@@ -70,3 +70,20 @@ def test_the_next_problem_starts_while_the_last_candidates_of_the_one_before_are
     kinds = [(e.kind, e.problem_index) for e in events if e.kind != "workers"]
     assert kinds.index(("problem_done", 0)) < kinds.index(("problem_start", 1)) < kinds.index(("evaluation", 1))
     assert [e.evaluations for e in events if e.kind == "evaluation" and e.problem_index == 1] == list(range(1, 11))
+
+
+class Wide(Windowed):
+    slots = 8
+
+
+def test_a_first_population_larger_than_the_budget_does_not_overrun_it(tmp_path):
+    """The window holds more than the next problem's whole budget: the hand-over submits no more than it may
+    evaluate (a GPU run of 16 evaluations per problem made 18 on its second problem)."""
+    import operators
+
+    exp = fx.experiment(name="w", evaluations=3, initial_random=6)
+    with Store(tmp_path / "s.sqlite") as store, Wide(fx.StandInBackend()) as ex:
+        summary = Search(exp, operators.get(fx.OPERATOR), store, ex).run()
+        assert [s.evaluations for s in summary.problems] == [3, 3]
+        assert [store.count(p.key) for p in exp.problems] == [3, 3]
+    assert ex.log.count(("submit", exp.problems[1].key)) == 3
