@@ -382,6 +382,12 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, UsageError, ExportError, ReportError, RunDirError, StoreError) as e:
         say(f"evo: error: {one_line(str(e))}")
         return 2
+    except ModuleNotFoundError as e:  # a dependency missing here (plotly for a report, ray for a run)
+        if not e.name or e.name.split(".")[0] in ("evo", "operators", "genomes"):
+            raise
+        say(f"evo: error: this command needs the Python package {e.name.split('.')[0]!r}, which is not installed "
+            f"here (pip install {e.name.split('.')[0]}); what earlier steps wrote is kept")
+        return 2
     except KeyboardInterrupt:
         say("evo: interrupted")
         return 130

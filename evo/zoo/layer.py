@@ -144,6 +144,9 @@ class DecoderLayer(_Routed):
         cache = torch.randn(2, 1, spec.num_key_value_heads, context, spec.head_dim, generator=gen)
         self.register_buffer("k_cache", cache[0].to(device=device, dtype=dtype), persistent=False)
         self.register_buffer("v_cache", cache[1].to(device=device, dtype=dtype), persistent=False)
+        # torch's lower-right causal bias per token count, made in an eager call: torch.compile cannot construct
+        # one inside the graph (a tensor subclass), but takes one that exists, as a user's cached mask
+        self._causal_biases: dict[int, object] = {}
 
     def rope(self, tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin [T, head_dim] (fp32) of the new tokens' positions context..context+T-1."""
@@ -171,9 +174,12 @@ class DecoderLayer(_Routed):
         if op is not None:
             out = op(q, k, v)
         elif self.context and t > 1:
-            from torch.nn.attention.bias import causal_lower_right
+            bias = self._causal_biases.get(t)
+            if bias is None:  # (eager: a compiled layer needs one eager call of its token count first)
+                from torch.nn.attention.bias import causal_lower_right
 
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(t, self.context + t),
+                bias = self._causal_biases[t] = causal_lower_right(t, self.context + t)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias,
                                                  enable_gqa=s.num_attention_heads != s.num_key_value_heads)
         else:
             out = F.scaled_dot_product_attention(q, k, v, is_causal=not self.context,

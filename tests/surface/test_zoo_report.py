@@ -84,3 +84,14 @@ def test_bad_input_is_one_line(tmp_path, capsys, setup, extra, words):
     assert main(["zoo", *ARGS, "-o", str(tmp_path), *extra]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and words in err, err
+
+
+def test_a_missing_plotly_is_one_line(tmp_path, capsys, monkeypatch):
+    """plotly absent (the GPU image has none): one line naming the package, the zoo's runs untouched."""
+    import sys
+
+    _zoo(tmp_path)
+    monkeypatch.setitem(sys.modules, "plotly.offline", None)  # import of it raises ModuleNotFoundError
+    assert main(["zoo", *ARGS, "-o", str(tmp_path), "--report"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'plotly'" in err[0] and "pip install plotly" in err[0], err

@@ -160,3 +160,14 @@ def test_attention_over_a_kv_cache_matches_a_hand_loop(t):
     assert layer.k_cache.abs().mean() > 0.5  # keys of unit scale: the cache weighs in the softmax
     with pytest.raises(ValueError, match="context"):
         DecoderLayer(spec, context=-1)
+
+
+def test_the_layer_with_a_kv_cache_compiles_whole_after_an_eager_call():
+    """Several new tokens over a cache use torch's lower-right causal bias, which torch.compile cannot construct
+    inside a graph (a GPU run failed so at 2048 tokens): the layer keeps the one its eager call made."""
+    layer = DecoderLayer(TINY, dtype=torch.float32, context=5)
+    x = torch.randn(3, TINY.hidden_size, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        eager = layer(x)
+        compiled = torch.compile(layer, backend="aot_eager", fullgraph=True, dynamic=False)(x)
+    assert torch.allclose(compiled, eager, atol=1e-5)
