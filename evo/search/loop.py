@@ -38,7 +38,7 @@ from evo.evaluate import Candidate, Executor
 from evo.evaluate.roofline import Floor, floor
 from evo.experiment.spec import Experiment
 from evo.mutators import MutatorMix
-from evo.problem import Problem
+from evo.problem import Problem, shape_distance
 from evo.search import emitters as emitting
 from evo.search.events import ProblemSummary, RunSummary, SearchEvent
 from evo.search.handover import NextProblem
@@ -92,7 +92,7 @@ class Search:
         summaries: list[ProblemSummary] = []
         interrupted = False
         for i, problem in enumerate(self.experiment.problems):
-            transfer = self._transfer_elites(archives) if self.experiment.transfer else []
+            transfer = self._transfer_elites(archives, problem) if self.experiment.transfer else []
             archive, summary = self.search_problem(i, problem, transfer)
             archives[problem.key] = archive
             summaries.append(summary)
@@ -232,7 +232,7 @@ class Search:
                 return
             # the elites as they are now (the last few results of problem `index` are still to come)
             searched = {**self.archives, problems[index].key: archive}
-            transfer = self._transfer_elites(searched) if self.experiment.transfer else []
+            transfer = self._transfer_elites(searched, problem) if self.experiment.transfer else []
             rows = self._rows(problem)
             seen = {r.genome_hash for r in rows}
             variation, queue, _ = self._first_population(index + 1, problem, transfer, seen)
@@ -322,11 +322,15 @@ class Search:
         return np.random.default_rng(np.random.SeedSequence([self.experiment.seed, problem_index, stream,
                                                              evaluations]))
 
-    def _transfer_elites(self, archives: dict[str, GridArchive]) -> list[Elite]:
-        """Elites of the problems searched so far, best ratio to the baseline first (ratios compare across
-        shapes where throughputs do not)."""
-        elites = [e for a in archives.values() for e in a.elites()]
-        return sorted(elites, key=lambda e: (-(e.ratio or 0.0), -e.objective, e.genome_hash))
+    def _transfer_elites(self, archives: dict[str, GridArchive], problem: Problem) -> list[Elite]:
+        """Elites of the problems searched so far for `problem`: those of the nearest shapes first
+        (evo.problem.shape_distance: a decode GEMM's tiles suit another decode GEMM, not a prefill one), then the
+        best ratio to the baseline (ratios compare across shapes where throughputs do not)."""
+        sizes = {p.key: p.sizes for p in self.experiment.problems}
+        ranked = [(round(shape_distance(sizes[key], problem.sizes), 6) if key in sizes else 0.0, e)
+                  for key, a in archives.items() for e in a.elites()]
+        ranked.sort(key=lambda de: (de[0], -(de[1].ratio or 0.0), -de[1].objective, de[1].genome_hash))
+        return [e for _, e in ranked]
 
     # -- reporting ------------------------------------------------------------------------------------
     def _workers_changed(self, index: int, problem: Problem, archive: GridArchive, elapsed: float) -> None:

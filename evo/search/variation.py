@@ -7,6 +7,7 @@ experiment's seed), so that a run with the sequential executor repeats exactly.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -62,9 +63,12 @@ class Variation:
                 seen: set[str] | frozenset[str] = frozenset(), memory: Iterable[Any] = (),
                 seeds: bool = True) -> list[Proposal]:
         """Elites remembered from earlier runs (`memory`: rows of the shared results database, origin "memory"),
-        transferred elites (both repaired for this problem), then the family's seeds, then `n_random` random
-        valid genomes; without duplicates, and without genomes in `seen`. The random draws do not depend on
-        `seen`, so a resumed run proposes the same first population and skips what it already evaluated."""
+        the family's seeds and transferred elites (memory and transfer repaired for this problem), taken in turn
+        one from each, then `n_random` random valid genomes; without duplicates, and without genomes in `seen`.
+        Taken in turn, because a search under a wall-clock budget may evaluate only the first few: forty elites
+        of other shapes before the seeds once left a prefill GEMM with decode tiles only. The random draws do not
+        depend on `seen`, so a resumed run proposes the same first population and skips what it already
+        evaluated."""
         out: list[Proposal] = []
         taken: set[str] = set()
 
@@ -73,15 +77,23 @@ class Variation:
                 taken.add(p.genome.hash)
                 out.append(p)
 
-        sources = [("memory", e) for e in memory] + [("transfer", e) for e in list(transfer)[:TRANSFER_LIMIT]]
-        for origin, elite in sources:
-            try:
-                genome = self.family.repair(coerce(self.family, elite.genome), self.problem, self.target, rng)
-            except InvalidGenome:
-                continue
-            take(Proposal(genome, origin, (elite.genome_hash,)))
-        for genome in self.family.seeds(self.problem, self.target) if seeds else ():
-            take(Proposal(genome, "seed"))
+        def repaired(origin: str, elites: Iterable[Any]) -> list[Proposal]:
+            props = []
+            for elite in elites:
+                try:
+                    genome = self.family.repair(coerce(self.family, elite.genome), self.problem, self.target, rng)
+                except InvalidGenome:
+                    continue
+                props.append(Proposal(genome, origin, (elite.genome_hash,)))
+            return props
+
+        sources = [repaired("memory", memory),
+                   [Proposal(g, "seed") for g in (self.family.seeds(self.problem, self.target) if seeds else ())],
+                   repaired("transfer", list(transfer)[:TRANSFER_LIMIT])]
+        for turn in itertools.zip_longest(*sources):
+            for p in turn:
+                if p is not None:
+                    take(p)
         drawn = 0
         for _ in range(max(0, n_random) * 20):
             if drawn >= n_random:

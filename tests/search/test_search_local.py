@@ -195,3 +195,22 @@ def test_experiments_sharing_a_store_keep_their_own_archives(tmp_path):
         assert served  # b's seeds were measured by a: served from the store, not measured again
         with pytest.raises(ValueError, match="run id"):
             Search(fx.experiment(name="c"), op, store, ex, run_id="a#2")
+
+
+def test_transfer_offers_the_elites_of_the_nearest_shape_first(tmp_path):
+    """Elites of a shape near the next problem's come before those of a far one, whatever their ratios: a decode
+    GEMM's tiles are no start for a prefill GEMM."""
+    import operators
+
+    exp = fx.experiment(name="near", sizes=(64, 4096, 2048), evaluations=12)
+    small, large, target = exp.problems
+    with Store(tmp_path / "s.sqlite") as store, LocalExecutor(fx.StandInBackend()) as ex:
+        search = Search(exp, operators.get(fx.OPERATOR), store, ex)
+        search.run()
+        archives = {p.key: search.archives[p.key] for p in (small, large)}
+        ranked = search._transfer_elites(archives, target)
+    near = {e.genome_hash for e in archives[large.key].elites()}
+    far = {e.genome_hash for e in archives[small.key].elites()}
+    only = [e for e in ranked if (e.genome_hash in near) != (e.genome_hash in far)]  # (one genome may be in both)
+    order = ["near" if e.genome_hash in near else "far" for e in only]
+    assert order and order == sorted(order, key=lambda o: o != "near") and "far" in order

@@ -61,6 +61,21 @@ def test_first_population_seeds_random_and_skips_seen():
     assert [p.genome for p in again] == [p.genome for p in first[1:-1]]
 
 
+def test_first_population_takes_memory_seeds_and_transfer_in_turn():
+    """Many elites of other shapes must not push the family's seeds behind them: a wall-clock budget may end
+    after the first few evaluations."""
+    family, archive = filled_archive(40)
+    var = Variation(family, PROBLEM, HOPPER, MutatorMix({"mutate": 1.0}), UniformSelection())
+    elites = archive.elites()
+    first = var.initial(np.random.default_rng(0), 2, transfer=elites[3:], memory=elites[:3])
+    seeds = family.seeds(PROBLEM, HOPPER)
+    origins = [p.origin for p in first]
+    assert origins[:3] == ["memory", "seed", "transfer"]
+    assert origins[3 * 3:3 * 3 + 2] == ["seed", "transfer"]  # memory (3) ran out; the other two go on in turn
+    assert [p.genome for p in first if p.origin == "seed"] == seeds
+    assert origins.count("transfer") <= len(elites) - 3 and origins[-2:] == ["random", "random"]
+
+
 def test_children_avoid_genomes_already_seen():
     family, archive = filled_archive(30)
     var = Variation(family, PROBLEM, HOPPER, MutatorMix({"mutate": 1.0, "crossover_uniform": 1.0}),
