@@ -33,8 +33,11 @@ def _sync(device: Any) -> None:
     torch.cuda.synchronize(device)
 
 
-def calls_per_round(per_call_ms: float, round_ms: float = 5.0, lo: int = 8, hi: int = 200) -> int:
-    """How many back-to-back calls make a round of about `round_ms`, within [lo, hi]."""
+def calls_per_round(per_call_ms: float, round_ms: float = 5.0, lo: int = 2, hi: int = 200) -> int:
+    """How many back-to-back calls make a round of about `round_ms`, within [lo, hi]. Two calls at least (a call
+    that queues behind another is what a loop sees), and no more for a slow kernel: host jitter is lost in a
+    round of milliseconds, and at eight calls a round the clocks of a 10 ms kernel took 80% of its evaluation
+    (GPU runs of 2026-11-25: 2.4 s of 3 s), so a search under a wall budget measured a third as many."""
     if per_call_ms <= 0:
         return hi
     return int(min(hi, max(lo, round_ms / per_call_ms)))
@@ -67,22 +70,30 @@ def call_ms(fns: list[Callable[[], Any]], *, rounds: int = 7, round_ms: float = 
     return [float(min(p)) for p in per_call]
 
 
-def host_us(fns: list[Callable[[], Any]], *, reps: int = 9, burst: int = 8, warmup: int = 3,
+def host_us(fns: list[Callable[[], Any]], *, reps: int = 9, burst: int = 8, warmup: int = 3, round_ms: float = 5.0,
             device: Any = "cuda") -> list[float]:
-    """Median host microseconds of one call of each fn: the wall time of `burst` calls issued back to back after
-    a synchronisation, over `burst`, read before anything waits for the GPU (a queue of a few launches never
-    blocks the host, so this is the host's own cost per call, GPU work overlapped as in a real loop)."""
+    """Median host microseconds of one call of each fn: the wall time of a burst of calls issued back to back
+    after a synchronisation, over their number, read before anything waits for the GPU (a queue of a few
+    launches never blocks the host, so this is the host's own cost per call, GPU work overlapped as in a real
+    loop). A burst is `burst` calls, fewer (two at least) for a fn whose calls take longer than `round_ms` in
+    all: the host cost per call is the same, and each burst's GPU work is waited for before the next."""
+    bursts = []
     for fn in fns:
         for _ in range(warmup):
             fn()
+        _sync(device)
+        t = time.perf_counter()
+        fn()
+        _sync(device)
+        bursts.append(calls_per_round((time.perf_counter() - t) * 1e3, round_ms, hi=burst))
     times: list[list[float]] = [[] for _ in fns]
     for _ in range(reps):
         for i, fn in enumerate(fns):
             _sync(device)
             t = time.perf_counter()
-            for _ in range(burst):
+            for _ in range(bursts[i]):
                 fn()
-            times[i].append((time.perf_counter() - t) * 1e6 / burst)
+            times[i].append((time.perf_counter() - t) * 1e6 / bursts[i])
     _sync(device)
     return [float(np.median(t)) for t in times]
 

@@ -113,7 +113,7 @@ def _evo_call_ms(fns, device, rounds=7, round_ms=5.0, warmup=3):
         fn()
         _evo_sync(device)
         one_ms = (_evo_time.perf_counter() - t) * 1e3
-        counts.append(int(min(200, max(8, round_ms / one_ms))) if one_ms > 0 else 200)
+        counts.append(int(min(200, max(2, round_ms / one_ms))) if one_ms > 0 else 200)
     per_call = [[] for _ in fns]
     for _ in range(rounds):
         for fn, n, out in zip(fns, counts, per_call):
@@ -126,20 +126,28 @@ def _evo_call_ms(fns, device, rounds=7, round_ms=5.0, warmup=3):
     return [min(p) for p in per_call]
 
 
-def _evo_host_us(fns, device, reps=9, burst=8, warmup=3):
+def _evo_host_us(fns, device, reps=9, burst=8, warmup=3, round_ms=5.0):
     """Median host µs of one call of each fn: a burst of calls issued back to back after a synchronisation, timed
-    before anything waits for the GPU, over the burst."""
+    before anything waits for the GPU, over the burst (of fewer calls, two at least, when they take longer than
+    round_ms in all)."""
+    bursts = []
     for fn in fns:
         for _ in range(warmup):
             fn()
+        _evo_sync(device)
+        t = _evo_time.perf_counter()
+        fn()
+        _evo_sync(device)
+        one_ms = (_evo_time.perf_counter() - t) * 1e3
+        bursts.append(int(min(burst, max(2, round_ms / one_ms))) if one_ms > 0 else burst)
     times = [[] for _ in fns]
     for _ in range(reps):
-        for fn, out in zip(fns, times):
+        for fn, n, out in zip(fns, bursts, times):
             _evo_sync(device)
             t = _evo_time.perf_counter()
-            for _ in range(burst):
+            for _ in range(n):
                 fn()
-            out.append((_evo_time.perf_counter() - t) * 1e6 / burst)
+            out.append((_evo_time.perf_counter() - t) * 1e6 / n)
     _evo_sync(device)
     return [_evo_statistics.median(t) for t in times]
 

@@ -72,6 +72,27 @@ def test_the_clocks_run_on_the_cpu_too():
     assert per_call > 0 and host > 0 and len(calls) > 2 * 8  # every round holds at least `lo` calls
 
 
+def test_a_slow_call_is_timed_in_few_calls():
+    """A 20 ms call: two calls a round and two a burst, where eight each took most of a slow kernel's evaluation
+    (the GPU worker's clocks phase); a fast call still fills its rounds and bursts."""
+    import time as _time
+
+    slow, fast = [], []
+
+    def sleeper():
+        slow.append(1)
+        _time.sleep(0.02)
+
+    (per_call,) = clocks.call_ms([sleeper], rounds=3, warmup=1, device="cpu")
+    assert per_call >= 20 and len(slow) == 1 + 1 + 3 * 2  # warm-up, the sizing call, three rounds of two
+    slow.clear()
+    (host,) = clocks.host_us([sleeper], reps=3, warmup=1, device="cpu")
+    assert host >= 20e3 and len(slow) == 1 + 1 + 3 * 2
+    clocks.host_us([lambda: fast.append(1)], reps=3, warmup=1, device="cpu")
+    assert len(fast) == 1 + 1 + 3 * 8  # the full burst
+    assert clocks.calls_per_round(0.01) == 200 and clocks.calls_per_round(1.0) == 5 and clocks.calls_per_round(50) == 2
+
+
 @pytest.mark.parametrize("objective", ["call", "gpu"], ids=["call_clock", "gpu_clock"])
 def test_a_smoke_row_has_a_fitness_under_either_objective(objective):
     state, info = smoke_setup(HOPPER, objective)
