@@ -362,8 +362,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     reopen_closed_std_fds()  # before any file is opened: a closed 1 must not become the store's descriptor
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     if not getattr(args, "func", None):
         print("evo: error: no command given; one of run, status, export, report, genes, bench, zoo (see evo --help)",
               file=sys.stderr)
@@ -383,10 +382,10 @@ def main(argv: list[str] | None = None) -> int:
         say(f"evo: error: {one_line(str(e))}")
         return 2
     except ModuleNotFoundError as e:  # a dependency missing here (plotly for a report, ray for a run)
-        if not e.name or e.name.split(".")[0] in ("evo", "operators", "genomes"):
+        if (package := (e.name or "evo").split(".")[0]) in ("evo", "operators", "genomes"):
             raise
-        say(f"evo: error: this command needs the Python package {e.name.split('.')[0]!r}, which is not installed "
-            f"here (pip install {e.name.split('.')[0]}); what earlier steps wrote is kept")
+        say(f"evo: error: this command needs the Python package {package!r}, which is not installed here (pip "
+            f"install {package}); what earlier steps wrote is kept")
         return 2
     except KeyboardInterrupt:
         say("evo: interrupted")
