@@ -183,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
 
     dtype = getattr(torch, DTYPES[args.dtype])
     # one seed, so both layers hold the same weights; patch() adds the transposed copies of the patched roles
-    plain = DecoderLayer(spec, dtype=dtype, device=args.device, seed=args.seed, context=args.context)
+    room = max(tokens)  # the KV cache's room for new tokens (written in place, as serving code does)
+    plain = DecoderLayer(spec, dtype=dtype, device=args.device, seed=args.seed, context=args.context, max_tokens=room)
     ops = {role: op for role, op in zoo_ops.items() if role in roles_of(plain)}
     if not ops:
         print(f"evo zoo layer bench: {one_line(args.zoo_module)} serves none of {spec.name}'s layer roles "
@@ -191,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     operators = {p.role: p.operator for p in layer_problems(spec, tokens[:1], args.dtype, args.context)}
     roles = {role: str(operators.get(role)) for role in ops}
-    patched = patch(DecoderLayer(spec, dtype=dtype, device=args.device, seed=args.seed, context=args.context), ops)
+    patched = patch(DecoderLayer(spec, dtype=dtype, device=args.device, seed=args.seed, context=args.context,
+                                 max_tokens=room), ops)
     doc: dict[str, Any] = {"model": spec.name, "gpu": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
                            "device": args.device, "versions": versions(), "dtype": args.dtype,
                            "context": args.context,

@@ -105,16 +105,18 @@ class DecoderLayer(_Routed):
 
     forward(x [T, hidden]) -> [T, hidden]: T new tokens of one sequence at positions context..context+T-1, each
     attending causally to the `context` tokens of the KV cache, itself and the new tokens before it. The cache
-    holds seeded random keys (already rotated) and values of unit scale, as a layer's keys and values are; a
-    forward pass reads it and does not append to it, so every call sees the same problem. Every kernel sees the
-    operands the kernel problems of T tokens and this context describe (evo.zoo.problems).
+    holds seeded random keys (already rotated) and values of unit scale, as a layer's keys and values are, and
+    room for `max_tokens` new ones after them: a forward pass writes its tokens' keys and values there in place,
+    as serving code's static or paged caches do (no copy of the whole cache per call), and attends over the
+    cache up to them. It writes the same positions every call, so every call sees the same problem. Every kernel
+    sees the operands the kernel problems of T tokens and this context describe (evo.zoo.problems).
     """
 
     ROLES = ("norm", "qkv", "attention", "o_proj", "gate_up", "up", "down")
 
     def __init__(self, spec: ModelSpec, dtype: torch.dtype = torch.bfloat16, device: str | torch.device = "cpu",
                  seed: int = 0, eps: float | None = None, rope_theta: float | None = None,
-                 init_std: float = INIT_STD, context: int = 0) -> None:
+                 init_std: float = INIT_STD, context: int = 0, max_tokens: int = 2048) -> None:
         super().__init__()
         if spec.head_dim % 2:
             raise ValueError(f"{spec.name}: head_dim {spec.head_dim} is odd; rotary embedding pairs its halves")
@@ -139,14 +141,27 @@ class DecoderLayer(_Routed):
         self.register_buffer("inv_freq", inv_freq.to(device), persistent=False)  # fp32 whatever the dtype
         if isinstance(context, bool) or not isinstance(context, int) or context < 0:
             raise ValueError(f"context must be an integer >= 0 (tokens in the KV cache); got {context!r}")
-        self.context = context
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+            raise ValueError(f"max_tokens must be an integer >= 1 (new tokens per call); got {max_tokens!r}")
+        self.context, self.max_tokens = context, max_tokens
         gen = torch.Generator().manual_seed(seed + 1)
         cache = torch.randn(2, 1, spec.num_key_value_heads, context, spec.head_dim, generator=gen)
-        self.register_buffer("k_cache", cache[0].to(device=device, dtype=dtype), persistent=False)
-        self.register_buffer("v_cache", cache[1].to(device=device, dtype=dtype), persistent=False)
+        room = torch.zeros(2, 1, spec.num_key_value_heads, max_tokens if context else 0, spec.head_dim)
+        # [keys; values] x [1, kv_heads, context + max_tokens, head_dim]: the seeded context, then the new tokens
+        self.register_buffer("kv_cache", torch.cat((cache, room), dim=3).to(device=device, dtype=dtype),
+                             persistent=False)
         # torch's lower-right causal bias per token count, made in an eager call: torch.compile cannot construct
         # one inside the graph (a tensor subclass), but takes one that exists, as a user's cached mask
         self._causal_biases: dict[int, object] = {}
+
+    @property
+    def k_cache(self) -> torch.Tensor:
+        """The cached keys of the context, [1, kv_heads, context, head_dim] (a view of `kv_cache`)."""
+        return self.kv_cache[0, :, :, :self.context]
+
+    @property
+    def v_cache(self) -> torch.Tensor:
+        return self.kv_cache[1, :, :, :self.context]
 
     def rope(self, tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin [T, head_dim] (fp32) of the new tokens' positions context..context+T-1."""
@@ -168,8 +183,14 @@ class DecoderLayer(_Routed):
         v = v.reshape(t, s.num_key_value_heads, s.head_dim).transpose(0, 1).unsqueeze(0)
         cos, sin = self.rope(t)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        if self.context:
-            k, v = torch.cat((self.k_cache, k), dim=2), torch.cat((self.v_cache, v), dim=2)
+        if self.context:  # written after the context in place; attention reads the cache up to them
+            if t > self.max_tokens:
+                raise ValueError(f"{t} new tokens over a KV cache with room for {self.max_tokens} "
+                                 "(DecoderLayer's max_tokens)")
+            end = self.context + t
+            self.kv_cache[0, :, :, self.context:end].copy_(k)
+            self.kv_cache[1, :, :, self.context:end].copy_(v)
+            k, v = self.kv_cache[0, :, :, :end], self.kv_cache[1, :, :, :end]
         op = self.kernels.get("attention")
         if op is not None:
             out = op(q, k, v)

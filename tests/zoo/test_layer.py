@@ -171,3 +171,22 @@ def test_the_layer_with_a_kv_cache_compiles_whole_after_an_eager_call():
         eager = layer(x)
         compiled = torch.compile(layer, backend="aot_eager", fullgraph=True, dynamic=False)(x)
     assert torch.allclose(compiled, eager, atol=1e-5)
+
+
+def test_new_keys_are_written_into_the_cache_in_place_and_each_call_sees_the_same_problem():
+    """As serving code's static caches: the new tokens' keys and values land after the context, in the one buffer
+    (no concatenation of the whole cache per call); a second call writes the same positions, so it computes what
+    a fresh layer computes; more new tokens than the cache has room for is one clear error."""
+    layer, fresh = (DecoderLayer(TINY, dtype=torch.float32, context=6, max_tokens=4) for _ in range(2))
+    gen = torch.Generator().manual_seed(5)
+    x1, x2 = torch.randn(3, TINY.hidden_size, generator=gen), torch.randn(3, TINY.hidden_size, generator=gen)
+    buffer = layer.kv_cache.data_ptr()
+    with torch.no_grad():
+        layer(x1)
+        assert layer.kv_cache.data_ptr() == buffer and layer.kv_cache[:, :, :, 6:9].abs().sum() > 0
+        assert layer.kv_cache[:, :, :, 9:].abs().sum() == 0 and torch.equal(layer.k_cache, fresh.k_cache)
+        assert torch.allclose(layer(x2), fresh(x2), atol=1e-6)
+        with pytest.raises(ValueError, match="room for 4"):
+            layer(torch.zeros(5, TINY.hidden_size))
+    with pytest.raises(ValueError, match="max_tokens"):
+        DecoderLayer(TINY, max_tokens=0)
