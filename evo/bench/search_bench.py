@@ -1,7 +1,8 @@
 """`evo bench-search`: how fast each search method gets to a good kernel, on the same problems and executor.
 
-For each problem of an experiment, one after the other, every method searches it from scratch on ONE shared,
-started executor (nothing served from any store: each method measures its own kernels):
+Every method searches each problem of an experiment from scratch, on an executor of its own with a Triton
+compile cache of its own (started and warmed up before its clock starts; nothing served from any store: each
+method compiles and measures its own kernels):
 
 - `evo`: the experiment's emitters (by default the bandit over variation, guided, exploit and restart);
 - `evo-no-surrogate`: the same without the surrogate-guided emitter;
@@ -107,52 +108,47 @@ def bench_search(exp: Experiment, problems: list[Problem], methods: list[str], *
                  executor: Any = None) -> dict[str, Any]:
     """Run every method on every problem; returns the JSON document (evo.bench.search_results writes it).
     `helion_budget_s` stops Helion's autotuner at that many seconds (its best so far is then what is timed).
-    `executor` replaces the experiment's (tests: a stand-in backend); the caller then owns it."""
+    Each method gets an executor of its own, with a Triton compile cache of its own, started and warmed up
+    before its clock starts: every method pays its own cold compiles (one shared cache let whichever method ran
+    first compile for the others). `executor` replaces them all with one (tests: a stand-in backend); the caller
+    then owns it, and the methods share its caches."""
     import torch
 
     import operators
     from evo.bench.entrants import versions
     from evo.evaluate import make_executor
-    from evo.store.record import Evaluation
 
     smoke = exp.executor.kind == "smoke"
     operator = operators.get(exp.operator, exp.genome or None)
     work = Path(work_dir or tempfile.mkdtemp(prefix="evo-bench-search-"))
-    owned = executor is None
-    if executor is None:
-        executor = make_executor(exp.executor, exp.evaluation, exp.seed)
-    entries = []
-    executor.start()
-    on_gpu = not smoke and torch.cuda.is_available()
+    order = [m for m in methods if m != "evo-rerun"] + (["evo-rerun"] if "evo-rerun" in methods else [])
+    if "evo-rerun" in methods and "evo" not in methods:
+        order.remove("evo-rerun")  # it needs evo's database
+    found: list[dict[str, Any]] = [{} for _ in problems]
+    elites: list[dict[str, Any]] = [{} for _ in problems]
     warm_up: dict[str, Any] = {}
-    try:
-        gpu = executor.infos[0].gpu if executor.infos else "unknown"
-        if problems:  # see _warm_up
-            warm_up = _warm_up(exp, problems[0], executor, work)
-        for i, problem in enumerate(problems):
-            order = [m for m in methods if m != "evo-rerun"]
-            order = order[i % len(order):] + order[:i % len(order)]  # who runs first (warm caches) rotates
-            if "evo-rerun" in methods and "evo" in methods:
-                order.append("evo-rerun")
-            db = work / f"memory-{i}.sqlite"
-            found: dict[str, Any] = {}
-            elites: dict[str, Evaluation] = {}
-            for method in order:
-                print(f"[bench-search] {problem.key}: {method}", flush=True)
-                rows, t0, wall = _search(method_experiment(exp, method, problem, db), executor, work / f"{i}-{method}")
-                ok = [r for r in rows if r.status == "ok" and r.median_ms]
-                if ok:
-                    elites[method] = min(ok, key=lambda r: r.median_ms)
-                found[method] = {"trace": trace(rows, operator, problem, t0), "evaluations": len(rows),
-                                 "wall_s": round(wall, 2), "served": sum(r.worker.startswith(("store#", "shared#"))
-                                                                         for r in rows),
-                                 "best": float(operator.throughput(problem, elites[method].median_ms))
-                                 if method in elites else None}
-            entries.append(_problem_entry(problem, found, elites, operator, executor, (helion, helion_budget_s),
-                                          on_gpu, seed, reps))
-    finally:
-        if owned:
-            executor.shutdown()
+    gpu, target, shared = "unknown", None, executor
+    if shared is not None:
+        shared.start()
+    for method in order:
+        ex = shared or make_executor(exp.executor, exp.evaluation, exp.seed,
+                                     cache_dir=str(work / "triton-cache" / method))
+        try:
+            if shared is None:
+                ex.start()
+            gpu, target = (ex.infos[0].gpu if ex.infos else "unknown"), ex.target
+            if problems and (shared is None or not warm_up):  # see _warm_up
+                warm_up["shared" if shared is not None else method] = _warm_up(exp, problems[0], ex, work / method)
+            for i, problem in enumerate(problems):
+                found[i][method], elite = _run_method(exp, method, problem, ex, operator, work, i)
+                if elite is not None:
+                    elites[i][method] = elite
+        finally:
+            if shared is None:
+                ex.shutdown()
+    on_gpu = not smoke and torch.cuda.is_available()
+    entries = [_problem_entry(problem, found[i], elites[i], operator, target, (helion, helion_budget_s),
+                              on_gpu, seed, reps) for i, problem in enumerate(problems)]
     if smoke:
         note = "SMOKE RUN: fitness is a model estimate from the CPU interpreter, NOT a GPU timing"
     elif not on_gpu:
@@ -160,30 +156,45 @@ def bench_search(exp: Experiment, problems: list[Problem], methods: list[str], *
     else:
         note = "fitness: GPU medians measured by each search; alternatives timed side by side"
     return {"kind": "search-bench", "operator": operator.name, "gpu": gpu, "smoke": smoke or not on_gpu,
-            "note": note,
-            "versions": versions(), "experiment": exp.name, "methods": methods, "mark": MARK,
-            "budget": dataclasses.asdict(exp.budget), "warm_up": warm_up, "unit": operator.throughput_unit,
-            "helion": {"effort": helion, "budget_s": helion_budget_s},
+            "note": note, "versions": versions(), "experiment": exp.name, "methods": order, "mark": MARK,
+            "budget": dataclasses.asdict(exp.budget), "warm_up": warm_up,
+            "compile_caches": "shared" if shared is not None else "per method",
+            "unit": operator.throughput_unit, "helion": {"effort": helion, "budget_s": helion_budget_s},
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "problems": entries}
 
 
+def _run_method(exp: Experiment, method: str, problem: Problem, executor: Any, operator: Any, work: Path,
+                index: int) -> tuple[dict[str, Any], Any]:
+    """One method's search of one problem: its trace and counts, and its best correct row (None if none)."""
+    print(f"[bench-search] {problem.key}: {method}", flush=True)
+    db = work / f"memory-{index}.sqlite"  # evo's, for evo-rerun
+    rows, t0, wall = _search(method_experiment(exp, method, problem, db), executor, work / f"{index}-{method}")
+    ok = [r for r in rows if r.status == "ok" and r.median_ms]
+    elite = min(ok, key=lambda r: r.median_ms) if ok else None
+    return {"trace": trace(rows, operator, problem, t0), "evaluations": len(rows), "wall_s": round(wall, 2),
+            "served": sum(r.worker.startswith(("store#", "shared#")) for r in rows),
+            "best": float(operator.throughput(problem, elite.median_ms)) if elite is not None else None}, elite
+
+
 def _warm_up(exp: Experiment, problem: Problem, executor: Any, work: Path) -> dict[str, Any]:
-    """An untimed search of random genomes before the methods, so that starting the executor's compile processes
-    (each imports torch and triton) and the GPU worker's first launches are not charged to the first method's wall
-    seconds; with short budgets they took all of them. Its rows count for nothing."""
+    """An untimed search of random genomes before a method, so that starting the executor's compile processes
+    (each imports torch and triton) and the GPU worker's first launches are not charged to the method's wall
+    seconds; with short budgets they took all of them. Its rows count for nothing, and its random stream is not
+    the random method's (its compiles must not be that method's cache hits)."""
     warm = dataclasses.replace(method_experiment(exp, "random", problem, work / "warm-up.sqlite"),
-                               budget=Budget(evaluations=max(2, int(executor.slots)), wall_s=120.0))
+                               budget=Budget(evaluations=max(2, int(executor.slots)), wall_s=120.0),
+                               seed=exp.seed + 7919)
     print(f"[bench-search] {problem.key}: warm-up (not counted)", flush=True)
     rows, _, wall = _search(warm, executor, work / "warm-up")
     return {"evaluations": len(rows), "wall_s": round(wall, 2)}
 
 
-def _problem_entry(problem: Problem, found: dict[str, Any], elites: dict[str, Any], operator: Any, executor: Any,
+def _problem_entry(problem: Problem, found: dict[str, Any], elites: dict[str, Any], operator: Any, target: Any,
                    helion: tuple[str | None, int | None], on_gpu: bool, seed: int, reps: int) -> dict[str, Any]:
     alternatives: dict[str, Any] = {}
     if on_gpu:
         try:
-            alternatives = _alternatives(operator, problem, elites, executor.target, *helion, "cuda", seed, reps)
+            alternatives = _alternatives(operator, problem, elites, target, *helion, "cuda", seed, reps)
         except Exception as e:  # the searches stand on their own
             alternatives = {"error": {"status": "error", "reason": f"{type(e).__name__}: {e}"}}
     bests = [m["best"] for m in found.values() if m["best"]]

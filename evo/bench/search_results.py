@@ -50,6 +50,16 @@ def goals(p: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _caches_line(doc: dict[str, Any]) -> str:
+    if doc.get("compile_caches") == "per method":
+        return ("Each method ran on an executor of its own with a Triton compile cache of its own, started and "
+                "warmed up (untimed) before its clock started: every method paid its own cold compiles. evo-rerun "
+                "runs after evo: it needs evo's database.")
+    return ("The methods shared one started executor and its compile cache, one after the other: a kernel another "
+            "method compiled before was found in the cache, so wall seconds favour later methods; evaluations to "
+            "the mark are free of this.")
+
+
 def search_markdown(doc: dict[str, Any]) -> str:
     lines = [f"# Search benchmark: {doc['operator']} on {doc['gpu']}", ""]
     if doc["smoke"]:
@@ -58,10 +68,7 @@ def search_markdown(doc: dict[str, Any]) -> str:
               f"best any method found. Created {doc['created']}; versions {doc['versions']}.", "",
               f"Convergence plots: `{Path(doc.get('html', 'search.html')).name}` (open it in a browser).", "",
               *(_helion_line(doc["helion"]) if "helion" in doc else []),
-              "The methods share one started executor and run one after the other; a kernel another method "
-              "compiled before is found in Triton's compile cache, so wall seconds favour later methods a little. "
-              "The order rotates from problem to problem (evo-rerun always runs last: it needs evo's database); "
-              "evaluations to the mark are free of this.", ""]
+              _caches_line(doc), ""]
     for p in doc["problems"]:
         unit = doc["unit"] + (" (NOT a timing)" if doc["smoke"] else "")
         lines += [f"## {p['key']}", "", f"best any method found: {_f(p['best'], 4)} {unit}", "",

@@ -17,13 +17,15 @@ __all__ = ["Candidate", "CompileResult", "make_candidate", "Lookup", "Backend", 
            "Worker", "WorkerInfo", "Executor", "LocalExecutor", "CompileChild", "make_executor"]
 
 
-def make_executor(spec: ExecutorSpec, evaluation: EvaluationSpec, seed: int = 0, lookup: Lookup | None = None
-                  ) -> Executor:
+def make_executor(spec: ExecutorSpec, evaluation: EvaluationSpec, seed: int = 0, lookup: Lookup | None = None,
+                  cache_dir: str | None = None) -> Executor:
     """An experiment's executor. kind "local": LocalExecutor; "ray": RayExecutor; "smoke": the Ray executor's path
-    on CPU workers, checking in the interpreter (SmokeBackend: its fitness is not a timing)."""
+    on CPU workers, checking in the interpreter (SmokeBackend: its fitness is not a timing). `cache_dir`: the
+    Triton compile cache its compile processes and GPU workers share (None: Triton's default)."""
     if spec.kind not in ("ray", "local", "smoke"):
         raise ValueError(f"unknown executor kind {spec.kind!r}; expected ray, local or smoke")
-    backend = SmokeBackend(evaluation, seed) if spec.kind == "smoke" else GpuBackend(evaluation, seed)
+    backend = (SmokeBackend(evaluation, seed) if spec.kind == "smoke"
+               else GpuBackend(evaluation, seed, cache_dir=cache_dir))
     if spec.kind == "local":
         return LocalExecutor(backend, evaluation, lookup)
     from evo.evaluate.ray_executor import RayExecutor

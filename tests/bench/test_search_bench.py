@@ -36,7 +36,8 @@ def test_bench_search_on_the_stand_in(tmp_path, monkeypatch):
     with LocalExecutor(fx.StandInBackend()) as ex:
         doc = bench_search(exp, list(exp.problems), list(METHODS), work_dir=tmp_path / "work", executor=ex)
     assert doc["smoke"] and "NOT a GPU timing" in doc["note"] and doc["gpu"] == fx.STAND_IN_GPU
-    assert doc["warm_up"]["evaluations"] >= 2  # an untimed search before the methods (starts the executor's processes)
+    assert doc["warm_up"]["shared"]["evaluations"] >= 2  # an untimed search first (starts the executor's processes)
+    assert doc["compile_caches"] == "shared"
     for p in doc["problems"]:
         m = p["methods"]
         assert set(m) == set(METHODS) and p["alternatives"] == {} and "GPU" in p["alternatives_note"]
@@ -57,6 +58,41 @@ def test_bench_search_on_the_stand_in(tmp_path, monkeypatch):
     page = paths[2].read_text()
     assert page.count("best kernel against wall seconds") == 1 and "NOT GPU TIMINGS" in page
     assert json.loads(paths[0].read_text())["problems"][0]["key"] == doc["problems"][0]["key"]
+
+
+def test_each_method_gets_an_executor_and_a_compile_cache_of_its_own(tmp_path, monkeypatch):
+    """Without an executor given, every method starts one of its own whose Triton cache is its own, warms it up
+    untimed and shuts it down before the next: no method finds kernels another compiled (the last GPU run let the
+    first method pay every cold compile)."""
+    import evo.evaluate as evaluate
+    from evo.bench.search_results import search_markdown
+
+    fx.register(monkeypatch)
+    made = []
+
+    class Recorded(LocalExecutor):
+        def start(self):
+            made[-1]["started"] = True
+            super().start()
+
+        def shutdown(self):
+            made[-1]["shut"] = True
+            super().shutdown()
+
+    def make(spec, evaluation, seed=0, lookup=None, cache_dir=None):
+        made.append({"cache_dir": cache_dir})
+        return Recorded(fx.StandInBackend())
+
+    monkeypatch.setattr(evaluate, "make_executor", make)
+    exp = fx.experiment(name="pm", sizes=(512, 256), evaluations=10)
+    methods = ["random", "evo", "evo-rerun"]
+    doc = bench_search(exp, list(exp.problems), methods, work_dir=tmp_path / "w")
+    assert [m["cache_dir"] for m in made] == [str(tmp_path / "w" / "triton-cache" / m) for m in methods]
+    assert all(m.get("started") and m.get("shut") for m in made)
+    assert set(doc["warm_up"]) == set(methods) and doc["compile_caches"] == "per method"
+    assert all(set(p["methods"]) == set(methods) for p in doc["problems"])
+    assert doc["problems"][0]["methods"]["evo-rerun"]["served"] >= 1  # evo's database, for each problem
+    assert "cache of its own" in search_markdown(doc)
 
 
 def test_helion_cut_off_is_said_in_the_report():
