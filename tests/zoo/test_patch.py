@@ -242,7 +242,8 @@ def test_torch_compile_runs_evo_kernels_as_custom_ops():
 
 
 @pytest.mark.parametrize("tokens, genes", [(1, dict(pack_gqa=True, kv_split=4, reduce="last_program")),
-                                           (3, dict(pack_gqa=False, kv_split=2))])
+                                           (3, dict(pack_gqa=False, kv_split=2)),
+                                           (2, dict(kv_load="tma"))])  # descriptors over the static cache's strides
 def test_an_evo_attention_kernel_runs_the_tiny_layer_over_a_kv_cache(tokens, genes):
     context = 45
     layer = DecoderLayer(TINY, dtype=torch.float16, init_std=0.2, context=context)
