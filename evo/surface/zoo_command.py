@@ -86,7 +86,7 @@ def zoo_command(args: argparse.Namespace) -> int:
         raise usage_error(f"--evaluations {args.evaluations}: expected a positive number per problem")
     texts = experiments_for(spec, tokens, args.dtype, wall_s=args.wall_s, output=str(folder),
                             evaluations=args.evaluations, executor="smoke" if args.smoke else "ray",
-                            context=args.context)
+                            context=args.context, objective=args.objective)
     files = {op: folder / f"{operator_file_stem(op)}.yaml" for op in texts}
     # every experiment validated (a ConfigError is one line) before any file is written
     counts = {op: len(parse_experiment(text, str(files[op])).problems) for op, text in texts.items()}
@@ -211,6 +211,9 @@ def add_zoo_command(subparsers: Any, usage_error: type[Exception], run_file: Any
                         "of T tokens; e.g. --tokens 1,4 --context 8191 is decode at an 8k context")
     z.add_argument("--wall-s", type=float, default=30.0, metavar="S",
                    help="search budget per problem, in seconds (default: 30)")
+    z.add_argument("--objective", choices=("gpu", "call"), default="gpu",
+                   help="the clock kernels are ranked by: gpu (default: GPU time, what CUDA graphs replay, as serving "
+                        "engines run decode) or call (back-to-back eager calls, host launch cost included)")
     z.add_argument("--evaluations", type=int, default=None, metavar="N",
                    help="also stop each problem's search after N evaluations")
     z.add_argument("--smoke", action="store_true",

@@ -18,6 +18,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from evo.experiment.spec import OBJECTIVES
 from evo.problem import operator_file_stem
 from evo.zoo.model import ModelSpec
 
@@ -101,11 +102,14 @@ def _attention_dtypes() -> tuple[str, ...]:
 
 def experiments_for(spec: ModelSpec, tokens: Sequence[int], dtype: str = "bf16", *, wall_s: float = 30.0,
                     output: str = "runs/zoo", evaluations: int | None = None, executor: str = "ray",
-                    context: int = 0) -> dict[str, str]:
+                    context: int = 0, objective: str = "gpu") -> dict[str, str]:
     """Operator name -> the YAML text of one experiment searching all of that operator's shapes (a shape that
     several roles share is searched once). `wall_s` (and `evaluations`, when given) is the budget per problem;
     run directories go under `output`, each named `run_name(spec, operator)`; `executor` is "ray" (GPUs) or
-    "smoke" (the CPU interpreter: fitness is not a timing, for trying the whole flow without a GPU)."""
+    "smoke" (the CPU interpreter: fitness is not a timing, for trying the whole flow without a GPU). `objective`
+    is the clock kernels are ranked by (evo.experiment.spec.OBJECTIVES): "gpu" by default, what a CUDA graph
+    replays and so what serving engines' decode steps cost: at decode sizes the per-call clock is the host's
+    launch cost, the same for every kernel, and ranks the kernels by its noise (both clocks are recorded)."""
     if isinstance(wall_s, bool) or not isinstance(wall_s, (int, float)) or not 0 < wall_s < math.inf:
         raise ValueError(f"wall_s must be a positive number of seconds; got {wall_s!r}")
     shapes: dict[str, dict[tuple[int, ...], list[str]]] = {}
@@ -114,10 +118,13 @@ def experiments_for(spec: ModelSpec, tokens: Sequence[int], dtype: str = "bf16",
             shapes.setdefault(p.operator, {}).setdefault(p.sizes, []).append(f"{p.role} T={p.tokens}")
     if executor not in ("ray", "smoke"):
         raise ValueError(f"executor must be ray or smoke; got {executor!r}")
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}; got {objective!r}")
     budget = [f"  wall_s: {float(wall_s)!r}   # seconds per problem"]
     if evaluations is not None:
         budget.append(f"  evaluations: {int(evaluations)}")
-    return {op: _experiment_text(spec, op, roles, dtype, budget, output, executor) for op, roles in shapes.items()}
+    return {op: _experiment_text(spec, op, roles, dtype, budget, output, executor, objective)
+            for op, roles in shapes.items()}
 
 
 def run_name(spec: ModelSpec, operator: str) -> str:
@@ -126,7 +133,7 @@ def run_name(spec: ModelSpec, operator: str) -> str:
 
 
 def _experiment_text(spec: ModelSpec, operator: str, roles: dict[tuple[int, ...], list[str]], dtype: str,
-                     budget: list[str], output: str, executor: str) -> str:
+                     budget: list[str], output: str, executor: str, objective: str) -> str:
     name = run_name(spec, operator)
     lines = [f"# {operator} problems of {spec.name}, written by `evo zoo`: every shape the model's forward pass",
              "# runs this operator on, for the token counts asked for (a shape shared by several roles once).",
@@ -137,6 +144,8 @@ def _experiment_text(spec: ModelSpec, operator: str, roles: dict[tuple[int, ...]
     lines += [f"    - {'x'.join(map(str, sizes))}   # {', '.join(who)}" for sizes, who in roles.items()]
     lines += [f"  dtypes: [{dtype}]",
               "budget:", *budget,
+              "evaluation:",
+              f"  objective: {objective}   # the clock kernels are ranked by (both are recorded)",
               "seed: 0",
               "executor:",
               f"  kind: {executor}",

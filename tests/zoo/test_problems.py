@@ -100,6 +100,15 @@ def test_experiments_parse_and_hold_the_plans_problems(model):
         wanted = list(dict.fromkeys(f"{operator}:{'x'.join(map(str, p.sizes))}:bf16" for p in plan
                                     if p.operator == operator))
         assert [p.key for p in e.problems] == wanted
+        assert e.evaluation.objective == "gpu"  # what CUDA graphs replay (serving engines' decode)
+
+
+def test_the_ranking_clock_is_chosen():
+    spec = load_model(MODELS / "tiny.yaml")
+    text = experiments_for(spec, [4], objective="call")["gemm"]
+    assert parse_experiment(text, "gemm.yaml").evaluation.objective == "call"
+    with pytest.raises(ValueError, match="objective must be one of call, gpu"):
+        experiments_for(spec, [4], objective="graph")
 
 
 def test_a_shape_shared_by_roles_is_searched_once():
