@@ -38,7 +38,7 @@ def get(name: str, overrides: dict[str, list[Any]] | None = None) -> Operator:
 
     A name is a registered operator, optionally followed by options after "+" that the factory registered for
     it in the `evo.operator_variants` group understands (`gemm+bias+gelu`: the GEMM with a fused epilogue,
-    operators/gemm_epilogue.py); ValueError names what is wrong."""
+    operators/gemm/variants.py); ValueError names what is wrong."""
     registered = _registered()
     base, *options = name.split("+")
     if base not in registered:

@@ -95,7 +95,7 @@ def measure_layer(plain: Any, patched: Any, tokens: int, dtype: str, device: str
     fns: dict[str, Callable[[], Any]] = {}
     errors: dict[str, float] = {}
     if cuda:
-        torch._dynamo.reset()  # each T compiles afresh, as operators/gemm_baselines.py does per shape
+        torch._dynamo.reset()  # each T compiles afresh, as operators/gemm/baselines.py does per shape
     modules = {"eager": plain, "compile": _compiled(plain) if cuda else None,
                "zoo_eager": patched, "zoo_compile": _compiled(patched) if cuda else None}
     with torch.no_grad():

@@ -5,7 +5,7 @@
     y = layer(x)            # the SwiGLU GEMM and both norms run evo's kernels; the rest runs torch
     unpatch(layer)          # back to torch
 
-Each role's op is called with the operand order of its operator (operators/epilogue.py: A, B, then bias, then
+Each role's op is called with the operand order of its operator (operators/gemm/epilogue.py: A, B, then bias, then
 residual; operators/rmsnorm.py: x, weight, eps):
 
     role              operator (evo.zoo.problems)          call

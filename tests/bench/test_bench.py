@@ -238,10 +238,10 @@ def test_measure_poisons_reused_outputs():
 
 
 def test_helion_is_skipped_with_reason_when_absent(monkeypatch):
-    from operators.gemm_baselines import ContenderUnavailable, gemm_contenders
+    from operators.gemm.baselines import ContenderUnavailable, gemm_contenders
 
     monkeypatch.setitem(sys.modules, "helion", None)  # import helion -> ImportError
-    monkeypatch.delitem(sys.modules, "operators._helion_gemm", raising=False)
+    monkeypatch.delitem(sys.modules, "operators.gemm.helion_baseline", raising=False)
     helion = next(b for b in gemm_contenders() if b.name == "helion")
     p = Problem.make("gemm", ("M", "N", "K"), (8, 8, 8), "fp32")
     with pytest.raises(ContenderUnavailable, match="helion is not importable"):

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture
 def no_helion_autotune(monkeypatch):
-    import operators.gemm_baselines as gb
+    import operators.gemm.baselines as gb
 
     monkeypatch.setattr(gb, "HELION_EFFORT", "none")
 
@@ -22,7 +22,7 @@ def test_gemm_contenders_side_by_side(no_helion_autotune):
     import operators
     from evo.bench.measure import Entrant, measure_contenders
     from evo.evaluate.timing import time_interleaved
-    from operators.gemm_baselines import gemm_contenders
+    from operators.gemm.baselines import gemm_contenders
 
     op = operators.get("gemm")
     p = op.problem((1000, 768, 1024), "bf16")  # ragged M: masks and wrap-around exercised

@@ -15,7 +15,7 @@ import torch
 import operators
 from evo.evaluate.modules import load_source
 from evo.problem import HOPPER
-from operators.attention import causal_pairs
+from operators.attention.operator import causal_pairs
 
 CASES = [  # (operator, sizes, genes beyond the FlashAttention-2 base)
     ("attention", (2, 4, 2, 37, 53, 64), {}),
@@ -118,7 +118,7 @@ def test_flops_count_the_pairs_a_bottom_right_mask_keeps():
 
 
 def test_the_reference_in_query_blocks_is_the_formula(monkeypatch):
-    import operators.attention as attention
+    import operators.attention.operator as attention
 
     op = operators.get("attention+causal")
     problem = op.problem((2, 6, 2, 13, 29, 16), "fp16")

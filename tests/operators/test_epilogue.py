@@ -1,4 +1,4 @@
-"""The fused-epilogue spec (operators/epilogue.py): parsing a name suffix, its parts and operands, the exact
+"""The fused-epilogue spec (operators/gemm/epilogue.py): parsing a name suffix, its parts and operands, the exact
 reference against hand-written torch, and the eager baseline against the reference."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from operators.epilogue import ACTIVATIONS, PARTS, Epilogue
+from operators.gemm.epilogue import ACTIVATIONS, PARTS, Epilogue
 
 CANONICAL = ["bias", "gelu", "bias+gelu", "gelu_tanh", "silu+residual", "scale+bias+relu+residual", "swiglu",
              "swiglu+residual", "scale", "residual", "scale+silu", "bias+gelu_tanh+residual"]

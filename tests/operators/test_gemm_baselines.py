@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from genomes.gemm import TUTORIAL_CONFIGS
-from operators.gemm_baselines import gemm_contenders, tutorial_autotuned, tutorial_matmul
+from operators.gemm.baselines import gemm_contenders, tutorial_autotuned, tutorial_matmul
 
 
 def _rel_err(out, a, b):
@@ -73,7 +73,7 @@ def test_contender_names_and_order():
 
 def test_helion_kernel_in_the_interpreter(operands):
     pytest.importorskip("helion")
-    from operators._helion_gemm import make_helion_matmul
+    from operators.gemm.helion_baseline import make_helion_matmul
 
     a, b = operands
     matmul = make_helion_matmul(config={"block_sizes": [32, 32, 32]})
@@ -97,12 +97,12 @@ def _fake_helion(monkeypatch, *, with_budget: bool):
     helion.language = language
     monkeypatch.setitem(sys.modules, "helion", helion)
     monkeypatch.setitem(sys.modules, "helion.language", language)
-    monkeypatch.delitem(sys.modules, "operators._helion_gemm", raising=False)
+    monkeypatch.delitem(sys.modules, "operators.gemm.helion_baseline", raising=False)
 
 
 def test_helion_budget_reaches_the_autotuner(monkeypatch):
     from evo.problem import Problem
-    from operators.gemm_baselines import gemm_tuners
+    from operators.gemm.baselines import gemm_tuners
 
     _fake_helion(monkeypatch, with_budget=True)
     names = [b.name for b in gemm_tuners("full", 90)]
@@ -115,7 +115,7 @@ def test_helion_budget_reaches_the_autotuner(monkeypatch):
 
 def test_helion_without_a_budget_setting_is_unavailable_with_reason(monkeypatch):
     from evo.problem import Problem
-    from operators.gemm_baselines import ContenderUnavailable, gemm_tuners
+    from operators.gemm.baselines import ContenderUnavailable, gemm_tuners
 
     _fake_helion(monkeypatch, with_budget=False)
     helion = gemm_tuners("full", 90)[1]

@@ -1,4 +1,4 @@
-"""GEMM with a fused epilogue (operators/gemm_epilogue.py): `operators.get` of its variant names, the operator's
+"""GEMM with a fused epilogue (operators/gemm/variants.py): `operators.get` of its variant names, the operator's
 facts (schema, shapes, inputs), rendered kernels against the reference in the Triton interpreter at ragged sizes
 on every memory path, the launcher's refusals, what plain GEMM renderings no longer carry, and evo.api."""
 
@@ -12,7 +12,7 @@ import operators
 from evo.api import as_torch_op, load
 from evo.evaluate.modules import load_source
 from evo.problem import HOPPER, Problem
-from operators.gemm_epilogue import GemmEpilogueOperator
+from operators.gemm.variants import GemmEpilogueOperator
 
 # together these use every part: scale, bias, gelu, gelu_tanh, silu, relu, swiglu, residual
 NAMES = ["gemm+bias+gelu", "gemm+gelu_tanh", "gemm+silu+residual", "gemm+scale+bias+relu+residual", "gemm+swiglu",
@@ -105,7 +105,7 @@ def test_get_refuses_bad_names(name, message):
 
 
 def test_the_operator_needs_an_epilogue():
-    from operators.epilogue import Epilogue
+    from operators.gemm.epilogue import Epilogue
 
     with pytest.raises(ValueError, match="needs an epilogue"):
         GemmEpilogueOperator(None, Epilogue())

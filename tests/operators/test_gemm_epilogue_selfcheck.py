@@ -1,4 +1,4 @@
-"""The self-check code of GEMMs with a fused epilogue (operators/gemm_epilogue_selfcheck.py): the five names
+"""The self-check code of GEMMs with a fused epilogue (operators/gemm/epilogue_selfcheck.py): the five names
 exist, the inputs have `make_inputs`' shapes and dtypes, the reference and baseline ARE `Epilogue.reference` and
 `Epilogue.eager` for every part (so they cannot drift), the code imports torch only, a rendered kernel passes
 it in the Triton interpreter, and `evo export` of an epilogue run ends with it (tests/fixtures/run_fixture.py)."""
@@ -18,9 +18,9 @@ from evo.evaluate.modules import load_source
 from evo.problem import DTYPES, HOPPER
 from evo.store.sqlite import Store
 from evo.surface.export import export_one
-from operators.epilogue import ACTIVATIONS, PARTS, Epilogue
-from operators.gemm_epilogue import TOLERANCE
-from operators.gemm_epilogue_selfcheck import TORCH_ACTIVATIONS, epilogue_selfcheck_source
+from operators.gemm.epilogue import ACTIVATIONS, PARTS, Epilogue
+from operators.gemm.epilogue_selfcheck import TORCH_ACTIVATIONS, epilogue_selfcheck_source
+from operators.gemm.variants import TOLERANCE
 from tests.fixtures.run_fixture import make_run
 
 NAMES = ["gemm+bias+gelu", "gemm+gelu_tanh", "gemm+swiglu", "gemm+scale+bias+relu+residual", "gemm+silu+residual"]

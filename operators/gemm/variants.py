@@ -1,4 +1,4 @@
-"""GEMM with a fused epilogue: `gemm+bias+gelu`, `gemm+swiglu`, `gemm+residual`, ... (operators/epilogue.py).
+"""GEMM with a fused epilogue: `gemm+bias+gelu`, `gemm+swiglu`, `gemm+residual`, ... (operators/gemm/epilogue.py).
 
 The GEMM operator's genome, rendering and launcher, with the epilogue applied to the fp32 tile before it is
 stored, so the output is written once instead of being re-read by one elementwise kernel per part. The entry
@@ -19,12 +19,12 @@ from evo.problem import Problem
 from genomes.base import GenomeFamily
 from genomes.gemm import ELEM_BYTES, GemmFamily
 from operators.base import Baseline
-from operators.epilogue import Epilogue
-from operators.gemm import GemmOperator, _torch_dtype
+from operators.gemm.epilogue import Epilogue
+from operators.gemm.operator import GemmOperator, _torch_dtype
 
 __all__ = ["GemmEpilogueOperator", "TOLERANCE", "gemm_variant"]
 
-# The GEMM's tolerances (operators/gemm.py) with room for the epilogue's own rounding: the output is still
+# The GEMM's tolerances (operators/gemm/operator.py) with room for the epilogue's own rounding: the output is still
 # rounded once to the dtype, but SwiGLU multiplies two rounded-input products, and a residual adds a term
 # of another size, so the relative error grows by up to about sqrt(2).
 TOLERANCE = {"fp16": 3e-3, "bf16": 1.5e-2, "fp32": 3e-3}
@@ -103,8 +103,8 @@ class GemmEpilogueOperator(GemmOperator):
                          f"torch.compile(mode='max-autotune-no-cudagraphs') of the eager function ({ep.name})")]
 
     def selfcheck_source(self, problem: Problem) -> str:
-        """Plain-torch self-check code appended to exported kernels (see operators/gemm_epilogue_selfcheck.py)."""
-        from operators.gemm_epilogue_selfcheck import epilogue_selfcheck_source
+        """Plain-torch self-check code appended to exported kernels (see operators/gemm/epilogue_selfcheck.py)."""
+        from operators.gemm.epilogue_selfcheck import epilogue_selfcheck_source
 
         return epilogue_selfcheck_source(problem, self.epilogue, self.tolerance(problem))
 

@@ -16,8 +16,8 @@ from typing import Any
 from genomes.gemm import DESCRIPTOR_MEMORY, column_blocks
 from operators._template import block as _block
 from operators._template import wrap as _wrap
-from operators.gemm_launcher_epilogue import epilogue_args as _epilogue_args
-from operators.gemm_launcher_epilogue import fill_epilogue
+from operators.gemm.launcher_epilogue import epilogue_args as _epilogue_args
+from operators.gemm.launcher_epilogue import fill_epilogue
 
 __all__ = ["launcher_source", "constexpr_names", "KERNEL_NAME", "ENTRY_NAME", "CPU_NUM_SMS"]
 

@@ -1,6 +1,6 @@
-"""The parts of a rendered GEMM launcher that a fused epilogue changes (operators/epilogue.py).
+"""The parts of a rendered GEMM launcher that a fused epilogue changes (operators/gemm/epilogue.py).
 
-The launcher's templates (operators/gemm_launcher.py) carry markers where an epilogue adds to them: its
+The launcher's templates (operators/gemm/launcher.py) carry markers where an epilogue adds to them: its
 operands in every signature from `_plan` to the entry function (EPILOGUE_ARGS), their signatures in the plan
 key (EPILOGUE_KEY), their checks (EPILOGUE_CHECKS), SwiGLU's halving of B's columns (SWIGLU_SPLIT) and what an
 empty K gives (EMPTY_K). Without an epilogue every marker is filled with what a plain GEMM had before.

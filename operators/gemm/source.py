@@ -15,9 +15,9 @@ from evo.launch import runtime_source
 from genomes.gemm import DESCRIPTOR_MEMORY, column_blocks
 from operators._template import block as _block
 from operators._template import wrap as _wrap
-from operators.gemm_header import constants as _constants
-from operators.gemm_header import summary as _summary
-from operators.gemm_launcher import ENTRY_NAME, KERNEL_NAME, constexpr_names, launcher_source
+from operators.gemm.header import constants as _constants
+from operators.gemm.header import summary as _summary
+from operators.gemm.launcher import ENTRY_NAME, KERNEL_NAME, constexpr_names, launcher_source
 
 __all__ = ["gemm_source", "KERNEL_NAME", "ENTRY_NAME"]
 
@@ -197,7 +197,7 @@ def _store_c(g: Mapping[str, Any], tile: str, depth: int) -> str:
 
 
 def _epilogue(ep: Any, parts: list[tuple[str, str, str]]) -> str:
-    """The fused epilogue (operators/epilogue.py) applied to each fp32 piece (name, first column, width) of the
+    """The fused epilogue (operators/gemm/epilogue.py) applied to each fp32 piece (name, first column, width) of the
     tile before it is converted and stored."""
     code = "".join(ep.triton_lines(var, cols, width) for var, cols, width in parts)
     if not code:
@@ -353,7 +353,7 @@ def gemm_source(g: Mapping[str, Any], title: str, row_align: int = 1, aligned_di
 
     `aligned_dims` (of "K", "N") are row strides known to be multiples of `row_align` elements for the problem
     at hand though not of 16 (what Triton detects by itself); pointer kernels then state it for vectorization.
-    `epilogue` (an operators.epilogue.Epilogue) is fused into the store; its operands follow B in the entry.
+    `epilogue` (an operators.gemm.epilogue.Epilogue) is fused into the store; its operands follow B in the entry.
     """
     if aligned_dims and (row_align <= 1 or g["memory"] != "pointer"):
         raise ValueError("aligned_dims needs row_align > 1 and pointer memory")

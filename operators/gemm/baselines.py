@@ -7,7 +7,7 @@ Besides cuBLAS (GemmOperator's primary baseline), three tuned alternatives, each
 - `torch_compile`: `torch.compile(mode="max-autotune-no-cudagraphs")` of a matmul. Inductor chooses between
   cuBLAS and its own Triton templates per shape; CUDA graphs are left out so that every contender is timed
   as a plain launch (the L2 flush between runs stays meaningful).
-- `helion`: a Helion matmul (operators/_helion_gemm.py) autotuned at effort "quick" (bounded: LFBO pattern
+- `helion`: a Helion matmul (operators/gemm/helion_baseline.py) autotuned at effort "quick" (bounded: LFBO pattern
   search, 30 initial configs, 2 copies, at most 5 generations).
 
 Every contender takes the operator's inputs (A[M, K], B[K, N]) and returns C[M, N]. Setting up happens on
@@ -152,7 +152,7 @@ def _make_torch_compile(problem: Problem) -> Callable[[Any, Any], Any]:
 def _make_helion(problem: Problem, effort: str = HELION_EFFORT, budget_s: int | None = None
                  ) -> Callable[[Any, Any], Any]:
     try:
-        from operators._helion_gemm import make_helion_matmul
+        from operators.gemm.helion_baseline import make_helion_matmul
     except ImportError as e:  # helion itself, or one of its requirements
         raise ContenderUnavailable(f"helion is not importable: {e}") from None
     try:

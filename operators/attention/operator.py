@@ -16,7 +16,7 @@ from typing import Any
 from evo.problem import DTYPES, Problem, Target
 from genomes.attention import AttentionFamily
 from genomes.base import Genome, GenomeFamily, InvalidGenome
-from operators.attention_module import render_module
+from operators.attention.module import render_module
 from operators.base import Baseline, Operator
 
 __all__ = ["AttentionOperator", "attention_variant", "TOLERANCE", "causal_pairs"]

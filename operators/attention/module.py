@@ -12,7 +12,7 @@ from __future__ import annotations
 from evo.launch import runtime_source
 from evo.problem import Problem, Target
 from genomes.attention import head_dim_pad
-from operators.attention_source import COMBINE_ROWS, KernelFacts, combine_source, kernel_source
+from operators.attention.source import COMBINE_ROWS, KernelFacts, combine_source, kernel_source
 
 __all__ = ["render_module"]
 

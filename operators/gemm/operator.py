@@ -1,6 +1,6 @@
 """The GEMM operator: C[M, N] = A[M, K] @ B[K, N] for row-major fp16, bf16 and fp32 operands.
 
-Code generation lives in operators/gemm_source.py; this module binds it to the operator interface with
+Code generation lives in operators/gemm/source.py; this module binds it to the operator interface with
 the reference (fp32 torch), seeded inputs, the tolerance per dtype and the cuBLAS baseline.
 """
 
@@ -13,7 +13,7 @@ from evo.problem import DTYPES, Problem, Target
 from genomes.base import Genome, GenomeFamily, InvalidGenome
 from genomes.gemm import ELEM_BYTES, GemmFamily
 from operators.base import Baseline, Operator
-from operators.gemm_source import ENTRY_NAME, gemm_source
+from operators.gemm.source import ENTRY_NAME, gemm_source
 
 __all__ = ["GemmOperator"]
 
@@ -41,7 +41,7 @@ class GemmOperator(Operator):
     entry = ENTRY_NAME
     throughput_unit = "TFLOP/s"
     torch_schema = "(Tensor a, Tensor b) -> Tensor"
-    epilogue: Any = None  # a fused epilogue (operators/epilogue.py): set by GemmEpilogueOperator only
+    epilogue: Any = None  # a fused epilogue (operators/gemm/epilogue.py): set by GemmEpilogueOperator only
 
     def make_family(self, overrides: dict[str, list[Any]] | None) -> GenomeFamily:
         return GemmFamily(overrides)
@@ -109,19 +109,19 @@ class GemmOperator(Operator):
 
     def bench_baselines(self) -> list[Baseline]:
         """cuBLAS first, then the contenders `evo bench` sets up once per problem (see gemm_baselines.py)."""
-        from operators.gemm_baselines import gemm_contenders
+        from operators.gemm.baselines import gemm_contenders
 
         return self.baselines() + gemm_contenders()
 
     def tuner_baselines(self, effort: str = "full", budget_s: int | None = None) -> list[Baseline]:
         """torch.compile max-autotune and Helion at `effort`, cut at `budget_s` (see gemm_baselines.py)."""
-        from operators.gemm_baselines import gemm_tuners
+        from operators.gemm.baselines import gemm_tuners
 
         return gemm_tuners(effort, budget_s)
 
     def selfcheck_source(self, problem: Problem) -> str:
-        """Plain-torch self-check code appended to exported kernels (see operators/gemm_selfcheck.py)."""
-        from operators.gemm_selfcheck import gemm_selfcheck_source
+        """Plain-torch self-check code appended to exported kernels (see operators/gemm/selfcheck.py)."""
+        from operators.gemm.selfcheck import gemm_selfcheck_source
 
         return gemm_selfcheck_source(problem, self.tolerance(problem))
 

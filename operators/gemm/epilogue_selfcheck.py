@@ -11,13 +11,13 @@ every part, so the two cannot drift apart. The exported module stands alone: the
 from __future__ import annotations
 
 from evo.problem import DTYPES, Problem
-from operators.epilogue import Epilogue
+from operators.gemm.epilogue import Epilogue
 
 __all__ = ["epilogue_selfcheck_source", "TORCH_ACTIVATIONS"]
 
-SEED = 20240917  # the plain GEMM's self-check seed (operators/gemm_selfcheck.py)
+SEED = 20240917  # the plain GEMM's self-check seed (operators/gemm/selfcheck.py)
 
-# activation -> torch expression of the tensor `{y}` (the calls of operators/epilogue.py's _torch_activation)
+# activation -> torch expression of the tensor `{y}` (the calls of operators/gemm/epilogue.py's _torch_activation)
 TORCH_ACTIVATIONS = {
     "gelu": "torch.nn.functional.gelu({y})",
     "gelu_tanh": "torch.nn.functional.gelu({y}, approximate='tanh')",
@@ -94,7 +94,7 @@ def epilogue_selfcheck_source(problem: Problem, epilogue: Epilogue, tolerance: f
     """The self-check code of `problem` for a GEMM with `epilogue`: selfcheck_inputs, selfcheck_reference,
     selfcheck_baseline, SELFCHECK_TOLERANCE (`tolerance`) and problem_sizes (M, N, K), N the output's width."""
     if not epilogue.parts:
-        raise ValueError("an epilogue self-check needs an epilogue (plain GEMM: operators/gemm_selfcheck.py)")
+        raise ValueError("an epilogue self-check needs an epilogue (plain GEMM: operators/gemm/selfcheck.py)")
     args = ", ".join(_args(epilogue))
     n = "b.shape[1] // 2" if epilogue.swiglu else "b.shape[1]"
     blocks = [
