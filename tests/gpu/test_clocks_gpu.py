@@ -34,3 +34,20 @@ def test_a_gpu_row_holds_every_clock(objective):
     assert ev.fitness_ms == clock[0] and ev.ratio == pytest.approx(clock[1] / clock[0])
     print(f"{objective}: GPU {ev.median_ms:.4g} ms, call {ev.call_ms:.4g} ms, host {ev.host_us:.3g} us; "
           f"baseline GPU {ev.baseline_ms:.4g} ms, call {ev.baseline_call_ms:.4g} ms, host {ev.baseline_host_us:.3g} us")
+
+
+def test_a_slow_kernel_s_clocks_cost_about_its_timing():
+    """A kernel of a few ms: the call and host clocks call it a few times a round, not eight (they took 50-81% of
+    the GPU worker's time on large problems on 2026-11-25, 2.4 s of a 16k-token attention's 3 s), and its call
+    clock is its GPU time (the host's launch cost is nothing beside it)."""
+    problem = OP.problem((8192, 8192, 16384), "fp16")  # about 2.2 TFLOP: a few ms
+    genome = OP.family.seeds(problem, HOPPER)[0]
+    cand = pipeline.make_candidate(OP, genome, problem, HOPPER, origin="test")
+    with GpuWorker(0, settings=EvaluationSpec(objective="call")) as worker:
+        ev = worker.evaluate(cand, 300.0)
+    assert ev.status == "ok", ev.reason
+    phases = ev.resources["eval"]
+    print(f"GPU {ev.median_ms:.3f} ms, call {ev.call_ms:.3f} ms; timing {phases['time_s']:.2f} s, "
+          f"clocks {phases['clocks_s']:.2f} s")
+    assert ev.median_ms > 1.0 and 0.8 <= ev.call_ms / ev.median_ms <= 1.2
+    assert phases["clocks_s"] <= 1.2 * phases["time_s"]  # before: about 2.4 times
