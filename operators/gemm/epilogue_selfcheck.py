@@ -4,7 +4,7 @@
 The code is written from the `Epilogue`'s fields, step by step in the order of `Epilogue.reference` (the exact
 fp32 result) and `Epilogue.eager` (the baseline the kernel was timed against: addmm for a bias, then one torch
 op per part), with the same torch calls; `TORCH_ACTIVATIONS` is the one table of activation -> torch text, and
-tests/operators/test_gemm_epilogue_selfcheck.py checks that the generated functions equal those methods for
+tests/operators/gemm/test_epilogue_selfcheck.py checks that the generated functions equal those methods for
 every part, so the two cannot drift apart. The exported module stands alone: the code imports torch only.
 """
 

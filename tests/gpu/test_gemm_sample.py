@@ -1,6 +1,6 @@
 """The seeded GEMM genome sample on a real GPU: every kernel that compiles must be correct.
 
-Each genome of tests/operators/gemm_sample.py (50 random + the targeted ones), and each of the family's
+Each genome of tests.operators.gemm.sample.py (50 random + the targeted ones), and each of the family's
 seeds, is repaired for the problem, rendered, compiled by its first launch and checked against the fp32
 reference in bf16 at 4096x4096x4096 and 1000x3000x2000 by the search's own check (evo.evaluate.check);
 correct kernels are also timed against cuBLAS (median of triton.testing.do_bench, for information only).
@@ -47,7 +47,7 @@ def _run_problem(op: Any, problem: Any, target: Any, time_kernels: bool, device:
     import triton
 
     from evo.evaluate.modules import load_source
-    from tests.operators.gemm_sample import raw_sample, repaired
+    from tests.operators.gemm.sample import raw_sample, repaired
 
     family = op.family
     a, b = op.make_inputs(problem, SEED, device=device)

@@ -13,7 +13,7 @@ import operators
 from evo.evaluate.modules import load_source
 from evo.problem import HOPPER, Problem, Target
 from genomes.base import InvalidGenome
-from tests.operators.gemm_sample import ALIGNED, RAGGED, cpu_cases
+from tests.operators.gemm.sample import ALIGNED, RAGGED, cpu_cases
 
 OP = operators.get("gemm")
 FAMILY = OP.family

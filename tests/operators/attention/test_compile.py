@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 STRUCTURE = [dict(pack_gqa=pack, kv_split=split, reduce=reduce, kv_load=load, persistent=persistent, mask_loop=mask)
              for pack, (split, reduce), load, persistent, mask in itertools.product(
                  (False, True), ((1, "launch"), (4, "launch"), (4, "last_program")), ("pointer", "tma"), (0, 1),
