@@ -1,21 +1,15 @@
 """Rendered GEMM kernels compile for Hopper (sm_90) without a GPU, one genome per structural feature.
 
 The interpreter ignores launch options, loop hints and warp specialization; compiling through the product's
-own ahead-of-time path (evo.evaluate.compiler) checks that Triton's GPU pipeline accepts what the renderer writes.
-It runs in a subprocess because this test process has TRITON_INTERPRET set.
+own ahead-of-time path (evo.evaluate.compiler; tests/operators/hopper_compile.py) checks that Triton's GPU
+pipeline accepts what the renderer writes.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
+from tests.operators.hopper_compile import compile_for_hopper
 
 # (genome values over GemmFamily.base(), shape, dtype)
 CASES = [
@@ -52,35 +46,11 @@ CASES = [
      "bf16"),
 ]
 
-SCRIPT = """
-import json, sys, warnings
-warnings.filterwarnings("ignore")
-import operators
-from evo.evaluate.pipeline import make_candidate
-from evo.evaluate.compiler import compile_candidate
-from evo.problem import HOPPER
-op = operators.get("gemm")
-out = []
-for values, shape, dtype in json.loads(sys.argv[1]):
-    genome = op.family.make(op.family.base(**values))
-    result = compile_candidate(make_candidate(op, genome, op.problem(shape, dtype), HOPPER), HOPPER)
-    out.append({"genome": str(genome), "status": result.status, "reason": result.reason[:300],
-                "shared": result.resources.get("shared")})
-print("RESULT" + json.dumps(out))
-"""
 
-
-@pytest.mark.slow
 @pytest.mark.slow
 def test_representative_genomes_compile_for_hopper(tmp_path):
-    pytest.importorskip("triton.backends.nvidia")
-    env = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_CACHE_DIR": str(tmp_path / "cache"),
-           "EVO_KERNEL_DIR": str(tmp_path / "kernels"), "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(CASES)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT")]
-    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
-    results = json.loads(lines[-1][len("RESULT"):])
+    results = compile_for_hopper([("gemm", values, shape, dtype) for values, shape, dtype in CASES], tmp_path,
+                                 timeout_s=600)
     assert len(results) == len(CASES)
     bad = [r for r in results if r["status"] != "ok"]
     assert not bad, bad
