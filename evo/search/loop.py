@@ -7,14 +7,14 @@ gets a compiled job at once.
 
 Problems are searched in order; the next one's first population starts while the one before drains its last
 candidates (evo.search.handover), so that the GPUs do not wait for its first compiles. The first population of a
-problem is the elites of the nearest problems earlier runs measured on this GPU model and versions (the shared
-results database, evo.store.shared), the elites of the problems already searched (with `transfer`), both repaired
-for this problem, the family's seeds, and `initial_random` random valid genomes. After it, the experiment's
-emitters propose the children, a bandit scheduler choosing which one proposes next from the archive improvements
-each caused (evo.search.emitters; its counts restart with each session). A problem's search stops at the first
-budget reached: evaluations, wall time, stagnation (evaluations since the best last rose beyond the noise margin),
-or `sol` (the elite's share of the problem's speed-of-light floor, evo.evaluate.roofline, when the workers measured
-one).
+problem takes in turn the elites of the nearest problems earlier runs measured on this GPU model and versions (the
+shared results database, evo.store.shared), the family's seeds and the elites of the problems already searched
+(with `transfer`, nearest shapes first), the elites repaired for this problem, then `initial_random` random valid
+genomes (evo.search.variation). After it, the experiment's emitters propose the children, a bandit scheduler
+choosing which one proposes next from the archive improvements each caused (evo.search.emitters; its counts
+restart with each session). A problem's search stops at the first budget reached: evaluations, wall time,
+stagnation (evaluations since the best last rose beyond the noise margin), or `sol` (the elite's share of the
+problem's speed-of-light floor, evo.evaluate.roofline, when the workers measured one).
 
 The store is the checkpoint. Every evaluation is committed as it arrives, and everything else is rebuilt
 from it on resume: the archive (by replaying the rows in order, exactly as it was built live), the
@@ -327,7 +327,7 @@ class Search:
         (evo.problem.shape_distance: a decode GEMM's tiles suit another decode GEMM, not a prefill one), then the
         best ratio to the baseline (ratios compare across shapes where throughputs do not)."""
         sizes = {p.key: p.sizes for p in self.experiment.problems}
-        ranked = [(round(shape_distance(sizes[key], problem.sizes), 6) if key in sizes else 0.0, e)
+        ranked = [(round(shape_distance(sizes[key], problem.sizes), 6), e)  # (rounded: equal distances tie)
                   for key, a in archives.items() for e in a.elites()]
         ranked.sort(key=lambda de: (de[0], -(de[1].ratio or 0.0), -de[1].objective, de[1].genome_hash))
         return [e for _, e in ranked]
