@@ -121,9 +121,9 @@ def bench_search(exp: Experiment, problems: list[Problem], methods: list[str], *
     smoke = exp.executor.kind == "smoke"
     operator = operators.get(exp.operator, exp.genome or None)
     work = Path(work_dir or tempfile.mkdtemp(prefix="evo-bench-search-"))
-    order = [m for m in methods if m != "evo-rerun"] + (["evo-rerun"] if "evo-rerun" in methods else [])
-    if "evo-rerun" in methods and "evo" not in methods:
-        order.remove("evo-rerun")  # it needs evo's database
+    order = [m for m in methods if m != "evo-rerun"]
+    if "evo-rerun" in methods and "evo" in methods:  # last, after evo: it needs evo's database
+        order.append("evo-rerun")
     found: list[dict[str, Any]] = [{} for _ in problems]
     elites: list[dict[str, Any]] = [{} for _ in problems]
     warm_up: dict[str, Any] = {}
