@@ -1,16 +1,18 @@
 """The page of `evo report`: markup (escaped on the server), style, and the script that draws the plots.
 
-Tables are written here with html.escape, so they read without JavaScript; the plots are drawn in the page by
-plotly.js, embedded whole so the file works offline. The data reaches the script as JSON in a
+Tables are written here escaped (report_overview.escape), so they read without JavaScript; the plots are
+drawn in the page by plotly.js, embedded whole so the file works offline. The data reaches the script as JSON in a
 `<script type="application/json">` element (see `embed_json`); the script writes text into the
 page with textContent only, never as markup.
 """
 
 from __future__ import annotations
 
-import html
 import json
 from typing import Any
+
+from evo.surface.report_overview import escape as _e
+from evo.surface.report_overview import number_text as _n
 
 __all__ = ["page"]
 
@@ -158,14 +160,6 @@ def embed_json(value: Any) -> str:
     text = json.dumps(value, separators=(",", ":"), allow_nan=False)
     return (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
             .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
-
-
-def _e(x: Any) -> str:
-    return html.escape("" if x is None else str(x), quote=True)
-
-
-def _n(v: float | None, digits: int = 4) -> str:
-    return "-" if v is None else f"{v:.{digits}g}"
 
 
 def _table(head: list[str], rows: list[list[str]], row_attrs: list[str] | None = None) -> str:

@@ -17,7 +17,8 @@ from typing import Any
 __all__ = ["overview_data", "overview_html", "ROOFLINE_SCRIPT"]
 
 
-def _num(x: float | None, digits: int = 4) -> float | None:
+def rounded(x: float | None, digits: int = 4) -> float | None:
+    """`x` to `digits` significant digits for a page's data, None where it is missing or not finite."""
     if x is None or not math.isfinite(x):
         return None
     return float(f"{x:.{digits}g}")
@@ -42,7 +43,7 @@ def overview_data(store: Any, problems: list[tuple[Any, Any, dict[str, Any]]], s
                 by_baseline.setdefault(ev.baseline, []).append(base_ms)
         ratios = {}
         if elite is not None and elite["fitness_ms"] and not smoke:
-            ratios = {name: _num(median(times) / elite["fitness_ms"], 3) for name, times in by_baseline.items()}
+            ratios = {name: rounded(median(times) / elite["fitness_ms"], 3) for name, times in by_baseline.items()}
         baselines += [name for name in ratios if name not in baselines]
         rows.append({"key": p["key"], "unit": p["unit"], "best": elite["objective"] if elite else None,
                      "median_ms": elite["median_ms"] if elite else None, "gpu": elite["gpu"] if elite else "",
@@ -52,25 +53,27 @@ def overview_data(store: Any, problems: list[tuple[Any, Any, dict[str, Any]]], s
             continue
         for j, e in enumerate(p["elites"]):
             if e["median_ms"]:
-                points.append({"key": p["key"], "x": _num(flops / nbytes), "y": _num(flops / (e["median_ms"] * 1e-3)
-                                                                                      / 1e12),
+                points.append({"key": p["key"], "x": rounded(flops / nbytes),
+                               "y": rounded(flops / (e["median_ms"] * 1e-3) / 1e12),
                                "best": j == 0, "genome": e["genome"], "ratio": e["ratio"]})
     geomean = {}
     for name in baselines:
         values = [r["ratios"][name] for r in rows if r["ratios"].get(name)]
         if values:
-            geomean[name] = _num(math.exp(sum(math.log(v) for v in values) / len(values)), 3)
+            geomean[name] = rounded(math.exp(sum(math.log(v) for v in values) / len(values)), 3)
     roofline = None
     if points and best_flops and best_bytes:
-        roofline = {"points": points, "peak_tflops": _num(best_flops / 1e12), "peak_gbps": _num(best_bytes / 1e9)}
+        roofline = {"points": points, "peak_tflops": rounded(best_flops / 1e12), "peak_gbps": rounded(best_bytes / 1e9)}
     return {"rows": rows, "baselines": baselines, "geomean": geomean, "roofline": roofline, "smoke": smoke}
 
 
-def _e(x: Any) -> str:
+def escape(x: Any) -> str:
+    """Text for HTML (None as nothing)."""
     return html.escape("" if x is None else str(x), quote=True)
 
 
-def _n(v: float | None, digits: int = 4, suffix: str = "") -> str:
+def number_text(v: float | None, digits: int = 4, suffix: str = "") -> str:
+    """A number for a page's tables: `digits` significant digits and `suffix`, or "-" where it is missing."""
     return "-" if v is None else f"{v:.{digits}g}{suffix}"
 
 
@@ -78,20 +81,21 @@ def overview_html(ov: dict[str, Any]) -> str:
     """The overview section: a table (escaped here, readable without JavaScript) and the roofline's place."""
     head = ["problem", "best kernel", "GPU time", "call time", "host time"]
     head += [f"ratio to {b}" for b in ov["baselines"]] + ["GPU"]
-    out = ['<section id="overview"><h2>Overview</h2>', "<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head)
+    out = ['<section id="overview"><h2>Overview</h2>', "<table><tr>" + "".join(f"<th>{escape(h)}</th>" for h in head)
            + "</tr>"]
     for i, r in enumerate(ov["rows"]):
-        cells = [f'<td><a href="#problem-{i}">{_e(r["key"])}</a></td>',
-                 f'<td class="num">{_e(_n(r["best"]))} {_e(r["unit"]) if r["best"] is not None else ""}</td>',
-                 f'<td class="num">{_e(_n(r["median_ms"], 4, " ms"))}</td>',
-                 f'<td class="num">{_e(_n(r["call_ms"], 4, " ms"))}</td>',
-                 f'<td class="num">{_e(_n(r["host_us"], 3, " µs"))}</td>']
-        cells += [f'<td class="num">{_e(_n(r["ratios"].get(b), 3, "×"))}</td>' for b in ov["baselines"]]
-        cells.append(f"<td>{_e(r['gpu'] or '-')}</td>")
+        cells = [f'<td><a href="#problem-{i}">{escape(r["key"])}</a></td>',
+                 f'<td class="num">{escape(number_text(r["best"]))} '
+                 f'{escape(r["unit"]) if r["best"] is not None else ""}</td>',
+                 f'<td class="num">{escape(number_text(r["median_ms"], 4, " ms"))}</td>',
+                 f'<td class="num">{escape(number_text(r["call_ms"], 4, " ms"))}</td>',
+                 f'<td class="num">{escape(number_text(r["host_us"], 3, " µs"))}</td>']
+        cells += [f'<td class="num">{escape(number_text(r["ratios"].get(b), 3, "×"))}</td>' for b in ov["baselines"]]
+        cells.append(f"<td>{escape(r['gpu'] or '-')}</td>")
         out.append("<tr>" + "".join(cells) + "</tr>")
     if len(ov["rows"]) > 1 and ov["geomean"]:
         cells = ['<th colspan="5">geometric mean</th>']
-        cells += [f'<td class="num">{_e(_n(ov["geomean"].get(b), 3, "×"))}</td>' for b in ov["baselines"]]
+        cells += [f'<td class="num">{escape(number_text(ov["geomean"].get(b), 3, "×"))}</td>' for b in ov["baselines"]]
         out.append("<tr>" + "".join(cells) + "<td></td></tr>")
     out.append("</table>")
     objectives = sorted({r["objective"] for r in ov["rows"] if r.get("objective")})
@@ -105,14 +109,15 @@ def overview_html(ov: dict[str, Any]) -> str:
         out.append('<p class="muted" id="roofline-none">No ratios and no roofline: a smoke run times nothing (its '
                    'scores are stand-ins computed on the CPU).</p>')
     elif ov["roofline"] is None:
-        out.append(f'<p class="muted">{_e(note)}</p><p class="muted" id="roofline-none">No roofline: no correct '
+        out.append(f'<p class="muted">{escape(note)}</p><p class="muted" id="roofline-none">No roofline: no correct '
                    'kernel was timed yet.</p>')
     else:
         rf = ov["roofline"]
-        out.append(f'<p class="muted">{_e(note)} Roofline: every elite of every problem at the problem\'s arithmetic '
-                   f'intensity; the ceilings are the best measured in this run ({_e(_n(rf["peak_tflops"]))} TFLOP/s, '
-                   f'{_e(_n(rf["peak_gbps"]))} GB/s, by any kernel or baseline), so the GPU can do at least that '
-                   'much.</p><div class="plot" id="roofline"></div>')
+        out.append(f'<p class="muted">{escape(note)} Roofline: every elite of every problem at the problem\'s '
+                   'arithmetic intensity; the ceilings are the best measured in this run '
+                   f'({escape(number_text(rf["peak_tflops"]))} TFLOP/s, {escape(number_text(rf["peak_gbps"]))} GB/s, '
+                   'by any kernel or baseline), so the GPU can do at least that much.</p><div class="plot" '
+                   'id="roofline"></div>')
     return "\n".join(out + ["</section>"])
 
 

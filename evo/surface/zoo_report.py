@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from evo.archive.elite import elite
 from evo.evaluate.smoke import SMOKE_GPU
 from evo.experiment.rundir import RunDir
 from evo.store.sqlite import Store
+from evo.surface.report_overview import rounded as _num
 from evo.zoo.model import ModelSpec
 from evo.zoo.problems import layer_problems, run_name
 
@@ -32,10 +32,6 @@ __all__ = ["zoo_report_data", "write_zoo_report", "report_path"]
 
 def report_path(folder: Path) -> Path:
     return folder / "report.html"
-
-
-def _num(x: float | None, digits: int = 4) -> float | None:
-    return None if x is None or not math.isfinite(x) else float(f"{x:.{digits}g}")
 
 
 def _kernel_rows(spec: ModelSpec, tokens: list[int], dtype: str, context: int, folder: Path

@@ -4,11 +4,12 @@ does; the roofline is `evo report`'s own (evo.surface.report_overview.ROOFLINE_S
 
 from __future__ import annotations
 
-import html
 from typing import Any
 
 from evo.surface.report_html import embed_json
 from evo.surface.report_overview import ROOFLINE_SCRIPT
+from evo.surface.report_overview import escape as _e
+from evo.surface.report_overview import number_text as _n
 from evo.zoo.goals import GOALS, WAYS, speedup
 
 __all__ = ["zoo_page"]
@@ -81,14 +82,6 @@ _SCRIPT = r"""
     (err) => { state.error = String(err); document.body.setAttribute("data-ready", "error"); });
 })();
 """
-
-
-def _e(x: Any) -> str:
-    return html.escape("" if x is None else str(x), quote=True)
-
-
-def _n(v: float | None, digits: int = 4, suffix: str = "") -> str:
-    return "-" if v is None else f"{v:.{digits}g}{suffix}"
 
 
 def _kernels_section(data: dict[str, Any]) -> str:
