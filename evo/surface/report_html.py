@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from evo.surface.report_overview import ROOFLINE_SCRIPT, overview_html
 from evo.surface.report_overview import escape as _e
 from evo.surface.report_overview import number_text as _n
 
@@ -299,8 +300,6 @@ def _meta_section(data: dict[str, Any]) -> str:
 def page(data: dict[str, Any]) -> str:
     """The whole report as one HTML document (plotly.js inline)."""
     import plotly.offline
-
-    from evo.surface.report_overview import ROOFLINE_SCRIPT, overview_html
 
     title = f"evo report: {data['run']['name']}"
     nav = " | ".join(f'<a href="#problem-{i}">{_e(p["key"])}</a>' for i, p in enumerate(data["problems"]))
