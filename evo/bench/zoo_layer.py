@@ -74,16 +74,12 @@ def _capture_error(fn: Callable[[], Any]) -> str:
     return "CUDA graph capture failed while timing"
 
 
-def _rel_error(out: Any, ref: Any) -> float:
-    ref = ref.float()
-    return float((out.float() - ref).norm() / ref.norm())
-
-
 def measure_layer(plain: Any, patched: Any, tokens: int, dtype: str, device: str, seed: int = 0,
                   rounds: int = 7) -> dict[str, Any]:
     """One token count's row of zoo.json: the eight times, the errors against the plain eager layer, failures."""
     import torch
 
+    from evo.evaluate.check import relative_error
     from evo.evaluate.clocks import call_ms, graph_ms
     from evo.problem import DTYPES
 
@@ -114,7 +110,7 @@ def measure_layer(plain: Any, patched: Any, tokens: int, dtype: str, device: str
                 continue
             fns[way] = lambda m=module: m(x)
             if way != "eager":
-                errors[way] = _rel_error(out, ref)
+                errors[way] = relative_error(out, ref)
         ways = list(fns)
         try:
             per_call = call_ms([fns[w] for w in ways], rounds=rounds, device=device)
