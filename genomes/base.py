@@ -2,7 +2,9 @@
 
 A `Genome` is an immutable assignment of a value to every gene of a family. Its canonical encoding is a
 JSON object with sorted keys, and its hash is a prefix of that encoding's SHA-256, so the same kernel
-configuration has the same identity in every process and every run.
+configuration has the same identity in every process and every run. Genes added to a family after genomes were
+stored name the value those genomes held (`Gene.implied`): at that value they stay out of the encoding, so the
+older genomes keep their hashes and read back unchanged.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -29,6 +31,8 @@ class InvalidGenome(ValueError):
 class Genome:
     family: str
     values: tuple[tuple[str, Any], ...]  # sorted by gene name
+    # (gene, value) pairs left out of the canonical encoding: genes added later, at the value older genomes held
+    implicit: tuple[tuple[str, Any], ...] = field(default=(), compare=False)
 
     def __getitem__(self, name: str) -> Any:
         return dict(self.values)[name]
@@ -45,10 +49,11 @@ class Genome:
         if unknown:
             raise InvalidGenome(f"{self.family}: unknown genes {sorted(unknown)}")
         d.update(changes)
-        return Genome(self.family, tuple(sorted(d.items())))
+        return Genome(self.family, tuple(sorted(d.items())), self.implicit)
 
     def canonical(self) -> str:
-        return json.dumps({"family": self.family, "genes": dict(self.values)}, sort_keys=True, separators=(",", ":"))
+        genes = {k: v for k, v in self.values if (k, v) not in self.implicit}
+        return json.dumps({"family": self.family, "genes": genes}, sort_keys=True, separators=(",", ":"))
 
     @property
     def hash(self) -> str:
@@ -176,13 +181,18 @@ class GenomeFamily:
                 self.genes[k].check(v)
             except ValueError as e:
                 raise InvalidGenome(str(e)) from None
-        return Genome(self.name, tuple(sorted(values.items())))
+        return Genome(self.name, tuple(sorted(values.items())), self._implicit())
+
+    def _implicit(self) -> tuple[tuple[str, Any], ...]:
+        """The (gene, implied value) pairs a genome of this family leaves out of its canonical encoding."""
+        return tuple((name, gene.implied[0]) for name, gene in sorted(self.genes.items()) if gene.implied)
 
     def from_canonical(self, text: str | Mapping[str, Any]) -> Genome:
         d = json.loads(text) if isinstance(text, str) else dict(text)
         if d.get("family") != self.name:
             raise InvalidGenome(f"genome of family {d.get('family')!r} given to family {self.name!r}")
-        return self.make(d["genes"])
+        implied = {name: gene.implied[0] for name, gene in self.genes.items() if gene.implied}
+        return self.make({**implied, **d["genes"]})
 
     def is_valid(self, genome: Genome, problem: Problem, target: Target) -> bool:
         return not self.violations(genome, problem, target)
@@ -206,9 +216,10 @@ class GenomeFamily:
         if self.space_size() > 2_000_000:
             raise ValueError(f"{self.name}: space of {self.space_size()} raw genomes is too large to enumerate")
         names = list(self.genes)
+        implicit = self._implicit()
         out = []
         for combo in itertools.product(*(self.genes[n].values for n in names)):
-            g = Genome(self.name, tuple(sorted(zip(names, combo, strict=True))))
+            g = Genome(self.name, tuple(sorted(zip(names, combo, strict=True))), implicit)
             if not self.violations(g, problem, target):
                 out.append(g)
         return out

@@ -4,8 +4,9 @@ Genes cover the tile shape, launch shape (warps, stages), the program-id swizzle
 pipelining (prefetch depth and unroll), warp specialization, and the structure around the loop: a
 persistent grid (optionally finishing its last partial wave with stream-K), the memory path (plain pointers,
 or tensor descriptors, i.e. TMA on Hopper, built either inside the kernel or on the host and passed in as
-arguments), split-K, and a subtiled epilogue. Validity encodes the limits of the target (shared memory, registers,
-tensor-descriptor alignment) and what Triton cannot compile (see ../shared/TRITON_NOTES.md).
+arguments), split-K, and a subtiled epilogue; and the backend that renders it: Triton's `tl`, or Gluon with real
+producer and consumer warp groups (genomes/gemm_gluon.py). Validity encodes the limits of the target (shared
+memory, registers, tensor-descriptor alignment) and what Triton cannot compile (see ../shared/TRITON_NOTES.md).
 """
 
 from __future__ import annotations
@@ -18,19 +19,27 @@ import numpy as np
 from evo.problem import Problem, Target
 from genomes import labels
 from genomes.base import Descriptor, Genome, GenomeFamily
+from genomes.gemm_gluon import GLUON_FIXED, gluon_repair, gluon_smem, gluon_violations
+from genomes.gemm_resources import (
+    DESCRIPTOR_MEMORY,
+    ELEM_BYTES,
+    MAX_ACC_REGS,
+    acc_regs_per_thread,
+    column_blocks,
+    descriptor_ok,
+    next_pow2,
+    smem_estimate,
+    unaligned_rows,
+)
 from genomes.genes import Boolean, Categorical, Gene, IntChoice, PowerOfTwo
 
-__all__ = ["GemmFamily", "TUTORIAL_CONFIGS", "DESCRIPTOR_MEMORY", "smem_estimate", "acc_regs_per_thread",
+__all__ = ["GemmFamily", "TUTORIAL_CONFIGS", "DESCRIPTOR_MEMORY", "ELEM_BYTES", "smem_estimate", "acc_regs_per_thread",
            "column_blocks", "unaligned_rows"]
 
-ELEM_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
-# memory values that go through tensor descriptors (TMA): built in the kernel, or on the host by the launcher
-DESCRIPTOR_MEMORY = ("descriptor", "host_descriptor")
 # Warp-specialized kernels with a 5-deep K pipeline (num_stages=5, 128x128x64, 4 warps) left part of the
 # output unwritten in 2 of 6 evaluations on an H200 with triton 3.6 (a race: the same genome also passed);
 # depths 3 and 4 were correct in all 32 evaluations. The evaluator caught both; the genome no longer offers it.
 MAX_WS_STAGES = 4
-MAX_ACC_REGS = 128  # fp32 accumulator registers per thread beyond which spills are near certain
 
 # The Triton matmul tutorial's 16 CUDA configurations: (BM, BN, BK, GROUP_M, num_stages, num_warps).
 TUTORIAL_CONFIGS = (
@@ -41,74 +50,15 @@ TUTORIAL_CONFIGS = (
 )
 
 
-def _next_pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
-
-
-def column_blocks(block_n: int) -> tuple[int, ...]:
-    """The power-of-two column blocks a tile of `block_n` columns is computed as (tl.dot and tl.arange need
-    powers of two): one block, or for the wide widths 96 and 192 a block and its half (64 + 32, 128 + 64).
-    Widths that are not powers of two quantise better on 132 SMs (cuBLAS picks 192-wide tiles on such shapes)."""
-    if block_n & (block_n - 1) == 0:
-        return (block_n,)
-    high = 1 << (block_n.bit_length() - 1)
-    if block_n != high + high // 2:
-        raise ValueError(f"BLOCK_N={block_n} is neither a power of two nor one and a half times one")
-    return high, high // 2
-
-
-def unaligned_rows(problem: Problem) -> tuple[str, ...]:
-    """Row lengths among K (rows of A) and N (rows of B and C) that are not multiples of 16 bytes: tensor
-    descriptors (TMA) cannot address such rows without a padded copy."""
-    e = ELEM_BYTES[problem.dtype]
-    return tuple(d for d in ("K", "N") if (problem.dims[d] * e) % 16)
-
-
-def smem_estimate(g: Mapping[str, Any], dtype: str, b_tiles: int = 1, reads_tile: bool = False) -> int:
-    """Bytes of shared memory the kernel needs: the pipelined A and B tiles (`b_tiles` of B per K step: 2 for
-    SwiGLU's gate and up), plus the output staging tile when the epilogue goes through a tensor descriptor
-    (halved by epilogue subtiling), plus, when the epilogue reads a tile of another tensor (a residual), the
-    layout conversion of one column block (sm_90, Triton 3.6: 128x192 persistent host-TMA tiles of 4 stages
-    asked for 245792 bytes with a residual, 32 KiB more than without)."""
-    e = ELEM_BYTES[dtype]
-    if reads_tile:
-        return smem_estimate(g, dtype, b_tiles) + g["BLOCK_M"] * column_blocks(g["BLOCK_N"])[0] * e
-    tma = g["memory"] in DESCRIPTOR_MEMORY
-    # a K loop with its own depth (loop_stages > 0) replaces the kernel's num_stages for that loop; a
-    # persistent pointer kernel is counted one stage deeper (seen in sm_90 compiles), a persistent TMA one
-    # is not (sm_90 compiles of 128x128x64 and 128x256x64 tiles, 2-4 stages, both descriptor kinds)
-    stages = (g["loop_stages"] or g["num_stages"]) + (1 if g["persistent"] and not tma else 0)
-    # an unrolled, pipelined K loop keeps a set of stage buffers per unrolled copy of its loads (seen in sm_90
-    # compiles: loop_unroll=4 allocated four times the shared memory of the same genome unrolled once)
-    per_stage = (g["BLOCK_M"] * g["BLOCK_K"] + b_tiles * g["BLOCK_K"] * g["BLOCK_N"]) * e
-    operands = stages * per_stage * g["loop_unroll"]
-    if not tma:
-        return operands
-    epilogue = g["BLOCK_M"] * g["BLOCK_N"] * e // (2 if g["epilogue_subtile"] else 1)
-    if g["persistent"] or g["warp_specialize"]:
-        return operands + epilogue  # the next tile's loads are in flight while this one is stored
-    # a plain TMA kernel stages its output in the operand buffers, free once its K loop is done (sm_90 compiles)
-    return max(operands, epilogue)
-
-
-def acc_regs_per_thread(g: Mapping[str, Any], b_tiles: int = 1) -> int:
-    return b_tiles * g["BLOCK_M"] * g["BLOCK_N"] // (32 * g["num_warps"])
-
-
-def _descriptor_ok(g: Mapping[str, Any], problem: Problem, target: Target) -> bool:
-    """Tensor descriptors need Hopper or later and 16-byte aligned row strides for A, B and C, unless the
-    launcher copies unaligned operands into padded rows (host descriptors only: they take strides at run time)."""
-    padded = g["pad_rows"] and g["memory"] == "host_descriptor"
-    return target.arch >= 90 and (padded or not unaligned_rows(problem))
-
-
 STRUCTURES = ("pointer", "pointer+persistent", "TMA", "TMA+persistent", "TMA+warp-specialized", "host TMA",
-              "host TMA+persistent", "persistent+stream-K")
+              "host TMA+persistent", "persistent+stream-K", "Gluon cooperative", "Gluon ping-pong")
 
 
 def _structure(g: Mapping[str, Any], resources: Any) -> float:
     """Cell of the memory path and grid: in-kernel and host descriptors get their own cells (appended after
-    the older ones, whose values stay put), so an archive keeps the best of each."""
+    the older ones, whose values stay put), so an archive keeps the best of each; so do Gluon's two schedules."""
+    if g.get("backend", "triton") == "gluon":  # stored genomes from before the gene hold Triton's
+        return 8.0 + (g["consumers"] == 2)
     if g["warp_specialize"]:
         return 4.0
     if g["stream_k"]:
@@ -131,15 +81,18 @@ class GemmFamily(GenomeFamily):
     name = "gemm"
 
     def __init__(self, overrides: Mapping[str, list[Any]] | None = None, b_tiles: int = 1,
-                 reads_tile: bool = False, ws_refusal: str = "") -> None:
+                 reads_tile: bool = False, ws_refusal: str = "", gluon_refusal: str = "") -> None:
         if b_tiles not in (1, 2):
             raise ValueError(f"b_tiles must be 1 or 2, got {b_tiles}")
         self.b_tiles = b_tiles
         self.reads_tile = reads_tile  # the epilogue reads a tile of another tensor (smem_estimate)
         self.ws_refusal = ws_refusal  # why an epilogue refuses warp specialization ("" = it does not)
+        self.gluon_refusal = gluon_refusal  # why the kernel is not rendered with Gluon ("" = it is)
         super().__init__(overrides)
 
     def _smem(self, g: Mapping[str, Any], dtype: str) -> int:
+        if g["backend"] == "gluon":
+            return gluon_smem(g, dtype)
         return smem_estimate(g, dtype, self.b_tiles, self.reads_tile)
 
     def _genes(self) -> list[Gene]:
@@ -169,6 +122,10 @@ class GemmFamily(GenomeFamily):
             Boolean("epilogue_subtile", group="structure", doc="store the output tile in two halves"),
             Boolean("pad_rows", group="structure",
                     doc="host descriptors over padded copies of operands whose rows are not 16-byte multiples"),
+            Categorical("backend", ("triton", "gluon"), group="structure", implied=("triton",),
+                        doc="rendered with Triton's tl, or with Gluon: TMA producer and wgmma consumer warp groups"),
+            IntChoice("consumers", (1, 2), group="loop", implied=(1,),
+                      doc="Gluon MMA consumers: 1 on each tile (cooperative), 2 on alternate tiles (ping-pong)"),
         ]
 
     # -- validity -------------------------------------------------------------------------------------
@@ -177,15 +134,19 @@ class GemmFamily(GenomeFamily):
         d = problem.dims
         out = []
         for gene, dim in (("BLOCK_M", "M"), ("BLOCK_N", "N"), ("BLOCK_K", "K")):
-            if g[gene] > max(16, _next_pow2(d[dim])):
+            if g[gene] > max(16, next_pow2(d[dim])):
                 out.append(f"{gene}={g[gene]} exceeds {dim}={d[dim]} rounded up to a power of two")
         if g["split_k"] > -(-d["K"] // g["BLOCK_K"]):
             out.append(f"split_k={g['split_k']} exceeds the {-(-d['K'] // g['BLOCK_K'])} K steps")
+        if g["backend"] == "gluon":
+            out += gluon_violations(g, problem, target, self._gluon_refusal(), unaligned_rows(problem))
+        elif g["consumers"] != 1:
+            out.append("consumers is a gene of the Gluon rendering: 1 under backend=triton")
         if g["split_k"] > 1 and g["persistent"]:
             out.append("split_k > 1 is not combined with a persistent grid")
         if g["stream_k"] and not g["persistent"]:
             out.append("stream_k needs a persistent grid")
-        if g["memory"] in DESCRIPTOR_MEMORY and not _descriptor_ok(g, problem, target):
+        if g["memory"] in DESCRIPTOR_MEMORY and not descriptor_ok(g, problem, target):
             out.append("tensor descriptors need sm_90+ and row strides that are multiples of 16 bytes")
         if g["pad_rows"] and g["memory"] != "host_descriptor":
             out.append("pad_rows needs host tensor descriptors (memory=host_descriptor)")
@@ -242,10 +203,14 @@ class GemmFamily(GenomeFamily):
         g = genome.as_dict()
         d = problem.dims
         for gene, dim in (("BLOCK_M", "M"), ("BLOCK_N", "N"), ("BLOCK_K", "K")):
-            while g[gene] > max(16, _next_pow2(d[dim])) and self._step_down(g, gene):
+            while g[gene] > max(16, next_pow2(d[dim])) and self._step_down(g, gene):
                 pass
         while g["split_k"] > -(-d["K"] // g["BLOCK_K"]) and self._step_down(g, "split_k"):
             pass
+        if g["backend"] == "gluon":  # first: it fixes the structure genes the rules below look at
+            gluon_repair(self, g, problem, target, self._gluon_refusal(), unaligned_rows(problem))
+        if g["backend"] == "triton":
+            self._set(g, "consumers", 1)
         if self.b_tiles > 1:  # SwiGLU's two accumulators: first, so later rules see the result
             for gene, off, _ in TWO_TILE_REFUSALS:
                 self._set(g, gene, off)
@@ -265,10 +230,10 @@ class GemmFamily(GenomeFamily):
                 self._set(g, "stream_k", False)
         if g["pad_rows"] and not (g["memory"] == "host_descriptor" and unaligned_rows(problem)):
             self._set(g, "pad_rows", False)
-        if (g["memory"] == "host_descriptor" and not _descriptor_ok(g, problem, target) and target.arch >= 90
+        if (g["memory"] == "host_descriptor" and not descriptor_ok(g, problem, target) and target.arch >= 90
                 and self.b_tiles == 1):
             self._set(g, "pad_rows", True)  # the padded copy keeps the TMA path for unaligned rows
-        if g["memory"] in DESCRIPTOR_MEMORY and not _descriptor_ok(g, problem, target):
+        if g["memory"] in DESCRIPTOR_MEMORY and not descriptor_ok(g, problem, target):
             self._set(g, "memory", "pointer")
             self._set(g, "pad_rows", False)
         if len(column_blocks(g["BLOCK_N"])) > 1 and (g["split_k"] > 1 or g["stream_k"] or g["warp_specialize"]
@@ -290,7 +255,7 @@ class GemmFamily(GenomeFamily):
         if g["epilogue_subtile"] and g["BLOCK_N"] < 32:
             self._set(g, "epilogue_subtile", False)
         while acc_regs_per_thread(g, self.b_tiles) > MAX_ACC_REGS:
-            if not g["warp_specialize"] and self._step_up(g, "num_warps"):
+            if not g["warp_specialize"] and g["consumers"] == 1 and self._step_up(g, "num_warps"):
                 continue
             big = "BLOCK_M" if g["BLOCK_M"] >= g["BLOCK_N"] else "BLOCK_N"
             if not (self._step_down(g, big) or self._step_down(g, "BLOCK_M" if big == "BLOCK_N" else "BLOCK_N")):
@@ -309,12 +274,15 @@ class GemmFamily(GenomeFamily):
         return self._repaired(g, genome, problem, target)
 
     # -- seeds and descriptors ------------------------------------------------------------------------
+    def _gluon_refusal(self) -> str:
+        return self.gluon_refusal or ("does not read two B tiles per K step (SwiGLU)" if self.b_tiles > 1 else "")
+
     def base(self, **values: Any) -> dict[str, Any]:
         """A plain tutorial-like genome dict (pointer loads, no persistence, no split-K) updated by `values`."""
         g = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 4, "num_stages": 3, "GROUP_M": 8,
              "raster": "row", "loop_stages": 0, "loop_unroll": 1, "warp_specialize": False,
              "persistent": False, "stream_k": False, "memory": "pointer", "split_k": 1, "epilogue_subtile": False,
-             "pad_rows": False}
+             "pad_rows": False, "backend": "triton", "consumers": 1}
         g.update(values)
         return g
 
@@ -345,6 +313,13 @@ class GemmFamily(GenomeFamily):
             self.base(BLOCK_M=16, BLOCK_N=128, BLOCK_K=128, num_stages=4, num_warps=4, split_k=8,
                       memory="host_descriptor"),
         ]
+        gluon = dict(GLUON_FIXED, backend="gluon")
+        raw += [  # the Gluon rendering's schedules (refused, and dropped, where it cannot run)
+            self.base(**gluon, BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_stages=3, num_warps=8),
+            self.base(**gluon, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_stages=4, num_warps=8),
+            self.base(**gluon, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_stages=4, num_warps=4, consumers=2),
+            self.base(**gluon, BLOCK_M=64, BLOCK_N=256, BLOCK_K=64, num_stages=3, num_warps=4, consumers=2),
+        ]
         if self.b_tiles > 1:
             # two accumulators per tile (SwiGLU): a 128x128 tile of each is the MMA work of a 128x256 one
             raw += [self.base(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_stages=s, num_warps=8, persistent=p,
@@ -368,10 +343,11 @@ class GemmFamily(GenomeFamily):
             "num_warps": Descriptor("num_warps", lambda g, r: g["num_warps"], (2.0, 4.0, 8.0), "warps"),
             "split_k": Descriptor("split_k", lambda g, r: log2(g["split_k"]), (0.0, 1.0, 2.0, 3.0, 4.0),
                                   "log2(split_k), 3 binned with 2, 6 with 4, 12 with 8", label=labels.power_of_two),
-            "structure": Descriptor("structure", _structure, (0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0),
+            "structure": Descriptor("structure", _structure, tuple(float(i) for i in range(len(STRUCTURES))),
                                     "0 pointer, 1 pointer+persistent, 2 TMA, 3 TMA+persistent, "
                                     "4 TMA+warp-specialized, 5 host TMA, 6 host TMA+persistent, "
-                                    "7 persistent+stream-K (any memory path)", label=labels.categories(STRUCTURES)),
+                                    "7 persistent+stream-K (any memory path), 8 Gluon cooperative, "
+                                    "9 Gluon ping-pong", label=labels.categories(STRUCTURES)),
             "smem_kib": Descriptor("smem_kib", lambda g, r: r["shared"] / 1024,
                                    (0.0, 32.0, 64.0, 96.0, 128.0, 160.0, 192.0), "shared memory (KiB)",
                                    needs_resources=True),

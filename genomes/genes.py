@@ -25,12 +25,18 @@ class Gene:
     group: str = "misc"
     ordered: bool = True
     doc: str = ""
+    # (value,) for a gene added after genomes were stored: the value those genomes held without naming it. A
+    # genome at that value leaves the gene out of its canonical encoding, so its hash (its identity in stores,
+    # archives and exported kernels) stays what it was, and a stored genome without the gene reads back as it.
+    implied: tuple[Any, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.values:
             raise ValueError(f"gene {self.name!r} has an empty domain")
         if len(set(self.values)) != len(self.values):
             raise ValueError(f"gene {self.name!r} has repeated values: {self.values}")
+        if len(self.implied) > 1 or (self.implied and self.implied[0] not in self.values):
+            raise ValueError(f"gene {self.name!r}: implied {self.implied} is not one value of its domain")
 
     def check(self, value: Any) -> None:
         if value not in self.values:
@@ -74,12 +80,14 @@ def PowerOfTwo(name: str, low: int, high: int, group: str = "misc", doc: str = "
     return Gene(name, tuple(values), group=group, ordered=True, doc=doc)
 
 
-def IntChoice(name: str, values: list[int] | tuple[int, ...], group: str = "misc", doc: str = "") -> Gene:
-    return Gene(name, tuple(sorted(values)), group=group, ordered=True, doc=doc)
+def IntChoice(name: str, values: list[int] | tuple[int, ...], group: str = "misc", doc: str = "",
+              implied: tuple[Any, ...] = ()) -> Gene:
+    return Gene(name, tuple(sorted(values)), group=group, ordered=True, doc=doc, implied=implied)
 
 
-def Categorical(name: str, values: list[Any] | tuple[Any, ...], group: str = "misc", doc: str = "") -> Gene:
-    return Gene(name, tuple(values), group=group, ordered=False, doc=doc)
+def Categorical(name: str, values: list[Any] | tuple[Any, ...], group: str = "misc", doc: str = "",
+                implied: tuple[Any, ...] = ()) -> Gene:
+    return Gene(name, tuple(values), group=group, ordered=False, doc=doc, implied=implied)
 
 
 def Boolean(name: str, group: str = "misc", doc: str = "") -> Gene:

@@ -39,8 +39,9 @@ def _launch_pieces(compiled):
 class BoundKernel:
     """One @triton.jit kernel with its launch options, grid and argument signature fixed: `self(*args)` launches it
     with the kernel's parameters in order (constexprs included). `descriptors` maps a parameter's position to the
-    (shape, strides, block) of a host tensor descriptor over the tensor passed there. The caller keeps one per
-    signature (shapes, dtypes, strides, 16-byte alignment of each pointer: what Triton specialises on)."""
+    (shape, strides, block) of a host tensor descriptor over the tensor passed there, or (shape, strides, block,
+    shared layout) of a Gluon kernel's. The caller keeps one per signature (shapes, dtypes, strides, 16-byte
+    alignment of each pointer: what Triton specialises on)."""
 
     jit_only = False  # True: every call through Triton's JIT (to compare the two paths)
 
@@ -57,11 +58,9 @@ class BoundKernel:
     def _jit(self, args):
         """A launch through Triton's JIT: returns the compiled kernel (None under the interpreter)."""
         if self.descriptors:
-            from triton.tools.tensor_descriptor import TensorDescriptor
-
             args = list(args)
-            for pos, (shape, strides, block) in self.descriptors:
-                args[pos] = TensorDescriptor(args[pos], list(shape), list(strides), list(block))
+            for pos, spec in self.descriptors:
+                args[pos] = _host_descriptor(args[pos], spec)
         if self.scratch:
             triton.set_allocator(_scratch_allocator)
         return self.kernel[self.grid](*args, **self.options)
@@ -80,13 +79,12 @@ class BoundKernel:
             scratch = _scratch_allocator(programs * scratch_size, scratch_align, None)
         if self.descriptors:
             from triton.backends.nvidia.driver import make_tensordesc_arg
-            from triton.tools.tensor_descriptor import TensorDescriptor
 
             metas = getattr(compiled.metadata, "tensordesc_meta", None) or [None] * len(self.descriptors)
             ordered = sorted(pos for pos, _ in self.descriptors)
             meta_of = {pos: metas[i] for i, pos in enumerate(ordered)}
             self._encode = [(pos, spec, meta_of[pos], {}) for pos, spec in self.descriptors]
-            self._make_desc, self._descriptor = make_tensordesc_arg, TensorDescriptor  # imported once, not per call
+            self._make_desc = make_tensordesc_arg  # imported once, not per call
         # the head holds the scratch buffer: it lives as long as the binding
         head = (compiled.function, coop, pdl, scratch, None, compiled.packed_metadata, None, None, None)
         self._raw = (launch, head)
@@ -98,14 +96,14 @@ class BoundKernel:
 
     def _expanded(self, args):
         args = list(args)
-        for pos, (shape, strides, block), meta, cache in self._encode:
+        for pos, spec, meta, cache in self._encode:
             t = args[pos]
             ptr = t.data_ptr()
             flat = cache.get(ptr)
             if flat is None:
                 if len(cache) >= _DESCRIPTORS_KEPT:
                     cache.clear()
-                desc = self._descriptor(t, list(shape), list(strides), list(block))
+                desc = _host_descriptor(t, spec)
                 flat = cache[ptr] = tuple(self._make_desc(desc, meta))
             args[pos:pos + 1] = flat
         return args
@@ -124,6 +122,19 @@ class BoundKernel:
         g = self.grid
         launch(g[0], g[1], g[2], torch._C._cuda_getCurrentRawStream(self.device), *head, *args)
         return None
+
+
+def _host_descriptor(t, spec):
+    """A host tensor descriptor over tensor `t`: spec (shape, strides, block) for a tl kernel, or (shape, strides,
+    block, layout) for a Gluon kernel, whose descriptors carry their shared-memory layout."""
+    shape, strides, block, *layout = spec
+    if layout:
+        from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonDescriptor
+
+        return GluonDescriptor(t, list(shape), list(strides), list(block), layout[0])
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    return TensorDescriptor(t, list(shape), list(strides), list(block))
 
 
 def _scratch_allocator(size, alignment, stream):

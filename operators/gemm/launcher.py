@@ -19,7 +19,7 @@ from operators._template import wrap as _wrap
 from operators.gemm.launcher_epilogue import epilogue_args as _epilogue_args
 from operators.gemm.launcher_epilogue import fill_epilogue
 
-__all__ = ["launcher_source", "constexpr_names", "KERNEL_NAME", "ENTRY_NAME", "CPU_NUM_SMS"]
+__all__ = ["launcher_source", "gluon_launcher_source", "constexpr_names", "KERNEL_NAME", "ENTRY_NAME", "CPU_NUM_SMS"]
 
 KERNEL_NAME = "matmul_kernel"
 ENTRY_NAME = "matmul"
@@ -49,12 +49,7 @@ def launcher_source(g: Mapping[str, Any]) -> str:
         out += (f"SK_MAX_PARTS = {SK_MAX_PARTS}  # programs that may share one stream-K tile "
                 "(bounds the partials its last program sums)\n")
     if persistent:
-        out += "\n\n" + _block(f"""
-            def _num_sms(device):
-                if device.type == "cuda":
-                    return torch.cuda.get_device_properties(device).multi_processor_count
-                return {CPU_NUM_SMS}  # CPU interpreter: a few programs still loop over several tiles
-        """, 0)
+        out += _num_sms_source()
     if g["pad_rows"]:
         out += "\n\n" + _PAD_HELPERS
     out += "\n\n" + _PLAN_HEAD
@@ -123,6 +118,47 @@ def launcher_source(g: Mapping[str, Any]) -> str:
     run.append("return run")
     out += "\n" + _block("\n".join(run), 1)
     return fill_epilogue(out + "\n\n" + _ENTRY, g)
+
+
+def _num_sms_source() -> str:
+    return "\n\n" + _block(f"""
+        def _num_sms(device):
+            if device.type == "cuda":
+                return torch.cuda.get_device_properties(device).multi_processor_count
+            return {CPU_NUM_SMS}  # CPU interpreter: a few programs still loop over several tiles
+    """, 0)
+
+
+def gluon_launcher_source(g: Mapping[str, Any]) -> str:
+    """The launcher of a Gluon rendering (operators/gemm/gluon_source.py): the plain GEMM's checks, a persistent
+    grid, and host tensor descriptors that carry their shared-memory layouts (NVMMA swizzles) into the kernel."""
+    out = ("_DTYPES = (torch.float16, torch.bfloat16)\n"
+           "_GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}\n")
+    out += "_PLANS = PlanCache()  # argument signature -> run(a, b, out): checks, grid and descriptors done once\n"
+    out += _num_sms_source() + "\n\n" + _block('''
+        def _layout(block, dtype):
+            # the widest swizzle the block's rows allow: fewest TMA and wgmma shared-memory transactions
+            return gl.NVMMASharedLayout.get_default_for(block, _GL_DTYPES[dtype])
+    ''', 0)
+    out += "\n\n" + _PLAN_HEAD.replace("fp16, bf16, fp32", "fp16, bf16") + _descriptor_checks(g)
+    out += _block(f"""
+        num_tiles = triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N)
+        grid = (min(_num_sms(device), num_tiles),)
+        blocks = ([BLOCK_M, BLOCK_K], [BLOCK_K, BLOCK_N], [BLOCK_M, BLOCK_N])
+        specs = {{0: ([M, K], [K, 1], blocks[0], _layout(blocks[0], dtype)),
+                 1: ([K, N], [N, 1], blocks[1], _layout(blocks[1], dtype)),
+                 2: ([M, N], [N, 1], blocks[2], _layout(blocks[2], dtype))}}
+        kernel = BoundKernel({KERNEL_NAME}, grid, {{"num_warps": NUM_WARPS}}, descriptors=specs)
+
+        def run(a, b, out):
+            c = out = new_out() if out is None else out
+            kernel(a, b, c, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_STAGES, CONSUMERS, NUM_WARPS)
+            return out
+
+        run.kernel = kernel  # for inspection
+        return run
+    """, 1)
+    return fill_epilogue(out + "\n\n" + _ENTRY.replace("(fp16, bf16 or fp32)", "(fp16 or bf16)"), g)
 
 
 _PAD_HELPERS = _block('''

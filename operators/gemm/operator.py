@@ -13,6 +13,7 @@ from evo.problem import DTYPES, Problem, Target
 from genomes.base import Genome, GenomeFamily, InvalidGenome
 from genomes.gemm import ELEM_BYTES, GemmFamily
 from operators.base import Baseline, Operator
+from operators.gemm.gluon_source import gluon_source
 from operators.gemm.source import ENTRY_NAME, gemm_source
 
 __all__ = ["GemmOperator"]
@@ -56,6 +57,8 @@ class GemmOperator(Operator):
         # the GPU is named by its architecture only, so H100 and H200 share one source (and compile cache)
         title = (f"GEMM kernel rendered by evo from genome {genome.hash} for {problem.key} on sm_{target.arch}.\n\n"
                  + textwrap.fill(f"Genome: {genome}", 100))
+        if genome["backend"] == "gluon":
+            return gluon_source(genome.as_dict(), title)
         return gemm_source(genome.as_dict(), title, *self._row_alignment(genome, problem), epilogue=self.epilogue)
 
     @staticmethod

@@ -19,11 +19,12 @@ from operators.gemm.header import constants as _constants
 from operators.gemm.header import summary as _summary
 from operators.gemm.launcher import ENTRY_NAME, KERNEL_NAME, constexpr_names, launcher_source
 
-__all__ = ["gemm_source", "KERNEL_NAME", "ENTRY_NAME"]
+__all__ = ["gemm_source", "tile_coords_source", "KERNEL_NAME", "ENTRY_NAME"]
 
 
 # -- program-id swizzle -----------------------------------------------------------------------------------
-def _tile_coords(g: Mapping[str, Any]) -> str:
+def tile_coords_source(g: Mapping[str, Any]) -> str:
+    """The `tile_coords` function of the genome's program-id swizzle (tile id -> pid_m, pid_n)."""
     grouped = g["GROUP_M"] > 1
     params = "tile_id, num_pid_m, num_pid_n" + (", GROUP_M: tl.constexpr" if grouped else "")
     if g["raster"] == "row" and grouped:
@@ -366,4 +367,4 @@ def gemm_source(g: Mapping[str, Any], title: str, row_align: int = 1, aligned_di
     imports = (("import weakref\n\n" if g["pad_rows"] else "")  # padded B copied once per B tensor (launcher)
                + "import torch\nimport triton\nimport triton.language as tl\n")
     return (header + "\n" + imports + "\n" + runtime_source() + "\n\n" + _constants(g) + "\n\n"
-            + _tile_coords(g) + "\n\n" + _kernel(g) + "\n\n" + launcher_source(g))
+            + tile_coords_source(g) + "\n\n" + _kernel(g) + "\n\n" + launcher_source(g))

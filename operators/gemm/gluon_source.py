@@ -1,0 +1,177 @@
+"""Gluon source for one GEMM genome with backend=gluon (genomes/gemm_gluon.py): a persistent Hopper kernel
+whose roles are warp groups of their own.
+
+- The producer, one warp with a small register budget, walks the program's tiles and their K steps, waiting
+  for a free slot of a ring of `NUM_STAGES` shared-memory buffers (its `empty` mbarrier) and filling it with
+  the A and B tiles by TMA (the copy arrives on the slot's `ready` mbarrier with its byte count).
+- Each consumer, one or two warp groups with the rest of the registers, waits on `ready`, issues the K step's
+  wgmma asynchronously, keeps one in flight, and frees the slot of the step before once its wgmma retired. At
+  the end of a tile it converts the fp32 accumulator, stages it in shared memory and stores it by TMA without
+  waiting: the store drains while the next tile's main loop runs (it is waited for only before the staging
+  buffer is written again).
+- `CONSUMERS = 2` splits the program's tiles between two one-warp-group consumers, alternately (ping-pong): the
+  ring is filled in tile order, so one consumer's main loop runs while the other converts and stores.
+Every index into the ring follows from the step's position in the program's sequence of K steps, the same
+count in the producer and the consumers, so the mbarrier phases need no other shared state.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Mapping
+from typing import Any
+
+from evo.launch import runtime_source
+from operators.gemm.header import summary as _summary
+from operators.gemm.launcher import ENTRY_NAME, KERNEL_NAME, gluon_launcher_source
+from operators.gemm.source import tile_coords_source
+
+__all__ = ["gluon_source", "PRODUCER_REGS", "CONSUMER_REGS"]
+
+PRODUCER_REGS = 40  # registers per thread of the producer warp: it holds only indices and barrier phases
+CONSUMER_REGS = 232  # of a second consumer warp group (the first gets what the kernel's budget leaves)
+
+_IMPORTS = """\
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+# the TMA copies as Triton 3.9 names them, or as 3.6 (the older names are gone from 3.9)
+tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
+"""
+
+_PARTITIONS = '''
+@gluon.jit
+def load_partition(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, BLOCK_M: gl.constexpr,
+                   BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr, NUM_STAGES: gl.constexpr):
+    """The producer: every K step of every tile of this program, in order, into the next slot of the ring."""
+    num_pid_m = gl.cdiv(M, BLOCK_M)
+    num_pid_n = gl.cdiv(N, BLOCK_N)
+    k_tiles = gl.cdiv(K, BLOCK_K)
+    step = 0
+    for tile_id in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):
+        CALL_COORDS
+        for kk in range(k_tiles):
+            slot = step % NUM_STAGES
+            # wait for the slot's previous tile to be consumed (a fresh barrier passes the first round)
+            mbarrier.wait(empty.index(slot), ((step // NUM_STAGES) & 1) ^ 1)
+            mbarrier.expect(ready.index(slot), a_desc.block_type.nbytes + b_desc.block_type.nbytes)
+            tma_load(a_desc, [pid_m * BLOCK_M, kk * BLOCK_K], ready.index(slot), a_bufs.index(slot))
+            tma_load(b_desc, [kk * BLOCK_K, pid_n * BLOCK_N], ready.index(slot), b_bufs.index(slot))
+            step += 1
+
+
+@gluon.jit
+def mma_partition(c_desc, a_bufs, b_bufs, c_bufs, ready, empty, M, N, K, BLOCK_M: gl.constexpr,
+                  BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr, NUM_STAGES: gl.constexpr,
+                  CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr, WARPS: gl.constexpr):
+    """A consumer: tiles CONSUMER, CONSUMER + CONSUMERS, ... of this program, by asynchronous wgmma."""
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
+                                                         instr_shape=[16, BLOCK_N, 16])
+    c_smem = c_bufs.index(CONSUMER)
+    num_pid_m = gl.cdiv(M, BLOCK_M)
+    num_pid_n = gl.cdiv(N, BLOCK_N)
+    k_tiles = gl.cdiv(K, BLOCK_K)
+    pid = gl.program_id(0)
+    programs = gl.num_programs(0)
+    for tile_id in range(pid + CONSUMER * programs, num_pid_m * num_pid_n, CONSUMERS * programs):
+        CALL_COORDS
+        step = (tile_id - pid) // programs * k_tiles  # this tile's first K step in the program's sequence
+        acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, acc_layout)
+        for kk in range(k_tiles):
+            slot = step % NUM_STAGES
+            mbarrier.wait(ready.index(slot), (step // NUM_STAGES) & 1)
+            acc = warpgroup_mma(a_bufs.index(slot), b_bufs.index(slot), acc, is_async=True)
+            # at most one wgmma in flight: the previous step's has retired, so its slot is free again
+            acc = warpgroup_mma_wait(1, deps=(acc, a_bufs.index(slot), b_bufs.index(slot)))[0]
+            mbarrier.arrive(empty.index((step + NUM_STAGES - 1) % NUM_STAGES), count=1, pred=kk > 0)
+            step += 1
+        acc = warpgroup_mma_wait(0, deps=(acc,))
+        mbarrier.arrive(empty.index((step + NUM_STAGES - 1) % NUM_STAGES), count=1)
+        tma.store_wait(0)  # the previous tile's store has left the staging buffer
+        c_smem.store(acc.to(c_desc.dtype))
+        fence_async_shared()
+        tma_store(c_desc, [pid_m * BLOCK_M, pid_n * BLOCK_N], c_smem)
+    tma.store_wait(0)
+
+
+@gluon.jit
+def KERNEL(a_desc, b_desc, c_desc, M, N, K, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+    BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr, NUM_STAGES: gl.constexpr, CONSUMERS: gl.constexpr,
+    CONSUMER_WARPS: gl.constexpr):
+    """Shared memory and mbarriers for every role, then the roles: consumer 0 in this kernel's own warps, the
+    other consumer and the producer in warps of their own."""
+    dtype: gl.constexpr = a_desc.dtype
+    a_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_M, BLOCK_K], a_desc.layout)
+    b_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_K, BLOCK_N], b_desc.layout)
+    c_bufs = gl.allocate_shared_memory(dtype, [CONSUMERS, BLOCK_M, BLOCK_N], c_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(NUM_STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=1)
+    gl.warp_specialize(PARTITIONS)
+'''
+
+
+def _coords_call(g: Mapping[str, Any]) -> str:
+    """The call that sets pid_m and pid_n (GROUP_M reaches every role as a constexpr; used where it is > 1)."""
+    return f"pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n{', GROUP_M' if g['GROUP_M'] > 1 else ''})"
+
+
+def _partitions(g: Mapping[str, Any]) -> str:
+    """The gl.warp_specialize call: consumer 0 (the default partition), consumer 1 if any, the producer."""
+    loader = ("(load_partition, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, BLOCK_M, BLOCK_N,\n"
+              "                         BLOCK_K, GROUP_M, NUM_STAGES))")
+    consumers = [("(mma_partition, (c_desc, a_bufs, b_bufs, c_bufs, ready, empty, M, N, K, BLOCK_M, BLOCK_N, "
+                  f"BLOCK_K,\n                        GROUP_M, NUM_STAGES, {i}, CONSUMERS, "
+                  f"{'CONSUMER_WARPS' if i == 0 else 4}))") for i in range(g["consumers"])]
+    warps = [4] * (g["consumers"] - 1) + [1]
+    regs = ["CONSUMER_REGS"] * (g["consumers"] - 1) + ["PRODUCER_REGS"]
+    items = "".join(f"        {p},\n" for p in consumers + [loader])
+    return f"[\n{items}    ], {warps}, [{', '.join(regs)}]"
+
+
+def _kernel(g: Mapping[str, Any]) -> str:
+    regs = f"CONSUMER_REGS: gl.constexpr = {CONSUMER_REGS}\n    PRODUCER_REGS: gl.constexpr = {PRODUCER_REGS}\n"
+    specialize = "    " + regs + "    gl.warp_specialize(" + _partitions(g) + ")"
+    text = (_PARTITIONS.replace("KERNEL", KERNEL_NAME).replace("CALL_COORDS", _coords_call(g))
+            .replace("    gl.warp_specialize(PARTITIONS)", specialize))
+    return text.strip("\n") + "\n"
+
+
+def _constants(g: Mapping[str, Any]) -> str:
+    rows = [("BLOCK_M", g["BLOCK_M"], "rows of C per tile"), ("BLOCK_N", g["BLOCK_N"], "columns of C per tile"),
+            ("BLOCK_K", g["BLOCK_K"], "depth of one K step")]
+    unit = "rows" if g["raster"] == "row" else "columns"
+    rows.append(("GROUP_M", g["GROUP_M"], f"tile-{unit} per swizzle group" if g["GROUP_M"] > 1 else "no grouping"))
+    rows += [("NUM_STAGES", g["num_stages"], "slots of the producer's ring of A and B tiles"),
+             ("CONSUMERS", g["consumers"], "MMA consumers: 1 on every tile, 2 on alternate tiles (ping-pong)"),
+             ("NUM_WARPS", g["num_warps"], "warps of the first consumer (the producer's warp is added)")]
+    width = max(len(f"{n} = {v}") for n, v, _ in rows)
+    return "".join(f"{f'{n} = {v}':<{width}}  # {why}\n" for n, v, why in rows)
+
+
+def gluon_source(g: Mapping[str, Any], title: str) -> str:
+    """The whole module for Gluon genome values `g`; `title` opens its docstring (names the genome)."""
+    g = {**g, "epilogue": None}
+    what = textwrap.fill(f"C[M, N] = A[M, K] @ B[K, N], row-major, fp32 accumulation: {_summary(g)}.", 100)
+    roles = textwrap.fill(
+        "Rendered with Gluon: a one-warp TMA producer fills a ring of shared-memory slots guarded by mbarriers; "
+        + ("one consumer of NUM_WARPS warps runs every tile's wgmma" if g["consumers"] == 1 else
+           "two one-warp-group consumers take alternate tiles (ping-pong)")
+        + "; each tile's TMA store overlaps the next tile's main loop.", 100)
+    header = (f'"""{title}\n\n{what}\n{roles}\nCall {ENTRY_NAME}(a, b, out=None) for fp16 or bf16 operands whose '
+              'rows are 16-byte multiples, on an sm_90 GPU.\n"""\n')
+    coords = tile_coords_source(g).replace("@triton.jit", "@gluon.jit").replace("tl.", "gl.")
+    return (header + "\n" + _IMPORTS + "\n" + runtime_source() + "\n\n" + _constants(g) + "\n\n" + coords
+            + "\n\n" + _kernel(g) + "\n\n" + gluon_launcher_source(g))

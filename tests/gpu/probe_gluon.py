@@ -1,0 +1,124 @@
+"""GPU probe: the Gluon rendering of the GEMM genome (backend=gluon) against cuBLAS and evo's Triton rendering.
+
+For each shape (bf16 unless given), in one process on one GPU: every valid Gluon genome of a small grid (tiles,
+ring depth, warps, one or two consumers), each checked on a NaN-poisoned output against the fp32 reference and
+timed interleaved with cuBLAS (evo.evaluate.timing: L2 flushed, CUDA events, medians); then the best three
+Gluon kernels, evo's Triton seeds that won large shapes before (persistent host-TMA 128x256) and cuBLAS timed
+together. Writes $EVO_OUT/probe_gluon.json after every shape and prints a table last.
+
+    python tests/gpu/probe_gluon.py [MxNxK[:dtype] ...]
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+try:
+    import pytest
+
+    pytestmark = pytest.mark.gpu
+except ImportError:  # the GPU machine may run this file as a plain script without pytest
+    pytest = None
+
+DEFAULT_SHAPES = ["4096x4096x4096", "8192x8192x8192", "3000x3000x3000", "2048x14336x4096", "2048x4096x14336",
+                  "1024x1024x32768"]
+TRITON_SEEDS = [dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_stages=3, num_warps=8, persistent=True,
+                     memory="host_descriptor", epilogue_subtile=True),
+                dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_stages=3, num_warps=8, memory="host_descriptor")]
+
+
+def _gluon_grid(op: Any, problem: Any, target: Any) -> list[dict[str, Any]]:
+    from genomes.gemm_gluon import GLUON_FIXED
+
+    out = []
+    for bm, bn, bk, st, w, c in itertools.product((64, 128, 256), (128, 256), (64, 128), (2, 3, 4, 5), (4, 8), (1, 2)):
+        values = {**op.family.base(), **GLUON_FIXED, "backend": "gluon", "BLOCK_M": bm, "BLOCK_N": bn,
+                  "BLOCK_K": bk, "num_stages": st, "num_warps": w, "consumers": c}
+        if not op.family.violations(op.family.make(values), problem, target):
+            out.append(values)
+    return out
+
+
+def probe(spec: str) -> dict[str, Any]:
+    import torch
+
+    import operators
+    from evo.evaluate.modules import load_source
+    from evo.evaluate.timing import time_interleaved
+    from evo.problem import Target
+    from tests.gpu.probe_ragged import _check
+
+    shape_text, _, dtype = spec.partition(":")
+    op, target = operators.get("gemm"), Target.from_torch()
+    problem = op.problem(tuple(int(x) for x in shape_text.split("x")), dtype or "bf16")
+    a, b = op.make_inputs(problem, 0, device="cuda")
+    cublas = lambda: torch.matmul(a, b)  # noqa: E731
+    tflops = lambda ms: op.flops(problem) / ms / 1e9  # noqa: E731
+    print(f"== {problem.key}", file=sys.stderr, flush=True)
+    rows: list[dict[str, Any]] = []
+    modules: dict[str, Any] = {}
+    candidates = [("gluon", v) for v in _gluon_grid(op, problem, target)]
+    candidates += [("triton", {**op.family.base(), **v}) for v in TRITON_SEEDS]
+    for kind, values in candidates:
+        genome = op.family.make(values)
+        entry: dict[str, Any] = {"kind": kind, "genome": genome.as_dict(), "hash": genome.hash}
+        try:
+            module = load_source(op.render(genome, problem, target))
+            entry["status"], entry["err"] = _check(op, module.matmul, problem)
+        except Exception as exc:  # noqa: BLE001 - a probe reports and goes on
+            entry["status"] = f"error: {type(exc).__name__}: {str(exc)[-300:]}"
+        if entry["status"] == "ok":
+            out = torch.empty((a.shape[0], b.shape[1]), device="cuda", dtype=a.dtype)
+            fn = lambda m=module, o=out: m.matmul(a, b, out=o)  # noqa: E731
+            t = time_interleaved([cublas, fn], reps=20)
+            entry["ms"], entry["vs_cublas"] = t[1].median_ms, t[0].median_ms / t[1].median_ms
+            modules[genome.hash] = fn
+        g = genome.as_dict()
+        print(f"   {kind:6s} {g['BLOCK_M']}x{g['BLOCK_N']}x{g['BLOCK_K']} st{g['num_stages']} w{g['num_warps']} "
+              f"c{g['consumers']}: {entry['status'][:120]} {entry.get('vs_cublas', 0):.3f}", file=sys.stderr,
+              flush=True)
+        rows.append(entry)
+    ranked = {k: sorted((e for e in rows if "ms" in e and e["kind"] == k), key=lambda e: e["ms"])
+              for k in ("gluon", "triton")}
+    final = {"cublas": cublas}
+    for kind, best in ranked.items():
+        for i, e in enumerate(best[:3 if kind == "gluon" else 1]):
+            final[f"{kind}{i}"] = modules[e["hash"]]
+    timings = time_interleaved(list(final.values()), reps=50)
+    base = timings[0].median_ms
+    return {"problem": problem.key, "gpu": torch.cuda.get_device_name(),
+            "final_ms": {k: t.median_ms for k, t in zip(final, timings, strict=True)},
+            "final_tflops": {k: round(tflops(t.median_ms), 1) for k, t in zip(final, timings, strict=True)},
+            "final_vs_cublas": {k: round(base / t.median_ms, 3) for k, t in zip(final, timings, strict=True)},
+            "best": {k: v[:3] for k, v in ranked.items()}, "tried": len(rows),
+            "wrong": [e for e in rows if e["status"] not in ("ok",)], "rows": rows}
+
+
+def main(argv: list[str]) -> int:
+    import os
+
+    if __package__ in (None, ""):
+        sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    out = Path(os.environ.get("EVO_OUT") or "/tmp")
+    out.mkdir(parents=True, exist_ok=True)
+    results = []
+    for spec in [a for a in argv if not a.startswith("--")] or DEFAULT_SHAPES:
+        results.append(probe(spec))
+        (out / "probe_gluon.json").write_text(json.dumps(results, indent=1))
+    for r in results:
+        print(f"{r['problem']:28s} " + "  ".join(f"{k}={v:.3f}" for k, v in r["final_vs_cublas"].items())
+              + f"  (TFLOP/s {r['final_tflops']}; {len(r['wrong'])} of {r['tried']} not ok)")
+        for kind, best in r["best"].items():
+            if best:
+                g = best[0]["genome"]
+                print(f"   best {kind}: {g['BLOCK_M']}x{g['BLOCK_N']}x{g['BLOCK_K']} st{g['num_stages']} "
+                      f"w{g['num_warps']} c{g['consumers']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
