@@ -187,12 +187,16 @@ class GenomeFamily:
         """The (gene, implied value) pairs a genome of this family leaves out of its canonical encoding."""
         return tuple((name, gene.implied[0]) for name, gene in sorted(self.genes.items()) if gene.implied)
 
+    def complete(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """`values` with every gene it does not name that has an implied value (one added to the family after
+        genomes were stored) at that value: a stored genome's genes as the family has them now."""
+        return {**{name: gene.implied[0] for name, gene in self.genes.items() if gene.implied}, **values}
+
     def from_canonical(self, text: str | Mapping[str, Any]) -> Genome:
         d = json.loads(text) if isinstance(text, str) else dict(text)
         if d.get("family") != self.name:
             raise InvalidGenome(f"genome of family {d.get('family')!r} given to family {self.name!r}")
-        implied = {name: gene.implied[0] for name, gene in self.genes.items() if gene.implied}
-        return self.make({**implied, **d["genes"]})
+        return self.make(self.complete(d["genes"]))
 
     def is_valid(self, genome: Genome, problem: Problem, target: Target) -> bool:
         return not self.violations(genome, problem, target)

@@ -42,7 +42,7 @@ def _gene_value(values: tuple, value: object) -> float:
 
 def genome_features(family: GenomeFamily, genome: Genome | dict) -> list[float]:
     """One number per gene of `family`, in gene-name order."""
-    values = genome.as_dict() if isinstance(genome, Genome) else genome
+    values = family.complete(genome.as_dict() if isinstance(genome, Genome) else genome)
     return [_gene_value(family.genes[name].values, values.get(name)) for name in sorted(family.genes)]
 
 

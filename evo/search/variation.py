@@ -40,6 +40,7 @@ def coerce(family: GenomeFamily, genome: Genome | str | Mapping[str, Any]) -> Ge
         values = genome.as_dict()
     else:
         values = (json.loads(genome) if isinstance(genome, str) else dict(genome))["genes"]
+    values = family.complete(values)  # genes added since the genome was stored, at the value it held
     if set(values) != set(family.genes):
         raise InvalidGenome(f"{family.name}: genome with genes {sorted(values)} is not of this family")
     return family.make({k: family.genes[k].nearest(v) for k, v in values.items()})

@@ -30,10 +30,11 @@ def genome(**values):
 
 
 def test_genes_and_groups():
-    assert len(FAMILY.genes) == 16
+    assert len(FAMILY.genes) == 18
     groups = FAMILY.groups()
     assert groups["tile"] == ["BLOCK_M", "BLOCK_N", "BLOCK_K"]
-    assert set(groups["structure"]) == {"persistent", "stream_k", "memory", "split_k", "epilogue_subtile", "pad_rows"}
+    assert set(groups["structure"]) == {"persistent", "stream_k", "memory", "split_k", "epilogue_subtile", "pad_rows",
+                                        "backend"}
     assert sorted(n for names in groups.values() for n in names) == sorted(FAMILY.genes)
 
 

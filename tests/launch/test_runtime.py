@@ -85,7 +85,7 @@ def test_a_bound_launch_expands_descriptors_once_per_address(monkeypatch):
     kernel.device, kernel._tried = 0, True
     kernel._raw = (lambda *args: launched.append(args), ("fn", "head"))
     kernel._encode = [(1, ([4, 8], [8, 1], [2, 8]), None, {})]
-    kernel._descriptor = lambda t, shape, strides, block: (t, shape, strides, block)
+    monkeypatch.setattr(runtime, "_host_descriptor", lambda t, spec: (t, *spec))
 
     def make_desc(desc, meta):
         encoded.append(desc)
@@ -99,3 +99,21 @@ def test_a_bound_launch_expands_descriptors_once_per_address(monkeypatch):
     kernel("z", b, 7)
     assert launched[0] == (3, 1, 1, 77, "fn", "head", "x", "map", 4, 8, 8, 1, 5)
     assert launched[1][-1] == 6 and len(encoded) == 2  # a's descriptor encoded once, b's once
+
+
+def test_host_descriptors_of_tl_and_gluon_kernels():
+    """A (shape, strides, block) spec makes tl's host descriptor; one with a shared layout makes Gluon's, which
+    carries the layout into the kernel (its NVMMA swizzle)."""
+    pytest.importorskip("triton.experimental.gluon")
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonDescriptor
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    from evo.launch import runtime
+
+    t = torch.zeros(64, 128, dtype=torch.float16)
+    plain = runtime._host_descriptor(t, ([64, 128], [128, 1], [16, 64]))
+    assert type(plain) is TensorDescriptor and list(plain.block_shape) == [16, 64]
+    layout = gl.NVMMASharedLayout.get_default_for([16, 64], gl.float16)
+    gluon = runtime._host_descriptor(t, ([64, 128], [128, 1], [16, 64], layout))
+    assert type(gluon) is GluonDescriptor and gluon.layout == layout and list(gluon.block_shape) == [16, 64]

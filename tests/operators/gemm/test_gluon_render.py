@@ -1,0 +1,95 @@
+"""The Gluon backend of the GEMM genome on the CPU: where it is valid, how repair moves into it and out, that
+genes added later leave stored genomes' identities alone, what the rendering holds, and that every seed
+compiles for sm_90 through the product's own ahead-of-time compile (the interpreter runs no Gluon; the GPU
+sample, tests/gpu/test_gemm_sample.py, checks their results)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import operators
+from evo.problem import HOPPER, Target
+from genomes.gemm_gluon import GLUON_FIXED, gluon_smem
+from tests.operators.hopper_compile import compile_for_hopper
+
+OP = operators.get("gemm")
+FAMILY = OP.family
+SQUARE = OP.problem((4096, 4096, 4096), "bf16")
+
+
+def gluon(**values):
+    return FAMILY.make(FAMILY.base(**{**GLUON_FIXED, "backend": "gluon", **values}))
+
+
+def test_gluon_is_valid_on_hopper_for_fp16_and_bf16_with_aligned_rows_only():
+    g = gluon(BLOCK_M=128, BLOCK_N=256, num_warps=8, num_stages=3)
+    assert FAMILY.violations(g, SQUARE, HOPPER) == []
+    assert FAMILY.violations(g, OP.problem((4096, 4096, 4096), "fp16"), HOPPER) == []
+    assert any("fp32" in r for r in FAMILY.violations(g, OP.problem((4096, 4096, 4096), "fp32"), HOPPER))
+    ampere = Target(name="a100", arch=80, num_sms=108, smem_bytes=166912)
+    assert any("sm_80" in r for r in FAMILY.violations(g, SQUARE, ampere))
+    assert any("16-byte" in r for r in FAMILY.violations(g, OP.problem((4096, 4095, 4096), "bf16"), HOPPER))
+    assert any("holds persistent=True" in r for r in FAMILY.violations(g.replace(persistent=False), SQUARE, HOPPER))
+    assert any("power-of-two" in r for r in FAMILY.violations(g.replace(BLOCK_N=192), SQUARE, HOPPER))
+    assert any("num_warps=4" in r for r in FAMILY.violations(g.replace(consumers=2), SQUARE, HOPPER))
+    assert any("shared memory" in r for r in FAMILY.violations(g.replace(num_stages=5), SQUARE, HOPPER))
+    assert any("Gluon rendering" in r for r in FAMILY.violations(FAMILY.make(FAMILY.base(consumers=2)), SQUARE,
+                                                                 HOPPER))
+    fused = operators.get("gemm+bias")
+    assert any("fused epilogue" in r for r in fused.family.violations(g, SQUARE, HOPPER))
+
+
+def test_repair_moves_a_genome_into_the_gluon_region_or_back_to_triton():
+    rng = np.random.default_rng(0)
+    raw = FAMILY.make(FAMILY.base(backend="gluon", BLOCK_M=32, BLOCK_N=192, num_warps=2, split_k=4, consumers=2))
+    fixed = FAMILY.repair(raw, SQUARE, HOPPER, rng)
+    assert fixed["backend"] == "gluon" and fixed["consumers"] == 2 and fixed["num_warps"] == 4
+    assert all(fixed[k] == v for k, v in GLUON_FIXED.items()) and fixed["BLOCK_N"] == 128 and fixed["BLOCK_M"] >= 64
+    for problem in (OP.problem((4096, 4096, 4096), "fp32"), OP.problem((16, 4096, 4096), "bf16")):
+        back = FAMILY.repair(raw, problem, HOPPER, rng)
+        assert back["backend"] == "triton" and back["consumers"] == 1
+    for _ in range(200):  # random genomes repaired for the square are valid, and half of them are Gluon's
+        g = FAMILY.random(rng, SQUARE, HOPPER)
+        assert FAMILY.violations(g, SQUARE, HOPPER) == []
+    seeds = FAMILY.seeds(SQUARE, HOPPER)
+    assert {(g["consumers"], g["num_warps"]) for g in seeds if g["backend"] == "gluon"} == {(1, 8), (2, 4)}
+
+
+def test_genes_added_later_keep_stored_genomes_and_their_hashes():
+    triton = FAMILY.make(FAMILY.base())
+    genes = json.loads(triton.canonical())["genes"]
+    assert "backend" not in genes and "consumers" not in genes  # encoded as before the genes existed
+    stored = json.dumps({"family": "gemm", "genes": genes})
+    assert FAMILY.from_canonical(stored) == triton and FAMILY.from_canonical(stored).hash == triton.hash
+    g = gluon(consumers=2)
+    assert json.loads(g.canonical())["genes"]["backend"] == "gluon" and FAMILY.from_canonical(g.canonical()) == g
+    assert FAMILY.complete({"BLOCK_M": 64})["consumers"] == 1
+
+
+def test_the_structure_cell_names_the_gluon_schedule():
+    structure = FAMILY.descriptors()["structure"]
+    assert structure.fn(gluon(num_warps=8), {}) == 8.0 and structure.fn(gluon(consumers=2), {}) == 9.0
+    assert structure.fn(json.loads(FAMILY.make(FAMILY.base()).canonical())["genes"], {}) == 0.0
+
+
+@pytest.mark.parametrize("consumers, warps", [(1, 8), (2, 4)])
+def test_the_rendering_holds_the_roles_its_genome_names(consumers, warps):
+    g = gluon(BLOCK_M=128, BLOCK_N=128, num_warps=warps, num_stages=4, consumers=consumers)
+    source = OP.render(g, SQUARE, HOPPER)
+    compile(source, "gluon_gemm.py", "exec")
+    assert "\n@triton.jit" not in source and source.count("\n@gluon.jit") == 4
+    assert "gl.warp_specialize(" in source and source.count("(mma_partition, (") == consumers
+    assert f"CONSUMERS = {consumers}" in source and "(load_partition, (" in source
+    assert "import triton.language" not in source  # Gluon only: no tl kernel rides along
+
+
+def test_every_gluon_seed_compiles_for_hopper_within_its_shared_memory_estimate(tmp_path):
+    seeds = [g for g in FAMILY.seeds(SQUARE, HOPPER) if g["backend"] == "gluon"]
+    cases = [("gemm", g.as_dict(), SQUARE.sizes, "bf16") for g in seeds]
+    results = compile_for_hopper(cases, tmp_path, timeout_s=600)
+    for g, r in zip(seeds, results, strict=True):
+        assert r["status"] == "ok", (r["genome"], r["reason"])
+        assert abs(r["shared"] - gluon_smem(g.as_dict(), "bf16")) <= 1024, (r["genome"], r["shared"])
