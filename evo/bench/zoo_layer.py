@@ -12,6 +12,14 @@ prints the table last; exit status 1 when an output is outside its tolerance.
 
 Without a GPU it refuses in one line (exit status 2) unless `--device cpu` is given: then only the eager ways
 run (the zoo's kernels in the Triton interpreter, as the tests do), compile and graphs recorded as needing CUDA.
+
+`--profile`: after all the timings, where each token count's time goes (evo.bench.zoo_profile): torch.profiler
+over a few calls of each way that ran (its call path, as the call clock times it) and, on a GPU, over a CUDA graph's
+replay of `compile` and `zoo_compile` (as `compile_graph`, `zoo_compile_graph`). Each layer row of zoo.json gets
+`profile`: way -> {kernel_us_per_call, call_us (the bench's own clock), buckets: evo / gemm / attention / norm /
+elementwise/other -> us, kernels: the 15 largest by name with us and count per call, the rest as "other"}, and
+`profile_failures`: way -> one-line reason (a profile that fails never stops the bench); zoo.md gets a section
+"Where the time goes" and stderr a table per T. On the CPU the "kernels" are the top-level operators.
 """
 
 from __future__ import annotations
@@ -19,20 +27,24 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from evo.bench.entrants import versions
 from evo.bench.zoo_layer_results import WAYS, to_markdown, write_zoo
+from evo.bench.zoo_profile import EVO_KERNELS, bucket_table, evo_kernel_names, profile_calls, profile_graph
 from evo.experiment.oneline import one_line
 
-__all__ = ["TOLERANCE", "build_parser", "measure_layer", "main"]
+__all__ = ["TOLERANCE", "build_parser", "measure_layer", "profile_layer", "main"]
 
 # bf16 and fp16: gemm_epilogue's tolerances (a layer's output is a residual plus a few such GEMMs' sums); fp32:
 # the GPU's tl.dot rounds fp32 operands to tf32 (11 bits) where the plain layer's matmuls stay fp32, as there.
 TOLERANCE = {"bf16": 1.5e-2, "fp16": 3e-3, "fp32": 3e-3}
 COMPILE_MODE = "max-autotune-no-cudagraphs"  # CUDA graphs are the graph clock's to add, not Inductor's
 NEEDS_CUDA = "needs CUDA"
+PROFILE_CALLS = 5  # profiled calls per way, after one unprofiled warm-up call
+GRAPH_WAYS = ("compile", "zoo_compile")  # also profiled through a CUDA graph's replay (the graph clock's path)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,6 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of the weights; the input of T uses seed + T [0]")
     p.add_argument("--context", type=int, default=0,
                    help="tokens in the layer's KV cache, as `evo zoo --context` planned the zoo [0]")
+    p.add_argument("--profile", action="store_true",
+                   help="after all the timings, each way's kernels by name and bucket (torch.profiler) into zoo.json")
     return p
 
 
@@ -74,6 +88,26 @@ def _capture_error(fn: Callable[[], Any]) -> str:
     return "CUDA graph capture failed while timing"
 
 
+def _input(plain: Any, tokens: int, dtype: str, device: str, seed: int) -> Any:
+    """The seeded input x [T, hidden] of token count T."""
+    import torch
+
+    from evo.problem import DTYPES
+
+    gen = torch.Generator().manual_seed(seed + tokens)
+    return torch.randn(tokens, plain.spec.hidden_size, generator=gen).to(getattr(torch, DTYPES[dtype])).to(device)
+
+
+def _modules(plain: Any, patched: Any, cuda: bool) -> dict[str, Any]:
+    """Way -> the module it calls (None: the way needs CUDA); the compiled ways compile afresh at their first call."""
+    import torch
+
+    if cuda:
+        torch._dynamo.reset()  # each T compiles afresh, as operators/gemm/baselines.py does per shape
+    return {"eager": plain, "compile": _compiled(plain) if cuda else None,
+            "zoo_eager": patched, "zoo_compile": _compiled(patched) if cuda else None}
+
+
 def measure_layer(plain: Any, patched: Any, tokens: int, dtype: str, device: str, seed: int = 0,
                   rounds: int = 7) -> dict[str, Any]:
     """One token count's row of zoo.json: the eight times, the errors against the plain eager layer, failures."""
@@ -81,19 +115,14 @@ def measure_layer(plain: Any, patched: Any, tokens: int, dtype: str, device: str
 
     from evo.evaluate.check import relative_error
     from evo.evaluate.clocks import call_ms, graph_ms
-    from evo.problem import DTYPES
 
     cuda = device == "cuda"
-    gen = torch.Generator().manual_seed(seed + tokens)
-    x = torch.randn(tokens, plain.spec.hidden_size, generator=gen).to(getattr(torch, DTYPES[dtype])).to(device)
+    x = _input(plain, tokens, dtype, device, seed)
     row: dict[str, Any] = {"tokens": tokens}
     failures: dict[str, str] = {}
     fns: dict[str, Callable[[], Any]] = {}
     errors: dict[str, float] = {}
-    if cuda:
-        torch._dynamo.reset()  # each T compiles afresh, as operators/gemm/baselines.py does per shape
-    modules = {"eager": plain, "compile": _compiled(plain) if cuda else None,
-               "zoo_eager": patched, "zoo_compile": _compiled(patched) if cuda else None}
+    modules = _modules(plain, patched, cuda)
     with torch.no_grad():
         ref = plain(x)
         for way in WAYS:
@@ -139,6 +168,39 @@ def measure_layer(plain: Any, patched: Any, tokens: int, dtype: str, device: str
     row["within_tolerance"] = row["max_rel_error"] is None or row["max_rel_error"] <= TOLERANCE[dtype]
     row["failures"] = failures
     return row
+
+
+def profile_layer(plain: Any, patched: Any, row: dict[str, Any], dtype: str, device: str, seed: int = 0,
+                  evo_names: frozenset[str] = EVO_KERNELS) -> None:
+    """Add `profile` (way -> its kernels per call beside the bench's time of it) and `profile_failures` (way -> one
+    line) to a token count's row, for each way that ran its timings and, on a GPU, compile's and zoo_compile's
+    graph replays (`compile_graph`, `zoo_compile_graph`). Run it after all token counts' timings: once the profiler
+    has run, CUPTI stays attached and launches cost more (a layer call 1.19 -> 1.28 ms, a small kernel's 9.4 ->
+    12.7 us; H100, torch 2.11, 2026-11-25), so the compiled ways compile again here (Inductor's caches make that
+    quick)."""
+    import torch
+
+    cuda = device == "cuda"
+    x = _input(plain, row["tokens"], dtype, device, seed)
+    modules = _modules(plain, patched, cuda)
+    ran = [w for w in WAYS if modules[w] is not None and w not in row["failures"]]
+    runs = [(w, w, False) for w in ran] + [(f"{w}_graph", w, True) for w in GRAPH_WAYS if cuda and w in ran]
+    row["profile"], row["profile_failures"] = {}, {}
+    with torch.no_grad():
+        for name, way, graph in runs:
+            fn = partial(modules[way], x)  # what fns[way] of measure_layer calls
+            try:
+                if graph:
+                    summary = profile_graph(fn, calls=PROFILE_CALLS, evo_names=evo_names)
+                else:  # the warm-up call compiles a compiled way
+                    summary = profile_calls(fn, calls=PROFILE_CALLS, device=device, evo_names=evo_names)
+            except Exception as e:  # a profile is an aside: its failure is recorded, the bench goes on
+                if cuda:
+                    torch.cuda.synchronize()
+                row["profile_failures"][name] = _reason(e)
+                continue
+            ms = row.get(f"{name}_ms")
+            row["profile"][name] = {**summary, "call_us": None if ms is None else round(ms * 1e3, 3)}
 
 
 def _setup(args: argparse.Namespace) -> tuple[Any, dict[str, Callable[..., Any]], list[int]]:
@@ -200,6 +262,13 @@ def main(argv: list[str] | None = None) -> int:
         json_path, _ = write_zoo(doc, args.out)
         print(f"T={t}: " + ", ".join(f"{w} {row[f'{w}_ms']:.4g} ms" for w in WAYS if row[f"{w}_ms"] is not None)
               + f"; error {row['max_rel_error']} (tolerance {row['tolerance']:g})", file=sys.stderr)
+    if args.profile:  # after all the timings (profile_layer says why)
+        evo_names = evo_kernel_names(Path(args.zoo_module).read_text())
+        for row in doc["layers"]:
+            profile_layer(plain, patched, row, args.dtype, args.device, seed=args.seed, evo_names=evo_names)
+            json_path, _ = write_zoo(doc, args.out)
+            print(f"T={row['tokens']}, microseconds per layer call:\n{bucket_table(row['profile'])}"
+                  + "".join(f"\n  {w}: {why}" for w, why in row["profile_failures"].items()), file=sys.stderr)
     print(to_markdown(doc), end="")
     wrong = [r["tokens"] for r in doc["layers"] if not r["within_tolerance"]]
     if wrong:

@@ -6,8 +6,12 @@
                  "eager_graph_ms": ..., "compile_graph_ms": ..., "zoo_eager_graph_ms": ...,
                  "zoo_compile_graph_ms": ..., "errors": {"compile": ..., "zoo_eager": ..., "zoo_compile": ...},
                  "max_rel_error": ..., "tolerance": 0.015, "within_tolerance": true,
-                 "failures": {"compile_graph": "one line why", ...}}, ...]}
+                 "failures": {"compile_graph": "one line why", ...},
+                 "profile": {"eager": {"kernel_us_per_call": ..., "call_us": ..., "buckets": {"gemm": ..., ...},
+                                       "kernels": [{"name": ..., "us": ..., "count": ...}, ...]}, ...},
+                 "profile_failures": {"compile_graph": "one line why", ...}}, ...]}
 
+`profile` and `profile_failures` only with `--profile` (evo.bench.zoo_profile: microseconds per layer call).
 Times are milliseconds per layer call (None where the way failed: its reason is in `failures`). The errors are
 ||out - ref|| / ||ref|| in fp32 against the plain eager layer's output. Issue 29's goals, per token count: the
 zoo under torch.compile and CUDA graphs >= 1.10x torch.compile under graphs, and the patched layer in eager code
@@ -20,6 +24,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from evo.bench.zoo_profile import profile_markdown
 from evo.store.atomic_file import write_atomic
 from evo.zoo.goals import GOALS, TIME_KEYS, WAYS, speedup
 
@@ -63,4 +68,5 @@ def to_markdown(doc: dict[str, Any]) -> str:
                 for way, why in layer.get("failures", {}).items()]
     if failures:
         lines += ["", "Failures:", ""] + failures
+    lines += profile_markdown(doc["layers"], doc.get("device", "cuda"))
     return "\n".join(lines) + "\n"

@@ -45,6 +45,24 @@ def test_the_zoo_layer_on_the_cpu_is_within_tolerance(zoo, tmp_path, capsys):
 
 
 @pytest.mark.slow
+def test_profile_says_where_the_time_goes(zoo, tmp_path, capsys):
+    from evo.bench.zoo_profile import BUCKETS
+
+    assert bench(zoo, tmp_path, "--profile", "--tokens", "1") == 0
+    layer, = json.loads((tmp_path / "zoo.json").read_text())["layers"]
+    assert set(layer["profile"]) == {"eager", "zoo_eager"} and layer["profile_failures"] == {}
+    for way, p in layer["profile"].items():
+        assert p["call_us"] == pytest.approx(layer[f"{way}_ms"] * 1e3, rel=1e-3)
+        assert p["kernel_us_per_call"] > 0 and set(p["buckets"]) == set(BUCKETS)
+        assert p["kernels"] and all(k["us"] > 0 and k["count"] > 0 for k in p["kernels"])
+    assert any(k["name"].startswith("aten::") for k in layer["profile"]["eager"]["kernels"])
+    table = (tmp_path / "zoo.md").read_text()
+    assert "## Where the time goes (GPU kernel µs per layer call)" in table and "\n| zoo_eager | " in table
+    err = capsys.readouterr().err
+    assert "T=1, microseconds per layer call:" in err and "zoo_eager" in err
+
+
+@pytest.mark.slow
 def test_a_broken_zoo_is_reported_outside_its_tolerance(zoo, tmp_path, monkeypatch, capsys):
     from evo.api import load_zoo
 
