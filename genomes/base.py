@@ -183,6 +183,11 @@ class GenomeFamily:
                 raise InvalidGenome(str(e)) from None
         return Genome(self.name, tuple(sorted(values.items())), self._implicit())
 
+    def unchecked(self, values: Mapping[str, Any]) -> Genome:
+        """The genome of stored gene values completed (`complete`) without checking their domains: a run may have
+        restricted a gene differently. Its hash is the one it was stored under."""
+        return Genome(self.name, tuple(sorted(self.complete(values).items())), self._implicit())
+
     def _implicit(self) -> tuple[tuple[str, Any], ...]:
         """The (gene, implied value) pairs a genome of this family leaves out of its canonical encoding."""
         return tuple((name, gene.implied[0]) for name, gene in sorted(self.genes.items()) if gene.implied)

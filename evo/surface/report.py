@@ -44,9 +44,10 @@ class ReportInput:
     experiment_text: str = ""
 
 
-def _genome(canonical: str) -> Genome:
-    d = json.loads(canonical)
-    return Genome(d["family"], tuple(sorted(d["genes"].items())))
+def _genome(canonical: str, family: Any) -> Genome:
+    """A stored genome with the genes its family gained since at the values it held (no domain check: a run may
+    have restricted a gene differently)."""
+    return family.unchecked(json.loads(canonical)["genes"])
 
 
 def _num(x: float | None, digits: int = 4) -> float | None:
@@ -106,12 +107,12 @@ def _problem_data(store: Store, problem: Problem, op: Any, specs: tuple[Descript
         ev = by_id.get(e.evaluation_id)
         if e.source_hash not in sources:
             try:
-                sources[e.source_hash] = op.render(_genome(e.genome), problem, target)
+                sources[e.source_hash] = op.render(_genome(e.genome, op.family), problem, target)
             except Exception as err:  # a genome the current renderer refuses: say so in the panel
                 sources[e.source_hash] = f"# this genome could not be rendered again: {err}"
         elites.append({
             "x": cx, "y": cy, "cell": list(e.cell), "objective": _num(e.objective), "ratio": _num(e.ratio, 3),
-            "median_ms": _num(e.median_ms), "genome": str(_genome(e.genome)), "genome_hash": e.genome_hash,
+            "median_ms": _num(e.median_ms), "genome": str(_genome(e.genome, op.family)), "genome_hash": e.genome_hash,
             "source": e.source_hash, "origin": e.origin, "index": e.index, "id": e.evaluation_id,
             "descriptors": [_num(v) for v in e.descriptors],
             "baseline_ms": _num(ev.baseline_ms) if ev else None, "gpu": ev.gpu if ev else "",
@@ -127,7 +128,7 @@ def _problem_data(store: Store, problem: Problem, op: Any, specs: tuple[Descript
     unplaced = 0
     for ev in evs:
         try:
-            cell, _ = archive.place(_genome(ev.genome), ev.resources)
+            cell, _ = archive.place(_genome(ev.genome, op.family), ev.resources)
         except (ValueError, KeyError, TypeError):
             if ev.status != "ok":
                 unplaced += 1

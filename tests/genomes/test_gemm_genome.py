@@ -197,7 +197,9 @@ def test_smem_estimate_and_descriptors():
     structures = [genome(persistent=True), genome(memory="descriptor"), genome(memory="descriptor", persistent=True),
                   genome(memory="descriptor", warp_specialize=True), genome(memory="host_descriptor"),
                   genome(memory="host_descriptor", persistent=True),
-                  genome(memory="host_descriptor", persistent=True, stream_k=True)]
+                  genome(memory="host_descriptor", persistent=True, stream_k=True),
+                  genome(memory="host_descriptor", persistent=True, backend="gluon", num_warps=8),
+                  genome(memory="host_descriptor", persistent=True, backend="gluon", consumers=2)]
     values = [d["structure"](x) for x in structures]
     # each structure has its own cell, one per edge; the cells older archives used keep their values
     assert values[:4] == [1.0, 2.0, 3.0, 4.0]
