@@ -6,7 +6,10 @@ timed interleaved with cuBLAS (evo.evaluate.timing: L2 flushed, CUDA events, med
 Gluon kernels, evo's Triton seeds that won large shapes before (persistent host-TMA 128x256) and cuBLAS timed
 together. Writes $EVO_OUT/probe_gluon.json after every shape and prints a table last.
 
-    python tests/gpu/probe_gluon.py [MxNxK[:dtype] ...]
+    python tests/gpu/probe_gluon.py [--consumers=1|2] [MxNxK[:dtype] ...]
+
+A kernel that faults leaves the CUDA context unusable for the rest of the process: run the two schedules
+(--consumers=1, --consumers=2) as separate processes.
 """
 
 from __future__ import annotations
@@ -31,11 +34,11 @@ TRITON_SEEDS = [dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_stages=3, num_war
                 dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_stages=3, num_warps=8, memory="host_descriptor")]
 
 
-def _gluon_grid(op: Any, problem: Any, target: Any) -> list[dict[str, Any]]:
+def _gluon_grid(op: Any, problem: Any, target: Any, consumers: tuple[int, ...] = (1, 2)) -> list[dict[str, Any]]:
     from genomes.gemm_gluon import GLUON_FIXED
 
     out = []
-    for bm, bn, bk, st, w, c in itertools.product((64, 128, 256), (128, 256), (64, 128), (2, 3, 4, 5), (4, 8), (1, 2)):
+    for bm, bn, bk, st, w, c in itertools.product((64, 128, 256), (128, 256), (64,), (3, 4, 5), (4, 8), consumers):
         values = {**op.family.base(), **GLUON_FIXED, "backend": "gluon", "BLOCK_M": bm, "BLOCK_N": bn,
                   "BLOCK_K": bk, "num_stages": st, "num_warps": w, "consumers": c}
         if not op.family.violations(op.family.make(values), problem, target):
@@ -43,7 +46,7 @@ def _gluon_grid(op: Any, problem: Any, target: Any) -> list[dict[str, Any]]:
     return out
 
 
-def probe(spec: str) -> dict[str, Any]:
+def probe(spec: str, consumers: tuple[int, ...] = (1, 2)) -> dict[str, Any]:
     import torch
 
     import operators
@@ -61,7 +64,7 @@ def probe(spec: str) -> dict[str, Any]:
     print(f"== {problem.key}", file=sys.stderr, flush=True)
     rows: list[dict[str, Any]] = []
     modules: dict[str, Any] = {}
-    candidates = [("gluon", v) for v in _gluon_grid(op, problem, target)]
+    candidates = [("gluon", v) for v in _gluon_grid(op, problem, target, consumers)]
     candidates += [("triton", {**op.family.base(), **v}) for v in TRITON_SEEDS]
     for kind, values in candidates:
         genome = op.family.make(values)
@@ -70,7 +73,7 @@ def probe(spec: str) -> dict[str, Any]:
             module = load_source(op.render(genome, problem, target))
             entry["status"], entry["err"] = _check(op, module.matmul, problem)
         except Exception as exc:  # noqa: BLE001 - a probe reports and goes on
-            entry["status"] = f"error: {type(exc).__name__}: {str(exc)[-300:]}"
+            entry["status"] = f"error: {type(exc).__name__}: {str(exc)[:400]}"
         if entry["status"] == "ok":
             out = torch.empty((a.shape[0], b.shape[1]), device="cuda", dtype=a.dtype)
             fn = lambda m=module, o=out: m.matmul(a, b, out=o)  # noqa: E731
@@ -106,8 +109,9 @@ def main(argv: list[str]) -> int:
     out = Path(os.environ.get("EVO_OUT") or "/tmp")
     out.mkdir(parents=True, exist_ok=True)
     results = []
+    consumers = tuple(int(a.split("=")[1]) for a in argv if a.startswith("--consumers=")) or (1, 2)
     for spec in [a for a in argv if not a.startswith("--")] or DEFAULT_SHAPES:
-        results.append(probe(spec))
+        results.append(probe(spec, consumers))
         (out / "probe_gluon.json").write_text(json.dumps(results, indent=1))
     for r in results:
         print(f"{r['problem']:28s} " + "  ".join(f"{k}={v:.3f}" for k, v in r["final_vs_cublas"].items())
