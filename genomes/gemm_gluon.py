@@ -21,17 +21,13 @@ from typing import Any
 
 from evo.problem import Problem, Target
 
-__all__ = ["GLUON_FIXED", "PINGPONG_REFUSAL", "gluon_smem", "gluon_violations", "gluon_repair"]
+__all__ = ["GLUON_FIXED", "gluon_smem", "gluon_violations", "gluon_repair"]
 
 # the structure genes a Gluon genome holds fixed (its structure is the rendering's own)
 GLUON_FIXED = {"memory": "host_descriptor", "persistent": True, "stream_k": False, "split_k": 1,
                "warp_specialize": False, "loop_stages": 0, "loop_unroll": 1, "epilogue_subtile": False,
                "pad_rows": False}
 _ELEM_BYTES = {"fp16": 2, "bf16": 2}
-# Two consumers (ping-pong) compile, but every such kernel stopped with "unspecified launch failure" on an H100
-# (Triton 3.6, tests/gpu/probe_gluon.py --consumers=2, 4096^3 bf16, all 8 genomes); the cooperative kernels of the
-# same rendering were all correct. Refused until the cause is found; the rendering keeps the schedule.
-PINGPONG_REFUSAL = "two consumers (ping-pong) faulted on an H100 with Triton 3.6 (unspecified launch failure)"
 _MIN_ROWS_PER_WARP = 16  # a wgmma warp group owns 64 rows (16 per warp): BLOCK_M >= 16 * consumer warps
 
 
@@ -62,8 +58,6 @@ def gluon_violations(g: Mapping[str, Any], problem: Problem, target: Target, ref
         out.append(f"the Gluon rendering needs a power-of-two BLOCK_N, not {g['BLOCK_N']}")
     if g["num_warps"] not in (4, 8):
         out.append(f"a Gluon consumer is one or two warp groups: num_warps=4 or 8, not {g['num_warps']}")
-    if g["consumers"] == 2:
-        out.append(PINGPONG_REFUSAL)
     if g["consumers"] == 2 and g["num_warps"] != 4:
         out.append("two Gluon consumers (ping-pong) are one warp group each: num_warps=4")
     if g["BLOCK_M"] < _MIN_ROWS_PER_WARP * g["num_warps"]:
@@ -83,8 +77,8 @@ def gluon_repair(family: Any, g: dict[str, Any], problem: Problem, target: Targe
             cannot = cannot or not family._set(g, name, value)
     while not cannot and g["BLOCK_N"] & (g["BLOCK_N"] - 1):
         cannot = not family._step_down(g, "BLOCK_N")
-    if not cannot and g["consumers"] == 2:
-        cannot = not family._set(g, "consumers", 1)  # PINGPONG_REFUSAL
+    if not cannot and g["consumers"] == 2 and not family._set(g, "num_warps", 4):
+        cannot = not family._set(g, "consumers", 1)
     if not cannot and g["num_warps"] < 4:
         cannot = not family._set(g, "num_warps", 4)
     while not cannot and g["BLOCK_M"] < _MIN_ROWS_PER_WARP * g["num_warps"]:

@@ -10,7 +10,9 @@ whose roles are warp groups of their own.
   waiting: the store drains while the next tile's main loop runs (it is waited for only before the staging
   buffer is written again).
 - `CONSUMERS = 2` splits the program's tiles between two one-warp-group consumers, alternately (ping-pong): the
-  ring is filled in tile order, so one consumer's main loop runs while the other converts and stores.
+  ring is filled in tile order, so one consumer's main loop runs while the other converts and stores. The two
+  take turns at the ring through a pair of mbarriers: without them the second consumer waited on a slot's
+  parity a whole round early, took the first tile's data for its own and faulted (seen on an H100).
 Every index into the ring follows from the step's position in the program's sequence of K steps, the same
 count in the producer and the consumers, so the mbarrier phases need no other shared state.
 """
@@ -71,7 +73,7 @@ def load_partition(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, BLOCK_
 
 
 @gluon.jit
-def mma_partition(c_desc, a_bufs, b_bufs, c_bufs, ready, empty, M, N, K, BLOCK_M: gl.constexpr,
+def mma_partition(c_desc, a_bufs, b_bufs, c_bufs, ready, empty, turns, M, N, K, BLOCK_M: gl.constexpr,
                   BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr, NUM_STAGES: gl.constexpr,
                   CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr, WARPS: gl.constexpr):
     """A consumer: tiles CONSUMER, CONSUMER + CONSUMERS, ... of this program, by asynchronous wgmma."""
@@ -83,9 +85,15 @@ def mma_partition(c_desc, a_bufs, b_bufs, c_bufs, ready, empty, M, N, K, BLOCK_M
     k_tiles = gl.cdiv(K, BLOCK_K)
     pid = gl.program_id(0)
     programs = gl.num_programs(0)
+    mine = 0  # tiles this consumer has taken
     for tile_id in range(pid + CONSUMER * programs, num_pid_m * num_pid_n, CONSUMERS * programs):
         CALL_COORDS
         step = (tile_id - pid) // programs * k_tiles  # this tile's first K step in the program's sequence
+        if CONSUMERS > 1:
+            # take turns at the ring: a consumer's K steps start only once the other's previous tile has waited
+            # for all of its own (a slot's parity names one of two rounds, so the ring's reader must never be more
+            # than a round ahead of it); consumer 0's first wait passes at once
+            mbarrier.wait(turns.index(CONSUMER), (mine & 1) ^ (1 - CONSUMER))
         acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, acc_layout)
         for kk in range(k_tiles):
             slot = step % NUM_STAGES
@@ -95,6 +103,9 @@ def mma_partition(c_desc, a_bufs, b_bufs, c_bufs, ready, empty, M, N, K, BLOCK_M
             acc = warpgroup_mma_wait(1, deps=(acc, a_bufs.index(slot), b_bufs.index(slot)))[0]
             mbarrier.arrive(empty.index((step + NUM_STAGES - 1) % NUM_STAGES), count=1, pred=kk > 0)
             step += 1
+        if CONSUMERS > 1:
+            mbarrier.arrive(turns.index(1 - CONSUMER), count=1)  # the other consumer's turn at the ring
+        mine += 1
         acc = warpgroup_mma_wait(0, deps=(acc,))
         mbarrier.arrive(empty.index((step + NUM_STAGES - 1) % NUM_STAGES), count=1)
         tma.store_wait(0)  # the previous tile's store has left the staging buffer
@@ -116,9 +127,12 @@ def KERNEL(a_desc, b_desc, c_desc, M, N, K, BLOCK_M: gl.constexpr, BLOCK_N: gl.c
     c_bufs = gl.allocate_shared_memory(dtype, [CONSUMERS, BLOCK_M, BLOCK_N], c_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # ping-pong's order
     for i in gl.static_range(NUM_STAGES):
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=1)
+    for i in gl.static_range(2):
+        mbarrier.init(turns.index(i), count=1)
     gl.warp_specialize(PARTITIONS)
 '''
 
@@ -132,7 +146,7 @@ def _partitions(g: Mapping[str, Any]) -> str:
     """The gl.warp_specialize call: consumer 0 (the default partition), consumer 1 if any, the producer."""
     loader = ("(load_partition, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, BLOCK_M, BLOCK_N,\n"
               "                         BLOCK_K, GROUP_M, NUM_STAGES))")
-    consumers = [("(mma_partition, (c_desc, a_bufs, b_bufs, c_bufs, ready, empty, M, N, K, BLOCK_M, BLOCK_N, "
+    consumers = [("(mma_partition, (c_desc, a_bufs, b_bufs, c_bufs, ready, empty, turns, M, N, K, BLOCK_M, BLOCK_N, "
                   f"BLOCK_K,\n                        GROUP_M, NUM_STAGES, {i}, CONSUMERS, "
                   f"{'CONSUMER_WARPS' if i == 0 else 4}))") for i in range(g["consumers"])]
     warps = [4] * (g["consumers"] - 1) + [1]
