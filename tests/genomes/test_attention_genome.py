@@ -39,6 +39,15 @@ def test_decode_seeds_pack_the_group_and_split_the_keys(family):
     assert max(s["kv_split"] for s in packed) == 8
 
 
+def test_short_queries_start_with_the_decode_seeds_and_prefill_with_the_tiles(family):
+    """A search cut short by its wall clock evaluates the first seeds: decode's must lead for short queries."""
+    decode = family.seeds(DECODE, HOPPER)
+    split = [s["pack_gqa"] and s["kv_split"] > 1 for s in decode]
+    assert all(split[:6]) and not all(split) and decode[0]["reduce"] == "last_program"
+    prefill = family.seeds(PREFILL, HOPPER)
+    assert (prefill[0]["BLOCK_M"], prefill[0]["kv_split"]) == (128, 1)
+
+
 def test_without_gqa_nothing_is_packed(family):
     assert not any(s["pack_gqa"] for s in family.seeds(PREFILL, HOPPER))
     g = family.make(family.base(pack_gqa=True))
