@@ -11,7 +11,8 @@ A Gluon genome holds the structure genes of the Triton rendering at fixed values
 path is always host tensor descriptors, its grid always persistent), so one kernel has one genome. The tile,
 launch and swizzle genes keep their meaning. Not rendered with Gluon (refused, named): other targets than sm_90
 (wgmma is Hopper's), fp32 (tf32 wgmma), rows that are not 16-byte multiples (TMA), tiles wider than one wgmma
-(BLOCK_N a power of two up to 256: Gluon tensors have power-of-two shapes), fused epilogues.
+(BLOCK_N a power of two up to 256: Gluon tensors have power-of-two shapes), SwiGLU (two accumulators per
+tile). Other fused epilogues (scale, bias, activation, residual) are applied to the accumulator in registers.
 """
 
 from __future__ import annotations

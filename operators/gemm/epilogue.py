@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Epilogue", "ACTIVATIONS", "PARTS"]
+__all__ = ["Epilogue", "ACTIVATIONS", "GLUON_ACTIVATIONS", "PARTS"]
 
 # activation -> (description, Triton expression of fp32 `x`)
 ACTIVATIONS = {
@@ -32,6 +32,13 @@ ACTIVATIONS = {
     "relu": ("ReLU", "tl.maximum({x}, 0.0)"),
 }
 PARTS = ("scale", "bias", *ACTIVATIONS, "swiglu", "residual")  # the canonical order
+# activation -> Gluon expression of fp32 `x` (Gluon has erf and exp, no sigmoid: sigmoid(u) = 1 / (1 + exp(-u)))
+GLUON_ACTIVATIONS = {
+    "gelu": "0.5 * {x} * (1.0 + gl.erf({x} * 0.7071067811865476))",
+    "gelu_tanh": "{x} / (1.0 + gl.exp(-1.5957691216057308 * ({x} + 0.044715 * {x} * {x} * {x})))",
+    "silu": "{x} / (1.0 + gl.exp(-{x}))",
+    "relu": "gl.maximum({x}, 0.0)",
+}
 
 
 @dataclass(frozen=True)
@@ -105,6 +112,27 @@ class Epilogue:
             lines += ["ep_mask = (offs_cm[:, None] < M) & (offs_ep[None, :] < N)",
                       f"{x} += tl.load(residual_ptr + offs_cm[:, None] * N + offs_ep[None, :], mask=ep_mask,",
                       "                other=0.0).to(tl.float32)"]
+        return "\n".join(lines) + "\n" if lines else ""
+
+    def gluon_lines(self, x: str) -> str:
+        """Lines of a Gluon consumer that apply the epilogue to its fp32 accumulator `x` (layout `acc_layout`) of
+        the tile at (pid_m, pid_n); rows >= M and columns >= N are read as zeros (the TMA store drops them)."""
+        lines = []
+        if self.bias or self.residual:
+            lines.append("offs_en = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, acc_layout))")
+        if self.residual:
+            lines.append("offs_em = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, acc_layout))")
+        if self.scale:
+            lines.append(f"{x} = {x} * scale")
+        if self.bias:
+            lines.append(f"{x} += gl.expand_dims(gl.load(bias_ptr + offs_en, mask=offs_en < N, other=0.0)"
+                         ".to(gl.float32), 0)")
+        if self.activation:
+            lines.append(f"{x} = " + GLUON_ACTIVATIONS[self.activation].format(x=x))
+        if self.residual:
+            lines += ["ep_mask = (gl.expand_dims(offs_em, 1) < M) & (gl.expand_dims(offs_en, 0) < N)",
+                      "ep_offs = gl.expand_dims(offs_em, 1) * N + gl.expand_dims(offs_en, 0)",
+                      f"{x} += gl.load(residual_ptr + ep_offs, mask=ep_mask, other=0.0).to(gl.float32)"]
         return "\n".join(lines) + "\n" if lines else ""
 
     # -- torch -----------------------------------------------------------------------------------------------

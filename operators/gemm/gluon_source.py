@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from evo.launch import runtime_source
+from operators._template import block as _block
 from operators.gemm.header import summary as _summary
 from operators.gemm.launcher import ENTRY_NAME, KERNEL_NAME, gluon_launcher_source
 from operators.gemm.source import tile_coords_source
@@ -73,7 +74,7 @@ def load_partition(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, BLOCK_
 
 
 @gluon.jit
-def mma_partition(c_desc, a_bufs, b_bufs, c_bufs, ready, empty, turns, M, N, K, BLOCK_M: gl.constexpr,
+def mma_partition(c_desc, EPILOGUE_PARAMSa_bufs, b_bufs, c_bufs, ready, empty, turns, M, N, K, BLOCK_M: gl.constexpr,
                   BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr, NUM_STAGES: gl.constexpr,
                   CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr, WARPS: gl.constexpr):
     """A consumer: tiles CONSUMER, CONSUMER + CONSUMERS, ... of this program, by asynchronous wgmma."""
@@ -108,7 +109,7 @@ def mma_partition(c_desc, a_bufs, b_bufs, c_bufs, ready, empty, turns, M, N, K, 
         mine += 1
         acc = warpgroup_mma_wait(0, deps=(acc,))
         mbarrier.arrive(empty.index((step + NUM_STAGES - 1) % NUM_STAGES), count=1)
-        tma.store_wait(0)  # the previous tile's store has left the staging buffer
+EPILOGUE_LINES        tma.store_wait(0)  # the previous tile's store has left the staging buffer
         c_smem.store(acc.to(c_desc.dtype))
         fence_async_shared()
         tma_store(c_desc, [pid_m * BLOCK_M, pid_n * BLOCK_N], c_smem)
@@ -116,7 +117,7 @@ def mma_partition(c_desc, a_bufs, b_bufs, c_bufs, ready, empty, turns, M, N, K, 
 
 
 @gluon.jit
-def KERNEL(a_desc, b_desc, c_desc, M, N, K, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+def KERNEL(a_desc, b_desc, c_desc, EPILOGUE_PARAMSM, N, K, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr, NUM_STAGES: gl.constexpr, CONSUMERS: gl.constexpr,
     CONSUMER_WARPS: gl.constexpr):
     """Shared memory and mbarriers for every role, then the roles: consumer 0 in this kernel's own warps, the
@@ -146,7 +147,8 @@ def _partitions(g: Mapping[str, Any]) -> str:
     """The gl.warp_specialize call: consumer 0 (the default partition), consumer 1 if any, the producer."""
     loader = ("(load_partition, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, BLOCK_M, BLOCK_N,\n"
               "                         BLOCK_K, GROUP_M, NUM_STAGES))")
-    consumers = [("(mma_partition, (c_desc, a_bufs, b_bufs, c_bufs, ready, empty, turns, M, N, K, BLOCK_M, BLOCK_N, "
+    consumers = [("(mma_partition, (c_desc, EPILOGUE_PARAMSa_bufs, b_bufs, c_bufs, ready, empty, turns, M, N, K, "
+                  "BLOCK_M, BLOCK_N, "
                   f"BLOCK_K,\n                        GROUP_M, NUM_STAGES, {i}, CONSUMERS, "
                   f"{'CONSUMER_WARPS' if i == 0 else 4}))") for i in range(g["consumers"])]
     warps = [4] * (g["consumers"] - 1) + [1]
@@ -156,10 +158,15 @@ def _partitions(g: Mapping[str, Any]) -> str:
 
 
 def _kernel(g: Mapping[str, Any]) -> str:
+    ep = g.get("epilogue")
+    params = f"{ep.kernel_params()}, " if ep and ep.operands else ""
+    lines = ep.gluon_lines("acc") if ep else ""
+    epilogue = (_block(f"# Fused epilogue: {ep.text}, in fp32 before the cast.\n" + lines, 2)) if lines else ""
     regs = f"CONSUMER_REGS: gl.constexpr = {CONSUMER_REGS}\n    PRODUCER_REGS: gl.constexpr = {PRODUCER_REGS}\n"
     specialize = "    " + regs + "    gl.warp_specialize(" + _partitions(g) + ")"
     text = (_PARTITIONS.replace("KERNEL", KERNEL_NAME).replace("CALL_COORDS", _coords_call(g))
-            .replace("    gl.warp_specialize(PARTITIONS)", specialize))
+            .replace("    gl.warp_specialize(PARTITIONS)", specialize)
+            .replace("EPILOGUE_PARAMS", params).replace("EPILOGUE_LINES", epilogue))
     return text.strip("\n") + "\n"
 
 
@@ -175,16 +182,20 @@ def _constants(g: Mapping[str, Any]) -> str:
     return "".join(f"{f'{n} = {v}':<{width}}  # {why}\n" for n, v, why in rows)
 
 
-def gluon_source(g: Mapping[str, Any], title: str) -> str:
-    """The whole module for Gluon genome values `g`; `title` opens its docstring (names the genome)."""
-    g = {**g, "epilogue": None}
+def gluon_source(g: Mapping[str, Any], title: str, epilogue: Any = None) -> str:
+    """The whole module for Gluon genome values `g`; `title` opens its docstring (names the genome). `epilogue`
+    (an operators.gemm.epilogue.Epilogue, not SwiGLU) is applied to each tile's accumulator before its store."""
+    if epilogue is not None and epilogue.swiglu:
+        raise ValueError("the Gluon rendering has one accumulator per tile: no SwiGLU")
+    g = {**g, "epilogue": epilogue}
     what = textwrap.fill(f"C[M, N] = A[M, K] @ B[K, N], row-major, fp32 accumulation: {_summary(g)}.", 100)
     roles = textwrap.fill(
         "Rendered with Gluon: a one-warp TMA producer fills a ring of shared-memory slots guarded by mbarriers; "
         + ("one consumer of NUM_WARPS warps runs every tile's wgmma" if g["consumers"] == 1 else
            "two one-warp-group consumers take alternate tiles (ping-pong)")
         + "; each tile's TMA store overlaps the next tile's main loop.", 100)
-    header = (f'"""{title}\n\n{what}\n{roles}\nCall {ENTRY_NAME}(a, b, out=None) for fp16 or bf16 operands whose '
+    args = ", ".join(["a", "b", *(epilogue.operands if epilogue else ()), "out=None"])
+    header = (f'"""{title}\n\n{what}\n{roles}\nCall {ENTRY_NAME}({args}) for fp16 or bf16 operands whose '
               'rows are 16-byte multiples, on an sm_90 GPU.\n"""\n')
     coords = tile_coords_source(g).replace("@triton.jit", "@gluon.jit").replace("tl.", "gl.")
     return (header + "\n" + _IMPORTS + "\n" + runtime_source() + "\n\n" + _constants(g) + "\n\n" + coords

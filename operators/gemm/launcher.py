@@ -150,14 +150,19 @@ def gluon_launcher_source(g: Mapping[str, Any]) -> str:
                  2: ([M, N], [N, 1], blocks[2], _layout(blocks[2], dtype))}}
         kernel = BoundKernel({KERNEL_NAME}, grid, {{"num_warps": NUM_WARPS}}, descriptors=specs)
 
-        def run(a, b, out):
+        def run(a, b, EPILOGUE_ARGSout):
             c = out = new_out() if out is None else out
-            kernel(a, b, c, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_STAGES, CONSUMERS, NUM_WARPS)
+            kernel(a, b, c, EPILOGUE_OPERANDSM, N, K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_STAGES, CONSUMERS,
+                   NUM_WARPS)
             return out
 
         run.kernel = kernel  # for inspection
         return run
     """, 1)
+    ep = g.get("epilogue")
+    # the scale goes in as a float on every call (an int 1 would compile as a constant the bound launch reuses)
+    operands = "".join(("float(scale)" if n == "scale" else n) + ", " for n in (ep.operands if ep else ()))
+    out = out.replace("EPILOGUE_OPERANDS", operands)
     return fill_epilogue(out + "\n\n" + _ENTRY.replace("(fp16, bf16 or fp32)", "(fp16 or bf16)"), g)
 
 

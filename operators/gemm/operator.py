@@ -58,7 +58,7 @@ class GemmOperator(Operator):
         title = (f"GEMM kernel rendered by evo from genome {genome.hash} for {problem.key} on sm_{target.arch}.\n\n"
                  + textwrap.fill(f"Genome: {genome}", 100))
         if genome["backend"] == "gluon":
-            return gluon_source(genome.as_dict(), title)
+            return gluon_source(genome.as_dict(), title, epilogue=self.epilogue)
         return gemm_source(genome.as_dict(), title, *self._row_alignment(genome, problem), epilogue=self.epilogue)
 
     @staticmethod

@@ -46,8 +46,7 @@ class GemmEpilogueOperator(GemmOperator):
         # scale, bias, ReLU and residual epilogue was wrong (relative error 0.033) where bias + GELU was right
         refusal = "gave wrong results with an epilogue that reads a residual or a scale (Triton 3.6, sm_90)" \
             if ep.residual or ep.scale else ""
-        return GemmFamily(overrides, b_tiles=2 if ep.swiglu else 1, reads_tile=ep.residual, ws_refusal=refusal,
-                          gluon_refusal=f"renders no fused epilogue yet ({ep.name})")
+        return GemmFamily(overrides, b_tiles=2 if ep.swiglu else 1, reads_tile=ep.residual, ws_refusal=refusal)
 
     # -- inputs and the reference -----------------------------------------------------------------------
     def _b_cols(self, problem: Problem) -> int:
