@@ -74,7 +74,8 @@ def load_partition(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, BLOCK_
 
 
 @gluon.jit
-def mma_partition(c_desc, EPILOGUE_PARAMSa_bufs, b_bufs, c_bufs, ready, empty, turns, M, N, K, BLOCK_M: gl.constexpr,
+def mma_partition(c_desc,EPILOGUE_PARAMS
+                  a_bufs, b_bufs, c_bufs, ready, empty, turns, M, N, K, BLOCK_M: gl.constexpr,
                   BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr, NUM_STAGES: gl.constexpr,
                   CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr, WARPS: gl.constexpr):
     """A consumer: tiles CONSUMER, CONSUMER + CONSUMERS, ... of this program, by asynchronous wgmma."""
@@ -117,9 +118,10 @@ EPILOGUE_LINES        tma.store_wait(0)  # the previous tile's store has left th
 
 
 @gluon.jit
-def KERNEL(a_desc, b_desc, c_desc, EPILOGUE_PARAMSM, N, K, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-    BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr, NUM_STAGES: gl.constexpr, CONSUMERS: gl.constexpr,
-    CONSUMER_WARPS: gl.constexpr):
+def KERNEL(
+        a_desc, b_desc, c_desc,EPILOGUE_PARAMS
+        M, N, K, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
+        NUM_STAGES: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_WARPS: gl.constexpr):
     """Shared memory and mbarriers for every role, then the roles: consumer 0 in this kernel's own warps, the
     other consumer and the producer in warps of their own."""
     dtype: gl.constexpr = a_desc.dtype
@@ -147,9 +149,9 @@ def _partitions(g: Mapping[str, Any]) -> str:
     """The gl.warp_specialize call: consumer 0 (the default partition), consumer 1 if any, the producer."""
     loader = ("(load_partition, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, BLOCK_M, BLOCK_N,\n"
               "                         BLOCK_K, GROUP_M, NUM_STAGES))")
-    consumers = [("(mma_partition, (c_desc, EPILOGUE_PARAMSa_bufs, b_bufs, c_bufs, ready, empty, turns, M, N, K, "
-                  "BLOCK_M, BLOCK_N, "
-                  f"BLOCK_K,\n                        GROUP_M, NUM_STAGES, {i}, CONSUMERS, "
+    consumers = [("(mma_partition, (c_desc,EPILOGUE_PARAMS a_bufs, b_bufs, c_bufs, ready, empty, turns,\n"
+                  "                        M, N, K, BLOCK_M, BLOCK_N, "
+                  f"BLOCK_K, GROUP_M, NUM_STAGES, {i}, CONSUMERS, "
                   f"{'CONSUMER_WARPS' if i == 0 else 4}))") for i in range(g["consumers"])]
     warps = [4] * (g["consumers"] - 1) + [1]
     regs = ["CONSUMER_REGS"] * (g["consumers"] - 1) + ["PRODUCER_REGS"]
@@ -159,7 +161,7 @@ def _partitions(g: Mapping[str, Any]) -> str:
 
 def _kernel(g: Mapping[str, Any]) -> str:
     ep = g.get("epilogue")
-    params = f"{ep.kernel_params()}, " if ep and ep.operands else ""
+    params = f" {ep.kernel_params()}," if ep and ep.operands else ""
     lines = ep.gluon_lines("acc") if ep else ""
     epilogue = (_block(f"# Fused epilogue: {ep.text}, in fp32 before the cast.\n" + lines, 2)) if lines else ""
     regs = f"CONSUMER_REGS: gl.constexpr = {CONSUMER_REGS}\n    PRODUCER_REGS: gl.constexpr = {PRODUCER_REGS}\n"
