@@ -142,7 +142,7 @@ class GemmFamily(GenomeFamily):
             out += gluon_violations(g, problem, target, self._gluon_refusal(), unaligned_rows(problem))
         elif g["consumers"] != 1:
             out.append("consumers is a gene of the Gluon rendering: 1 under backend=triton")
-        if g["split_k"] > 1 and g["persistent"]:
+        if g["split_k"] > 1 and g["persistent"] and g["backend"] == "triton":
             out.append("split_k > 1 is not combined with a persistent grid")
         if g["stream_k"] and not g["persistent"]:
             out.append("stream_k needs a persistent grid")
@@ -221,7 +221,7 @@ class GemmFamily(GenomeFamily):
             keep = rng.random() < 0.5 and g["split_k"] == 1 and not g["warp_specialize"]
             if not (keep and self._set(g, "persistent", True)):
                 self._set(g, "stream_k", False)
-        if g["split_k"] > 1 and g["persistent"]:
+        if g["split_k"] > 1 and g["persistent"] and g["backend"] == "triton":
             # keep whichever structure the coin favours, if the domain allows dropping the other
             if rng.random() < 0.5 and self._set(g, "persistent", False):
                 self._set(g, "stream_k", False)
@@ -319,6 +319,9 @@ class GemmFamily(GenomeFamily):
             self.base(**gluon, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_stages=4, num_warps=8),
             self.base(**gluon, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_stages=4, num_warps=4, consumers=2),
             self.base(**gluon, BLOCK_M=64, BLOCK_N=256, BLOCK_K=64, num_stages=3, num_warps=4, consumers=2),
+            # long K over few tiles: K ranges of a tile as work items, partials summed by a second launch
+            self.base(**gluon, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_stages=4, num_warps=8, split_k=3),
+            self.base(**gluon, BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, num_stages=5, num_warps=4, split_k=4),
         ]
         if self.b_tiles > 1:
             # two accumulators per tile (SwiGLU): a 128x128 tile of each is the MMA work of a 128x256 one

@@ -6,6 +6,8 @@ buffers through mbarriers, and `consumers` MMA warp groups issuing asynchronous 
 `num_warps` warps on each tile (cooperative: its warp groups split the tile's rows), or two consumers of one warp
 group each on alternate tiles (ping-pong: one's epilogue runs under the other's main loop). Register budgets
 move between the roles (setmaxnreg). What Triton's `tl` cannot express on Hopper; see operators/gemm/gluon_source.py.
+With `split_k` > 1 a work item is one K range of one tile (long K, few tiles): its fp32 partial leaves from
+registers and a second launch sums the partials (and applies the fused epilogue).
 
 A Gluon genome holds the structure genes of the Triton rendering at fixed values (GLUON_FIXED: its memory
 path is always host tensor descriptors, its grid always persistent), so one kernel has one genome. The tile,
@@ -25,7 +27,7 @@ from evo.problem import Problem, Target
 __all__ = ["GLUON_FIXED", "gluon_smem", "gluon_violations", "gluon_repair"]
 
 # the structure genes a Gluon genome holds fixed (its structure is the rendering's own)
-GLUON_FIXED = {"memory": "host_descriptor", "persistent": True, "stream_k": False, "split_k": 1,
+GLUON_FIXED = {"memory": "host_descriptor", "persistent": True, "stream_k": False,
                "warp_specialize": False, "loop_stages": 0, "loop_unroll": 1, "epilogue_subtile": False,
                "pad_rows": False}
 _ELEM_BYTES = {"fp16": 2, "bf16": 2}
@@ -34,10 +36,12 @@ _MIN_ROWS_PER_WARP = 16  # a wgmma warp group owns 64 rows (16 per warp): BLOCK_
 
 def gluon_smem(g: Mapping[str, Any], dtype: str) -> int:
     """Shared memory of the rendering: the operand ring (num_stages A and B tiles) plus one output staging tile
-    per consumer (its TMA store overlaps the next tile's main loop), plus the ring's mbarriers."""
+    per consumer (its TMA store overlaps the next tile's main loop; split-K stores its fp32 partials from
+    registers and stages nothing), plus the ring's mbarriers."""
     e = _ELEM_BYTES.get(dtype, 4)
     ring = g["num_stages"] * (g["BLOCK_M"] * g["BLOCK_K"] + g["BLOCK_K"] * g["BLOCK_N"]) * e
-    return ring + g["consumers"] * g["BLOCK_M"] * g["BLOCK_N"] * e + 16 * g["num_stages"]
+    staging = g["consumers"] * g["BLOCK_M"] * g["BLOCK_N"] * e if g["split_k"] == 1 else 0
+    return ring + staging + 16 * g["num_stages"]
 
 
 def gluon_violations(g: Mapping[str, Any], problem: Problem, target: Target, refusal: str,
@@ -59,6 +63,8 @@ def gluon_violations(g: Mapping[str, Any], problem: Problem, target: Target, ref
         out.append(f"the Gluon rendering needs a power-of-two BLOCK_N, not {g['BLOCK_N']}")
     if g["num_warps"] not in (4, 8):
         out.append(f"a Gluon consumer is one or two warp groups: num_warps=4 or 8, not {g['num_warps']}")
+    if g["split_k"] * problem.dims["M"] * problem.dims["N"] >= 2**31:
+        out.append(f"split_k={g['split_k']} partials of {problem.dims['M']}x{problem.dims['N']} need 64-bit offsets")
     if g["consumers"] == 2 and g["num_warps"] != 4:
         out.append("two Gluon consumers (ping-pong) are one warp group each: num_warps=4")
     if g["BLOCK_M"] < _MIN_ROWS_PER_WARP * g["num_warps"]:

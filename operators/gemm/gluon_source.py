@@ -55,15 +55,16 @@ tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
 _PARTITIONS = '''
 @gluon.jit
 def load_partition(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, BLOCK_M: gl.constexpr,
-                   BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr, NUM_STAGES: gl.constexpr):
+                   BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
+                   NUM_STAGES: gl.constexprSPLIT_PARAM):
     """The producer: every K step of every tile of this program, in order, into the next slot of the ring."""
     num_pid_m = gl.cdiv(M, BLOCK_M)
     num_pid_n = gl.cdiv(N, BLOCK_N)
     k_tiles = gl.cdiv(K, BLOCK_K)
     step = 0
-    for tile_id in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):
+LOAD_LOOP
         CALL_COORDS
-        for kk in range(k_tiles):
+        for kk in LOAD_KRANGE:
             slot = step % NUM_STAGES
             # wait for the slot's previous tile to be consumed (a fresh barrier passes the first round)
             mbarrier.wait(empty.index(slot), ((step // NUM_STAGES) & 1) ^ 1)
@@ -77,7 +78,7 @@ def load_partition(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, BLOCK_
 def mma_partition(c_desc,EPILOGUE_PARAMS
                   a_bufs, b_bufs, c_bufs, ready, empty, turns, M, N, K, BLOCK_M: gl.constexpr,
                   BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr, NUM_STAGES: gl.constexpr,
-                  CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr, WARPS: gl.constexpr):
+                  CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr, WARPS: gl.constexprSPLIT_PARAM):
     """A consumer: tiles CONSUMER, CONSUMER + CONSUMERS, ... of this program, by asynchronous wgmma."""
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
                                                          instr_shape=[16, BLOCK_N, 16])
@@ -88,16 +89,16 @@ def mma_partition(c_desc,EPILOGUE_PARAMS
     pid = gl.program_id(0)
     programs = gl.num_programs(0)
     mine = 0  # tiles this consumer has taken
-    for tile_id in range(pid + CONSUMER * programs, num_pid_m * num_pid_n, CONSUMERS * programs):
+MMA_LOOP
         CALL_COORDS
-        step = (tile_id - pid) // programs * k_tiles  # this tile's first K step in the program's sequence
+        step = MMA_FIRST_STEP  # this tile's first K step in the program's sequence
         if CONSUMERS > 1:
             # take turns at the ring: a consumer's K steps start only once the other's previous tile has waited
             # for all of its own (a slot's parity names one of two rounds, so the ring's reader must never be more
             # than a round ahead of it); consumer 0's first wait passes at once
             mbarrier.wait(turns.index(CONSUMER), (mine & 1) ^ (1 - CONSUMER))
         acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, acc_layout)
-        for kk in range(k_tiles):
+        for kk in range(MMA_STEPS):
             slot = step % NUM_STAGES
             mbarrier.wait(ready.index(slot), (step // NUM_STAGES) & 1)
             acc = warpgroup_mma(a_bufs.index(slot), b_bufs.index(slot), acc, is_async=True)
@@ -110,18 +111,14 @@ def mma_partition(c_desc,EPILOGUE_PARAMS
         mine += 1
         acc = warpgroup_mma_wait(0, deps=(acc,))
         mbarrier.arrive(empty.index((step + NUM_STAGES - 1) % NUM_STAGES), count=1)
-EPILOGUE_LINES        tma.store_wait(0)  # the previous tile's store has left the staging buffer
-        c_smem.store(acc.to(c_desc.dtype))
-        fence_async_shared()
-        tma_store(c_desc, [pid_m * BLOCK_M, pid_n * BLOCK_N], c_smem)
-    tma.store_wait(0)
+TILE_END    tma.store_wait(0)
 
 
 @gluon.jit
 def KERNEL(
         a_desc, b_desc, c_desc,EPILOGUE_PARAMS
         M, N, K, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
-        NUM_STAGES: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_WARPS: gl.constexpr):
+        NUM_STAGES: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_WARPS: gl.constexprSPLIT_PARAM):
     """Shared memory and mbarriers for every role, then the roles: consumer 0 in this kernel's own warps, the
     other consumer and the producer in warps of their own."""
     dtype: gl.constexpr = a_desc.dtype
@@ -148,28 +145,85 @@ def _coords_call(g: Mapping[str, Any]) -> str:
 def _partitions(g: Mapping[str, Any]) -> str:
     """The gl.warp_specialize call: consumer 0 (the default partition), consumer 1 if any, the producer."""
     loader = ("(load_partition, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, BLOCK_M, BLOCK_N,\n"
-              "                         BLOCK_K, GROUP_M, NUM_STAGES))")
+              "                         BLOCK_K, GROUP_M, NUM_STAGESSPLIT_ARG))")
     consumers = [("(mma_partition, (c_desc,EPILOGUE_PARAMS a_bufs, b_bufs, c_bufs, ready, empty, turns,\n"
                   "                        M, N, K, BLOCK_M, BLOCK_N, "
                   f"BLOCK_K, GROUP_M, NUM_STAGES, {i}, CONSUMERS, "
-                  f"{'CONSUMER_WARPS' if i == 0 else 4}))") for i in range(g["consumers"])]
+                  f"{'CONSUMER_WARPS' if i == 0 else 4}SPLIT_ARG))") for i in range(g["consumers"])]
     warps = [4] * (g["consumers"] - 1) + [1]
     regs = ["CONSUMER_REGS"] * (g["consumers"] - 1) + ["PRODUCER_REGS"]
     items = "".join(f"        {p},\n" for p in consumers + [loader])
     return f"[\n{items}    ], {warps}, [{', '.join(regs)}]"
 
 
+_STORE_TILE = """\
+EPILOGUE_LINES        tma.store_wait(0)  # the previous tile's store has left the staging buffer
+        c_smem.store(acc.to(c_desc.dtype))
+        fence_async_shared()
+        tma_store(c_desc, [pid_m * BLOCK_M, pid_n * BLOCK_N], c_smem)
+"""
+# split-K: a work item is one K range of one tile; its fp32 partial goes to the plan's workspace from registers
+# (no staging buffer), and a second launch (split_k_reduce) sums the partials, applies the epilogue and writes C
+_STORE_PARTIAL = """\
+        rows = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, acc_layout))
+        cols = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, acc_layout))
+        inside = (gl.expand_dims(rows, 1) < M) & (gl.expand_dims(cols, 0) < N)
+        at = (work % SPLIT_K * M + gl.expand_dims(rows, 1)) * N + gl.expand_dims(cols, 0)
+        gl.store(partials + at, acc, mask=inside)
+"""
+_SPLIT_LOOPS = {
+    "LOAD_LOOP": ("    for tile_id in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):",
+                  "    k_steps = gl.cdiv(k_tiles, SPLIT_K)  # the same count for every split: steps past K load zeros\n"
+                  "    for work in range(gl.program_id(0), num_pid_m * num_pid_n * SPLIT_K, gl.num_programs(0)):\n"
+                  "        tile_id = work // SPLIT_K"),
+    "LOAD_KRANGE": ("range(k_tiles)", "range(work % SPLIT_K * k_steps, (work % SPLIT_K + 1) * k_steps)"),
+    "MMA_LOOP": ("    for tile_id in range(pid + CONSUMER * programs, num_pid_m * num_pid_n, CONSUMERS * programs):",
+                 "    k_steps = gl.cdiv(k_tiles, SPLIT_K)\n"
+                 "    for work in range(pid + CONSUMER * programs, num_pid_m * num_pid_n * SPLIT_K,\n"
+                 "                      CONSUMERS * programs):\n"
+                 "        tile_id = work // SPLIT_K"),
+    "MMA_FIRST_STEP": ("(tile_id - pid) // programs * k_tiles", "(work - pid) // programs * k_steps"),
+    "MMA_STEPS": ("k_tiles", "k_steps"),
+    "TILE_END": (_STORE_TILE, _STORE_PARTIAL),
+    "SPLIT_PARAM": ("", ", SPLIT_K: gl.constexpr"),
+    "SPLIT_ARG": ("", ", SPLIT_K"),
+}
+
+
 def _kernel(g: Mapping[str, Any]) -> str:
-    ep = g.get("epilogue")
-    params = f" {ep.kernel_params()}," if ep and ep.operands else ""
-    lines = ep.gluon_lines("acc") if ep else ""
+    ep, split = g.get("epilogue"), g["split_k"] > 1
+    params = f" {ep.kernel_params()}," if ep and ep.operands and not split else " partials," if split else ""
+    lines = ep.gluon_lines("acc") if ep and not split else ""  # split-K: the reduction applies the epilogue
     epilogue = (_block(f"# Fused epilogue: {ep.text}, in fp32 before the cast.\n" + lines, 2)) if lines else ""
     regs = f"CONSUMER_REGS: gl.constexpr = {CONSUMER_REGS}\n    PRODUCER_REGS: gl.constexpr = {PRODUCER_REGS}\n"
     specialize = "    " + regs + "    gl.warp_specialize(" + _partitions(g) + ")"
     text = (_PARTITIONS.replace("KERNEL", KERNEL_NAME).replace("CALL_COORDS", _coords_call(g))
-            .replace("    gl.warp_specialize(PARTITIONS)", specialize)
-            .replace("EPILOGUE_PARAMS", params).replace("EPILOGUE_LINES", epilogue))
+            .replace("    gl.warp_specialize(PARTITIONS)", specialize))
+    for marker, (plain, with_split) in _SPLIT_LOOPS.items():
+        text = text.replace(marker, with_split if split else plain)
+    text = text.replace("EPILOGUE_PARAMS", params).replace("EPILOGUE_LINES", epilogue)
     return text.strip("\n") + "\n"
+
+
+def _reduce_source(g: Mapping[str, Any]) -> str:
+    """split-K's second launch: C = the sum of the SPLIT_K fp32 partials of each element, with the epilogue."""
+    ep = g.get("epilogue")
+    params = f"{ep.kernel_params()}, " if ep and ep.operands else ""
+    lines = ep.triton_lines("acc", "tl.program_id(1) * REDUCE_C", "REDUCE_C") if ep else ""
+    epilogue = _block(f"# Fused epilogue: {ep.text}, in fp32 before the cast.\n" + lines, 1) if lines else ""
+    return (f"""@triton.jit
+def split_k_reduce(partials, c_ptr, {params}M, N, SPLIT_K: tl.constexpr, REDUCE_R: tl.constexpr,
+                   REDUCE_C: tl.constexpr):
+    \"\"\"C = the sum over the splits of their fp32 partials (the workspace holds SPLIT_K blocks of M rows).\"\"\"
+    offs_cm = tl.program_id(0) * REDUCE_R + tl.arange(0, REDUCE_R)
+    offs_cn = tl.program_id(1) * REDUCE_C + tl.arange(0, REDUCE_C)
+    inside = (offs_cm[:, None] < M) & (offs_cn[None, :] < N)
+    acc = tl.zeros([REDUCE_R, REDUCE_C], tl.float32)
+    for s in tl.static_range(SPLIT_K):
+        acc += tl.load(partials + (s * M + offs_cm[:, None]) * N + offs_cn[None, :], mask=inside, other=0.0)
+""" + epilogue + """    c_ptrs = c_ptr + offs_cm[:, None] * N + offs_cn[None, :]
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=inside)
+""")
 
 
 def _constants(g: Mapping[str, Any]) -> str:
@@ -180,6 +234,9 @@ def _constants(g: Mapping[str, Any]) -> str:
     rows += [("NUM_STAGES", g["num_stages"], "slots of the producer's ring of A and B tiles"),
              ("CONSUMERS", g["consumers"], "MMA consumers: 1 on every tile, 2 on alternate tiles (ping-pong)"),
              ("NUM_WARPS", g["num_warps"], "warps of the first consumer (the producer's warp is added)")]
+    if g["split_k"] > 1:
+        rows += [("SPLIT_K", g["split_k"], "K ranges per tile: fp32 partials, then a reducing launch"),
+                 ("REDUCE_R, REDUCE_C", "32, 128", "rows and columns per program of the reduction")]
     width = max(len(f"{n} = {v}") for n, v, _ in rows)
     return "".join(f"{f'{n} = {v}':<{width}}  # {why}\n" for n, v, why in rows)
 
@@ -200,5 +257,9 @@ def gluon_source(g: Mapping[str, Any], title: str, epilogue: Any = None) -> str:
     header = (f'"""{title}\n\n{what}\n{roles}\nCall {ENTRY_NAME}({args}) for fp16 or bf16 operands whose '
               'rows are 16-byte multiples, on an sm_90 GPU.\n"""\n')
     coords = tile_coords_source(g).replace("@triton.jit", "@gluon.jit").replace("tl.", "gl.")
-    return (header + "\n" + _IMPORTS + "\n" + runtime_source() + "\n\n" + _constants(g) + "\n\n" + coords
-            + "\n\n" + _kernel(g) + "\n\n" + gluon_launcher_source(g))
+    split = g["split_k"] > 1
+    imports = _IMPORTS.replace("import triton\n", "import triton\nimport triton.language as tl\n", 1) if split \
+        else _IMPORTS
+    reduce = "\n\n" + _reduce_source(g) if split else ""
+    return (header + "\n" + imports + "\n" + runtime_source() + "\n\n" + _constants(g) + "\n\n" + coords
+            + "\n\n" + _kernel(g) + reduce + "\n\n" + gluon_launcher_source(g))

@@ -141,24 +141,32 @@ def gluon_launcher_source(g: Mapping[str, Any]) -> str:
             return gl.NVMMASharedLayout.get_default_for(block, _GL_DTYPES[dtype])
     ''', 0)
     out += "\n\n" + _PLAN_HEAD.replace("fp16, bf16, fp32", "fp16, bf16") + _descriptor_checks(g)
+    split = g["split_k"] > 1
     out += _block(f"""
         num_tiles = triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N)
-        grid = (min(_num_sms(device), num_tiles),)
+        grid = (min(_num_sms(device), num_tiles{' * SPLIT_K' if split else ''}),)
         blocks = ([BLOCK_M, BLOCK_K], [BLOCK_K, BLOCK_N], [BLOCK_M, BLOCK_N])
         specs = {{0: ([M, K], [K, 1], blocks[0], _layout(blocks[0], dtype)),
                  1: ([K, N], [N, 1], blocks[1], _layout(blocks[1], dtype)),
                  2: ([M, N], [N, 1], blocks[2], _layout(blocks[2], dtype))}}
         kernel = BoundKernel({KERNEL_NAME}, grid, {{"num_warps": NUM_WARPS}}, descriptors=specs)
-
-        def run(a, b, EPILOGUE_ARGSout):
-            c = out = new_out() if out is None else out
-            kernel(a, b, c, EPILOGUE_OPERANDSM, N, K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_STAGES, CONSUMERS,
-                   NUM_WARPS)
-            return out
-
-        run.kernel = kernel  # for inspection
-        return run
     """, 1)
+    if split:  # the fp32 partials belong to the plan (like cuBLAS's workspace: not for concurrent streams)
+        out += _block("""
+            partials = torch.empty((SPLIT_K * M, N), dtype=torch.float32, device=device)
+            reduce_grid = (triton.cdiv(M, REDUCE_R), triton.cdiv(N, REDUCE_C))
+            reduce = BoundKernel(split_k_reduce, reduce_grid, {"num_warps": 4})
+        """, 1)
+    launch = ("kernel(a, b, c, partials, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_STAGES, CONSUMERS,\n"
+              "       NUM_WARPS, SPLIT_K)\n"
+              "reduce(partials, c, EPILOGUE_OPERANDSM, N, SPLIT_K, REDUCE_R, REDUCE_C)" if split else
+              "kernel(a, b, c, EPILOGUE_OPERANDSM, N, K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_STAGES, CONSUMERS,\n"
+              "       NUM_WARPS)")
+    run = (["def run(a, b, EPILOGUE_ARGSout):", "    c = out = new_out() if out is None else out"]
+           + ["    " + line for line in launch.splitlines()]
+           + ["    return out", "", "run.kernel = kernel  # for inspection"]
+           + (["run.workspace = partials"] if split else []) + ["return run"])
+    out += "\n" + _block("\n".join(run), 1)
     ep = g.get("epilogue")
     # the scale goes in as a float on every call (an int 1 would compile as a constant the bound launch reuses)
     operands = "".join(("float(scale)" if n == "scale" else n) + ", " for n in (ep.operands if ep else ()))

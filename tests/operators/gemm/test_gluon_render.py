@@ -57,7 +57,7 @@ def test_repair_moves_a_genome_into_the_gluon_region_or_back_to_triton():
         g = FAMILY.random(rng, SQUARE, HOPPER)
         assert FAMILY.violations(g, SQUARE, HOPPER) == []
     seeds = FAMILY.seeds(SQUARE, HOPPER)
-    assert {(g["consumers"], g["num_warps"]) for g in seeds if g["backend"] == "gluon"} == {(1, 8), (2, 4)}
+    assert {(g["consumers"], g["num_warps"]) for g in seeds if g["backend"] == "gluon"} == {(1, 8), (2, 4), (1, 4)}
 
 
 def test_genes_added_later_keep_stored_genomes_and_their_hashes():
@@ -107,8 +107,37 @@ def test_every_gluon_seed_compiles_for_hopper_within_its_shared_memory_estimate(
         for g in (g for g in family.seeds(SQUARE, HOPPER) if g["backend"] == "gluon"):
             cases.append((name, g.as_dict(), SQUARE.sizes, "bf16"))
             estimates.append(gluon_smem(g.as_dict(), "bf16"))
-    assert len(cases) == 12
+    assert len(cases) == 18 and sum(c[1]["split_k"] > 1 for c in cases) == 6
     results = compile_for_hopper(cases, tmp_path, timeout_s=900)
     for estimate, r in zip(estimates, results, strict=True):
         assert r["status"] == "ok", (r["name"], r["genome"], r["reason"])
         assert abs(r["shared"] - estimate) <= 1024, (r["name"], r["genome"], r["shared"])
+
+
+def test_split_k_renders_partials_and_a_reducing_launch_that_sums_them_with_the_epilogue():
+    """The Gluon kernel runs on GPUs only; the reduction is `tl` and runs in the interpreter: its sum of the
+    partials and its epilogue are checked here against torch."""
+    import torch
+
+    from evo.evaluate.modules import load_source
+
+    op = operators.get("gemm+bias+gelu")
+    problem = op.problem((1024, 1024, 32768), "bf16")
+    g = gluon(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=4, split_k=3)
+    assert op.family.violations(g, problem, HOPPER) == []
+    source = op.render(g, problem, HOPPER)
+    assert "for work in range(" in source and "gl.store(partials + at, acc, mask=inside)" in source
+    assert "tma_store(c_desc" not in source  # the partials leave from registers; C is written by the reduction
+    assert "reduce(partials, c, bias, M, N, SPLIT_K, REDUCE_R, REDUCE_C)" in source
+    module = load_source(source)
+    m, n, splits = 37, 70, 3
+    gen = torch.Generator().manual_seed(0)
+    partials = torch.randn(splits * m, n, generator=gen)
+    bias = torch.randn(n, generator=gen)
+    c = torch.empty(m, n)
+    grid = ((m + module.REDUCE_R - 1) // module.REDUCE_R, (n + module.REDUCE_C - 1) // module.REDUCE_C)
+    module.split_k_reduce[grid](partials, c, bias, m, n, splits, module.REDUCE_R, module.REDUCE_C)
+    expected = torch.nn.functional.gelu(partials.view(splits, m, n).sum(0) + bias)
+    torch.testing.assert_close(c, expected, rtol=1e-5, atol=1e-5)
+    too_big = op.problem((16384, 16384, 4096), "bf16")
+    assert any("64-bit" in r for r in op.family.violations(g.replace(split_k=12), too_big, HOPPER))
