@@ -6,7 +6,7 @@ timed interleaved with cuBLAS (evo.evaluate.timing: L2 flushed, CUDA events, med
 Gluon kernels, evo's Triton seeds that won large shapes before (persistent host-TMA 128x256) and cuBLAS timed
 together. Writes $EVO_OUT/probe_gluon.json after every shape and prints a table last.
 
-    python tests/gpu/probe_gluon.py [--consumers=1|2] [MxNxK[:dtype] ...]
+    python tests/gpu/probe_gluon.py [--consumers=1|2] [--split=1,3,4] [MxNxK[:dtype] ...]
 
 A kernel that faults leaves the CUDA context unusable for the rest of the process: run the two schedules
 (--consumers=1, --consumers=2) as separate processes.
@@ -34,19 +34,21 @@ TRITON_SEEDS = [dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_stages=3, num_war
                 dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_stages=3, num_warps=8, memory="host_descriptor")]
 
 
-def _gluon_grid(op: Any, problem: Any, target: Any, consumers: tuple[int, ...] = (1, 2)) -> list[dict[str, Any]]:
+def _gluon_grid(op: Any, problem: Any, target: Any, consumers: tuple[int, ...] = (1, 2),
+                splits: tuple[int, ...] = (1,)) -> list[dict[str, Any]]:
     from genomes.gemm_gluon import GLUON_FIXED
 
     out = []
-    for bm, bn, bk, st, w, c in itertools.product((64, 128, 256), (128, 256), (64,), (3, 4, 5), (4, 8), consumers):
+    grid = itertools.product((64, 128, 256), (128, 256), (64,), (3, 4, 5), (4, 8), consumers, splits)
+    for bm, bn, bk, st, w, c, sk in grid:
         values = {**op.family.base(), **GLUON_FIXED, "backend": "gluon", "BLOCK_M": bm, "BLOCK_N": bn,
-                  "BLOCK_K": bk, "num_stages": st, "num_warps": w, "consumers": c}
+                  "BLOCK_K": bk, "num_stages": st, "num_warps": w, "consumers": c, "split_k": sk}
         if not op.family.violations(op.family.make(values), problem, target):
             out.append(values)
     return out
 
 
-def probe(spec: str, consumers: tuple[int, ...] = (1, 2)) -> dict[str, Any]:
+def probe(spec: str, consumers: tuple[int, ...] = (1, 2), splits: tuple[int, ...] = (1,)) -> dict[str, Any]:
     import torch
 
     import operators
@@ -64,7 +66,7 @@ def probe(spec: str, consumers: tuple[int, ...] = (1, 2)) -> dict[str, Any]:
     print(f"== {problem.key}", file=sys.stderr, flush=True)
     rows: list[dict[str, Any]] = []
     modules: dict[str, Any] = {}
-    candidates = [("gluon", v) for v in _gluon_grid(op, problem, target, consumers)]
+    candidates = [("gluon", v) for v in _gluon_grid(op, problem, target, consumers, splits)]
     candidates += [("triton", {**op.family.base(), **v}) for v in TRITON_SEEDS]
     for kind, values in candidates:
         genome = op.family.make(values)
@@ -82,7 +84,7 @@ def probe(spec: str, consumers: tuple[int, ...] = (1, 2)) -> dict[str, Any]:
             modules[genome.hash] = fn
         g = genome.as_dict()
         print(f"   {kind:6s} {g['BLOCK_M']}x{g['BLOCK_N']}x{g['BLOCK_K']} st{g['num_stages']} w{g['num_warps']} "
-              f"c{g['consumers']}: {entry['status'][:120]} {entry.get('vs_cublas', 0):.3f}", file=sys.stderr,
+              f"c{g['consumers']} sk{g['split_k']}: {entry['status'][:120]} {entry.get('vs_cublas', 0):.3f}", file=sys.stderr,
               flush=True)
         rows.append(entry)
     ranked = {k: sorted((e for e in rows if "ms" in e and e["kind"] == k), key=lambda e: e["ms"])
@@ -110,8 +112,9 @@ def main(argv: list[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     results = []
     consumers = tuple(int(a.split("=")[1]) for a in argv if a.startswith("--consumers=")) or (1, 2)
+    splits = next((tuple(int(x) for x in a.split("=")[1].split(",")) for a in argv if a.startswith("--split=")), (1,))
     for spec in [a for a in argv if not a.startswith("--")] or DEFAULT_SHAPES:
-        results.append(probe(spec, consumers))
+        results.append(probe(spec, consumers, splits))
         (out / "probe_gluon.json").write_text(json.dumps(results, indent=1))
     for r in results:
         print(f"{r['problem']:28s} " + "  ".join(f"{k}={v:.3f}" for k, v in r["final_vs_cublas"].items())
