@@ -84,8 +84,8 @@ def probe(spec: str, consumers: tuple[int, ...] = (1, 2), splits: tuple[int, ...
             modules[genome.hash] = fn
         g = genome.as_dict()
         print(f"   {kind:6s} {g['BLOCK_M']}x{g['BLOCK_N']}x{g['BLOCK_K']} st{g['num_stages']} w{g['num_warps']} "
-              f"c{g['consumers']} sk{g['split_k']}: {entry['status'][:120]} {entry.get('vs_cublas', 0):.3f}", file=sys.stderr,
-              flush=True)
+              f"c{g['consumers']} sk{g['split_k']}: {entry['status'][:120]} {entry.get('vs_cublas', 0):.3f}",
+              file=sys.stderr, flush=True)
         rows.append(entry)
     ranked = {k: sorted((e for e in rows if "ms" in e and e["kind"] == k), key=lambda e: e["ms"])
               for k in ("gluon", "triton")}
