@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Problem", "Target", "DTYPES", "HOPPER", "shape_distance", "operator_file_stem"]
+__all__ = ["Problem", "Target", "DTYPES", "HOPPER", "INTERPRETED_HOPPER", "shape_distance", "operator_file_stem"]
 
 # dtype names used everywhere in evo (YAML, store, export) and their torch attribute names.
 DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
@@ -106,6 +106,14 @@ class Target:
         smem = getattr(p, "shared_memory_per_block_optin", 0) or 232448
         return cls(p.name, p.major * 10 + p.minor, int(smem), int(p.multi_processor_count))
 
+    @property
+    def interpreted(self) -> bool:
+        """Whether kernels run in Triton's CPU interpreter (the smoke run) rather than on the GPU named: the
+        interpreter runs `tl` kernels only, so a family refuses what it renders otherwise (Gluon)."""
+        return bool(self.extra.get("interpreted"))
+
 
 # H100 and H200 share the Hopper SM: 132 SMs, 227 KiB of opt-in shared memory per block.
 HOPPER = Target("hopper", 90, 232448, 132)
+# Hopper's rules, as Triton's CPU interpreter runs them (the smoke evaluator's target)
+INTERPRETED_HOPPER = Target("hopper (Triton's CPU interpreter)", 90, 232448, 132, extra={"interpreted": True})

@@ -52,6 +52,8 @@ def gluon_violations(g: Mapping[str, Any], problem: Problem, target: Target, ref
     out = []
     if target.arch != 90:
         out.append(f"the Gluon rendering is Hopper's (wgmma, sm_90), not sm_{target.arch}")
+    if target.interpreted:
+        out.append("the Gluon rendering does not run in Triton's CPU interpreter")
     if problem.dtype not in _ELEM_BYTES:
         out.append(f"the Gluon rendering takes fp16 and bf16, not {problem.dtype}")
     if unaligned:
@@ -77,8 +79,9 @@ def gluon_repair(family: Any, g: dict[str, Any], problem: Problem, target: Targe
                  unaligned: tuple[str, ...]) -> None:
     """Move `g` (backend=gluon) into the Gluon region in place, with `family`'s moves; back to the Triton
     rendering (one consumer) when the problem or target rules Gluon out."""
-    cannot = (target.arch != 90 or problem.dtype not in _ELEM_BYTES or bool(unaligned) or bool(refusal)
-              or problem.dims["M"] <= 32)  # a 64-row wgmma tile over at most 32 rows: Triton's smaller tiles
+    # (M up to 32: a 64-row wgmma tile over so few rows loses to Triton's smaller tiles)
+    cannot = (target.arch != 90 or target.interpreted or problem.dtype not in _ELEM_BYTES or bool(unaligned)
+              or bool(refusal) or problem.dims["M"] <= 32)
     if not cannot:
         for name, value in GLUON_FIXED.items():
             cannot = cannot or not family._set(g, name, value)

@@ -21,7 +21,7 @@ from evo.evaluate.check import run_check
 from evo.evaluate.faults import classify
 from evo.evaluate.modules import load_source
 from evo.evaluate.worker import ChildWorker, GpuBackend
-from evo.problem import HOPPER, Problem, Target
+from evo.problem import INTERPRETED_HOPPER, Problem, Target
 from evo.store.record import Evaluation
 
 __all__ = ["SmokeBackend", "SmokeWorker", "SMOKE_GPU", "SMOKE_NOTE", "smoke_problem", "smoke_setup", "smoke_evaluate"]
@@ -94,7 +94,8 @@ class SmokeWorker(ChildWorker):
     note = "smoke: "
 
     def __init__(self, *, seed: int = 0, start_timeout_s: float = 300.0, objective: str = "call") -> None:
-        super().__init__(smoke_setup, smoke_evaluate, setup_args=(HOPPER, objective), env={"TRITON_INTERPRET": "1"},
+        super().__init__(smoke_setup, smoke_evaluate, setup_args=(INTERPRETED_HOPPER, objective),
+                         env={"TRITON_INTERPRET": "1"},
                          name="evo-smoke", seed=[seed, 0x5A0CE], start_timeout_s=start_timeout_s)
 
 

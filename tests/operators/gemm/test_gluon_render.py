@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import operators
-from evo.problem import HOPPER, Target
+from evo.problem import HOPPER, INTERPRETED_HOPPER, Target
 from genomes.gemm_gluon import GLUON_FIXED, gluon_smem
 from tests.operators.hopper_compile import compile_for_hopper
 
@@ -40,6 +40,10 @@ def test_gluon_is_valid_on_hopper_for_fp16_and_bf16_with_aligned_rows_only():
     assert any("Gluon rendering" in r for r in FAMILY.violations(FAMILY.make(FAMILY.base(consumers=2)), SQUARE,
                                                                  HOPPER))
     assert operators.get("gemm+bias+gelu+residual").family.violations(g, SQUARE, HOPPER) == []
+    assert any("interpreter" in r for r in FAMILY.violations(g, SQUARE, INTERPRETED_HOPPER))
+    small = OP.problem((64, 64, 64), "fp16")  # the smoke run's: its target is the interpreter's
+    assert any(s["backend"] == "gluon" for s in FAMILY.seeds(small, HOPPER))
+    assert not any(s["backend"] == "gluon" for s in FAMILY.seeds(small, INTERPRETED_HOPPER))
     swiglu = operators.get("gemm+swiglu")
     assert any("SwiGLU" in r for r in swiglu.family.violations(g, SQUARE, HOPPER))
 
