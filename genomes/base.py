@@ -195,7 +195,7 @@ class GenomeFamily:
     def complete(self, values: Mapping[str, Any]) -> dict[str, Any]:
         """`values` with every gene it does not name that has an implied value (one added to the family after
         genomes were stored) at that value: a stored genome's genes as the family has them now."""
-        return {**{name: gene.implied[0] for name, gene in self.genes.items() if gene.implied}, **values}
+        return {**dict(self._implicit()), **values}
 
     def from_canonical(self, text: str | Mapping[str, Any]) -> Genome:
         d = json.loads(text) if isinstance(text, str) else dict(text)

@@ -25,6 +25,7 @@ from typing import Any
 
 from evo.launch import runtime_source
 from operators._template import block as _block
+from operators.gemm.header import constants_table
 from operators.gemm.header import summary as _summary
 from operators.gemm.launcher import ENTRY_NAME, KERNEL_NAME, gluon_launcher_source
 from operators.gemm.source import tile_coords_source
@@ -194,7 +195,7 @@ def _kernel(g: Mapping[str, Any]) -> str:
     ep, split = g.get("epilogue"), g["split_k"] > 1
     params = f" {ep.kernel_params()}," if ep and ep.operands and not split else " partials," if split else ""
     lines = ep.gluon_lines("acc") if ep and not split else ""  # split-K: the reduction applies the epilogue
-    epilogue = (_block(f"# Fused epilogue: {ep.text}, in fp32 before the cast.\n" + lines, 2)) if lines else ""
+    epilogue = _block(f"# Fused epilogue: {ep.text}, in fp32 before the cast.\n" + lines, 2) if lines else ""
     regs = f"CONSUMER_REGS: gl.constexpr = {CONSUMER_REGS}\n    PRODUCER_REGS: gl.constexpr = {PRODUCER_REGS}\n"
     specialize = "    " + regs + "    gl.warp_specialize(" + _partitions(g) + ")"
     text = (_PARTITIONS.replace("KERNEL", KERNEL_NAME).replace("CALL_COORDS", _coords_call(g))
@@ -237,8 +238,7 @@ def _constants(g: Mapping[str, Any]) -> str:
     if g["split_k"] > 1:
         rows += [("SPLIT_K", g["split_k"], "K ranges per tile: fp32 partials, then a reducing launch"),
                  ("REDUCE_R, REDUCE_C", "32, 128", "rows and columns per program of the reduction")]
-    width = max(len(f"{n} = {v}") for n, v, _ in rows)
-    return "".join(f"{f'{n} = {v}':<{width}}  # {why}\n" for n, v, why in rows)
+    return constants_table(rows)
 
 
 def gluon_source(g: Mapping[str, Any], title: str, epilogue: Any = None) -> str:

@@ -8,7 +8,7 @@ from typing import Any
 
 from genomes.gemm import column_blocks
 
-__all__ = ["summary", "constants"]
+__all__ = ["summary", "constants", "constants_table"]
 
 _MEMORY_TEXT = {"pointer": "pointer loads", "descriptor": "tensor descriptors (TMA)",
                 "host_descriptor": "host tensor descriptors (TMA)"}
@@ -59,5 +59,10 @@ def constants(g: Mapping[str, Any]) -> str:
         rows.append(("SPLIT_K", g["split_k"], "programs sharing one output tile along K"))
     rows += [("NUM_WARPS", g["num_warps"], "warps per program"),
              ("NUM_STAGES", g["num_stages"], "software pipeline depth of the loads feeding tl.dot")]
+    return constants_table(rows)
+
+
+def constants_table(rows: list[tuple[str, Any, str]]) -> str:
+    """`NAME = value  # why` lines, the comments aligned, one per (name, value, why)."""
     width = max(len(f"{n} = {v}") for n, v, _ in rows)
     return "".join(f"{f'{n} = {v}':<{width}}  # {why}\n" for n, v, why in rows)

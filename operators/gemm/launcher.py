@@ -17,7 +17,7 @@ from genomes.gemm import DESCRIPTOR_MEMORY, column_blocks
 from operators._template import block as _block
 from operators._template import wrap as _wrap
 from operators.gemm.launcher_epilogue import epilogue_args as _epilogue_args
-from operators.gemm.launcher_epilogue import fill_epilogue
+from operators.gemm.launcher_epilogue import epilogue_operands, fill_epilogue
 
 __all__ = ["launcher_source", "gluon_launcher_source", "constexpr_names", "KERNEL_NAME", "ENTRY_NAME", "CPU_NUM_SMS"]
 
@@ -65,11 +65,7 @@ def launcher_source(g: Mapping[str, Any]) -> str:
     out += _block("num_tiles = triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N)", 1)
     n_blocks = len(column_blocks(g["BLOCK_N"]))
     operands = ", ".join(["a"] + ["b"] * n_blocks + ["c"] * n_blocks) if host else "a, b, c"
-    ep = g.get("epilogue")
-    if ep and ep.operands:
-        # the scale goes in as a float on every call: Triton would compile an int 1 as a constant, and the bound
-        # launch reuses the first call's kernel
-        operands += ", " + ", ".join("float(scale)" if n == "scale" else n for n in ep.operands)
+    operands = ", ".join([operands, *epilogue_operands(g)])
     args = f"{operands}, M, N, K"
     if stream_k:
         out += _block("""
@@ -167,10 +163,7 @@ def gluon_launcher_source(g: Mapping[str, Any]) -> str:
            + ["    return out", "", "run.kernel = kernel  # for inspection"]
            + (["run.workspace = partials"] if split else []) + ["return run"])
     out += "\n" + _block("\n".join(run), 1)
-    ep = g.get("epilogue")
-    # the scale goes in as a float on every call (an int 1 would compile as a constant the bound launch reuses)
-    operands = "".join(("float(scale)" if n == "scale" else n) + ", " for n in (ep.operands if ep else ()))
-    out = out.replace("EPILOGUE_OPERANDS", operands)
+    out = out.replace("EPILOGUE_OPERANDS", "".join(f"{n}, " for n in epilogue_operands(g)))
     return fill_epilogue(out + "\n\n" + _ENTRY.replace("(fp16, bf16 or fp32)", "(fp16 or bf16)"), g)
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from operators._template import block as _block
 
-__all__ = ["epilogue_args", "fill_epilogue"]
+__all__ = ["epilogue_args", "epilogue_operands", "fill_epilogue"]
 
 _BIAS = _block("""
     if not (isinstance(bias, torch.Tensor) and tuple(bias.shape) == (N,) and bias.dtype == dtype
@@ -48,6 +48,13 @@ def epilogue_args(g: Mapping[str, Any]) -> str:
     """The epilogue's operands of the entry function, as "bias, residual, " (empty without an epilogue)."""
     ep = g.get("epilogue")
     return "".join(f"{name}, " for name in ep.operands) if ep else ""
+
+
+def epilogue_operands(g: Mapping[str, Any]) -> list[str]:
+    """The epilogue's operands as a launch passes them: the scale as a float on every call (Triton would compile
+    an int 1 as a constant, and the bound launch reuses the first call's kernel)."""
+    ep = g.get("epilogue")
+    return ["float(scale)" if n == "scale" else n for n in (ep.operands if ep else ())]
 
 
 def fill_epilogue(text: str, g: Mapping[str, Any]) -> str:
