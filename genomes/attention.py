@@ -14,6 +14,9 @@ V loads through shared memory (num_stages deep). The genes beyond the tiles deci
 - `q_order` and `grid`: the order the programs are issued in (the longest causal rows first; the tiles of
   one head together, sharing K and V in L2, or the heads of one tile together).
 
+`backend` renders the kernel with Triton's `tl` or with Gluon, whose warp roles (a TMA producer warp, one or two
+wgmma consumer warp groups, `consumers` and `overlap`) are FlashAttention-3's (genomes/attention_gluon.py).
+
 Validity keeps what can run: tiles of at least 16 (tl.dot), the fp32 values a thread keeps within its
 registers, the pipelined loads within shared memory, packing only where heads share a KV head. More key
 splits than key blocks, or tiles taller than the queries, are wasteful but valid (a split without keys
@@ -30,6 +33,7 @@ import numpy as np
 
 from evo.problem import Problem, Target
 from genomes import labels
+from genomes.attention_gluon import GLUON_FIXED, MIN_GLUON_ROWS, gluon_repair, gluon_violations
 from genomes.base import Descriptor, Genome, GenomeFamily
 from genomes.genes import Boolean, Categorical, Gene, IntChoice, PowerOfTwo
 
@@ -67,6 +71,12 @@ def key_blocks(g: dict[str, Any], problem: Problem) -> int:
     return -(-problem.dims["kv_len"] // g["BLOCK_N"])
 
 
+def _structure(g: dict[str, Any], r: Any) -> float:
+    if g.get("backend", "triton") == "gluon":  # stored genomes from before the gene hold Triton's
+        return 4.0 + (g["consumers"] == 2)
+    return float(g["pack_gqa"]) + 2.0 * (g["kv_split"] > 1)
+
+
 def _next_pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
@@ -100,6 +110,14 @@ class AttentionFamily(GenomeFamily):
             IntChoice("persistent", (0, 1, 2), group="order",
                       doc="programs per SM of a persistent grid looping over the work items in issue order; "
                           "0 = one program per work item"),
+            Categorical("backend", ("triton", "gluon"), group="structure", implied=("triton",),
+                        doc="the kernel rendered with Triton's tl, or with Gluon: a TMA producer warp and wgmma "
+                            "consumer warp groups (genomes/attention_gluon.py)"),
+            IntChoice("consumers", (1, 2), group="launch", implied=(1,),
+                      doc="Gluon: MMA consumer partitions per program, each owning BLOCK_M query rows and sharing "
+                          "the K/V stream"),
+            Boolean("overlap", group="structure", implied=(False,),
+                    doc="Gluon: block j's scores issued before block j-1's P V, its softmax run under that wgmma"),
         ]
 
     # -- resources ------------------------------------------------------------------------------------
@@ -125,6 +143,10 @@ class AttentionFamily(GenomeFamily):
         out = []
         if problem.dims["heads"] % problem.dims["kv_heads"]:
             return [f"{problem.dims['heads']} query heads are not a multiple of {problem.dims['kv_heads']} KV heads"]
+        if g["backend"] == "gluon":
+            return gluon_violations(g, problem, target)
+        if g["consumers"] != 1 or g["overlap"]:
+            out.append("consumers and overlap are genes of the Gluon rendering: 1 and False under backend=triton")
         live, limit = self.live_values(g, problem), live_limit(g["num_warps"])
         if live > limit:
             out.append(f"keeps ~{live} fp32 values per thread (> {limit} at {g['num_warps']} warps): "
@@ -148,6 +170,12 @@ class AttentionFamily(GenomeFamily):
     # -- repair ---------------------------------------------------------------------------------------
     def repair(self, genome: Genome, problem: Problem, target: Target, rng: np.random.Generator) -> Genome:
         g = genome.as_dict()
+        if g["backend"] == "gluon":
+            gluon_repair(self, g, problem, target)
+            if g["backend"] == "gluon":
+                return self._repaired(g, genome, problem, target)
+        self._set(g, "consumers", 1)
+        self._set(g, "overlap", False)
         if g["pack_gqa"] and group(problem) == 1:
             self._set(g, "pack_gqa", False)
         rows = _next_pow2(tile_rows(g, problem))
@@ -186,7 +214,7 @@ class AttentionFamily(GenomeFamily):
         """FlashAttention-2's forward as Triton writes it: 128x64 tiles, 8 warps, 3 stages; updated by `values`."""
         g = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3, "pack_gqa": False, "kv_split": 1,
              "reduce": "launch", "mask_loop": "split", "q_order": "forward", "grid": "tiles_first",
-             "kv_load": "pointer", "persistent": 0}
+             "kv_load": "pointer", "persistent": 0, "backend": "triton", "consumers": 1, "overlap": False}
         g.update(values)
         return g
 
@@ -212,6 +240,15 @@ class AttentionFamily(GenomeFamily):
                             reduce=r) for r in ("last_program", "launch") for n, w in ((64, 4), (128, 4), (128, 8))]
         decode += [self.base(BLOCK_M=64, BLOCK_N=64, num_warps=4, pack_gqa=True, kv_split=max(1, split // 2))]
         raw = decode + prefill if rows <= 64 else prefill + decode
+        if problem.dims["q_len"] >= MIN_GLUON_ROWS:  # FlashAttention-3's forms: warp roles through Gluon
+            gluon = dict(GLUON_FIXED, backend="gluon")
+            order = "reverse" if "causal" in problem.operator.split("+") else "forward"  # longest rows first
+            raw = [self.base(**gluon, BLOCK_M=m, BLOCK_N=n, num_warps=w, num_stages=s, consumers=c, overlap=o,
+                             q_order=order)
+                   # (measured on an H100 at 8k tokens, head dim 128: the first was the best of 30 Gluon genomes)
+                   for m, n, w, s, c, o in ((64, 128, 4, 3, 2, True), (64, 128, 4, 2, 2, True),
+                                            (64, 128, 4, 2, 2, False), (128, 128, 8, 2, 1, False),
+                                            (64, 64, 4, 4, 2, True), (128, 64, 8, 3, 1, False))] + raw
         return self._repaired_seeds(raw, problem, target)
 
     def descriptors(self) -> dict[str, Descriptor]:
@@ -227,9 +264,10 @@ class AttentionFamily(GenomeFamily):
                                  (0.0, 1.0, 2.0, 3.0), "0 pointers, 1 TMA, 2 persistent, 3 TMA + persistent",
                                  label=labels.categories(("pointers", "TMA", "persistent", "TMA+persistent"))),
             "structure": Descriptor(
-                "structure", lambda g, r: float(g["pack_gqa"]) + 2.0 * (g["kv_split"] > 1), (0.0, 1.0, 2.0, 3.0),
-                "0 plain, 1 GQA packed, 2 split keys, 3 both",
-                label=labels.categories(("plain", "GQA packed", "split keys", "packed+split"))),
+                "structure", _structure, (0.0, 1.0, 2.0, 3.0, 4.0, 5.0),
+                "0 plain, 1 GQA packed, 2 split keys, 3 both, 4 Gluon warp roles, 5 Gluon with two consumers",
+                label=labels.categories(("plain", "GQA packed", "split keys", "packed+split", "Gluon",
+                                         "Gluon 2 consumers"))),
             "num_warps": Descriptor("num_warps", lambda g, r: log2(g["num_warps"]),
                                     tuple(float(x) for x in range(1, 5)),
                                     "log2(warps)", label=labels.power_of_two),

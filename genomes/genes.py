@@ -90,5 +90,5 @@ def Categorical(name: str, values: list[Any] | tuple[Any, ...], group: str = "mi
     return Gene(name, tuple(values), group=group, ordered=False, doc=doc, implied=implied)
 
 
-def Boolean(name: str, group: str = "misc", doc: str = "") -> Gene:
-    return Gene(name, (False, True), group=group, ordered=False, doc=doc)
+def Boolean(name: str, group: str = "misc", doc: str = "", implied: tuple[Any, ...] = ()) -> Gene:
+    return Gene(name, (False, True), group=group, ordered=False, doc=doc, implied=implied)

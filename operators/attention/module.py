@@ -12,6 +12,7 @@ from __future__ import annotations
 from evo.launch import runtime_source
 from evo.problem import Problem, Target
 from genomes.attention import head_dim_pad
+from operators.attention.gluon_source import GLUON_IMPORTS, gluon_kernel_source
 from operators.attention.source import COMBINE_ROWS, KernelFacts, combine_source, kernel_source
 
 __all__ = ["render_module"]
@@ -64,6 +65,56 @@ def _header(name: str, f: KernelFacts, problem: Problem, target: Target) -> list
     ]
 
 
+# the head of every rendering's plan: the argument checks (ValueError naming what is wrong)
+_PLAN_HEAD = [
+    "def _described(t):",
+    "    if isinstance(t, torch.Tensor):",
+    '        return f"a {t.dtype} tensor of shape {tuple(t.shape)} on {t.device}"',
+    "    return repr(t)[:60]",
+    "",
+    "",
+    "def _plan(q, k, v, out):",
+    '    """Check the arguments (ValueError naming what is wrong) and fix what depends only on their signature.',
+    '    Returns run(q, k, v, out, scale) for every call of this signature."""',
+    "    for name, t in (('q', q), ('k', k), ('v', v)):",
+    "        if not isinstance(t, torch.Tensor) or t.dim() != 4 or t.numel() == 0:",
+    "            raise ValueError(f\"{name} must be a non-empty 4-d tensor [batch, heads, length, head_dim]; \"",
+    "                             f\"got {_described(t)}\")",
+    "    if k.shape != v.shape or k.dtype != q.dtype or v.dtype != q.dtype or k.device != q.device \\",
+    "            or v.device != q.device:",
+    "        raise ValueError(f\"k and v must have one shape and q's dtype and device; got q {_described(q)}, \"",
+    "                         f\"k {_described(k)}, v {_described(v)}\")",
+    "    b, hq, n_q, d = q.shape",
+    "    hkv, n_k = k.shape[1], k.shape[2]",
+    "    if k.shape[0] != b or k.shape[3] != d or hq % hkv:",
+    "        raise ValueError(f\"k, v must be [{b}, H, Lk, {d}] with H dividing {hq}; got {_described(k)}\")",
+    "    if CAUSAL and n_q > n_k:",
+    "        raise ValueError(f\"causal attention needs no more queries than keys; got {n_q} and {n_k}\")",
+    "    if out is not None and (not isinstance(out, torch.Tensor) or out.shape != q.shape",
+    "                            or out.dtype != q.dtype or out.device != q.device):",
+    "        raise ValueError(f\"out must be a tensor of q's shape, dtype and device; got {_described(out)}\")",
+]
+
+
+def _entry(causal: bool) -> list[str]:
+    """The module's entry function: the plan of the arguments' signature, made once, then run."""
+    return [
+        "_PLANS = PlanCache()  # argument signature -> run(...): checks, grid and the bound kernels, done once",
+        "",
+        "",
+        "def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor | None = None,",
+        "              scale: float | None = None) -> torch.Tensor:",
+        f'    """{"Causal (bottom-right) s" if causal else "S"}oftmax(q k^T * scale) v per head, k and v shared by '
+        'groups of query',
+        '    heads (GQA); scale defaults to 1/sqrt(head_dim). q [B, Hq, Lq, D], k and v [B, Hkv, Lk, D]."""',
+        "    key = (signature(q), signature(k), signature(v), None if out is None else signature(out))",
+        "    run = _PLANS.get(key)",
+        "    if run is None:",
+        "        run = _PLANS.add(key, _plan(q, k, v, out))",
+        "    return run(q, k, v, out, scale)",
+    ]
+
+
 def _plan(f: KernelFacts) -> list[str]:
     g = f.g
     tiles_first = g["grid"] == "tiles_first"
@@ -73,33 +124,7 @@ def _plan(f: KernelFacts) -> list[str]:
     limit = "1 << 31" if f.persistent else 65535
     axis = "n_tiles * b * h_grid * SPLIT" if f.persistent else "b * h_grid" if tiles_first else "n_tiles"
     scratch = ", scratch=True" if f.tma else ""
-    lines = [
-        "def _described(t):",
-        "    if isinstance(t, torch.Tensor):",
-        '        return f"a {t.dtype} tensor of shape {tuple(t.shape)} on {t.device}"',
-        "    return repr(t)[:60]",
-        "",
-        "",
-        "def _plan(q, k, v, out):",
-        '    """Check the arguments (ValueError naming what is wrong) and fix what depends only on their signature.',
-        '    Returns run(q, k, v, out, scale) for every call of this signature."""',
-        "    for name, t in (('q', q), ('k', k), ('v', v)):",
-        "        if not isinstance(t, torch.Tensor) or t.dim() != 4 or t.numel() == 0:",
-        "            raise ValueError(f\"{name} must be a non-empty 4-d tensor [batch, heads, length, head_dim]; \"",
-        "                             f\"got {_described(t)}\")",
-        "    if k.shape != v.shape or k.dtype != q.dtype or v.dtype != q.dtype or k.device != q.device \\",
-        "            or v.device != q.device:",
-        "        raise ValueError(f\"k and v must have one shape and q's dtype and device; got q {_described(q)}, \"",
-        "                         f\"k {_described(k)}, v {_described(v)}\")",
-        "    b, hq, n_q, d = q.shape",
-        "    hkv, n_k = k.shape[1], k.shape[2]",
-        "    if k.shape[0] != b or k.shape[3] != d or hq % hkv:",
-        "        raise ValueError(f\"k, v must be [{b}, H, Lk, {d}] with H dividing {hq}; got {_described(k)}\")",
-        "    if CAUSAL and n_q > n_k:",
-        "        raise ValueError(f\"causal attention needs no more queries than keys; got {n_q} and {n_k}\")",
-        "    if out is not None and (not isinstance(out, torch.Tensor) or out.shape != q.shape",
-        "                            or out.dtype != q.dtype or out.device != q.device):",
-        "        raise ValueError(f\"out must be a tensor of q's shape, dtype and device; got {_described(out)}\")",
+    lines = _PLAN_HEAD + [
         "    group = hq // hkv",
         "    h_grid = hkv if PACK_GQA else hq",
         "    n_tiles = triton.cdiv(n_q * group if PACK_GQA else n_q, BLOCK_M)",
@@ -153,24 +178,96 @@ def _plan(f: KernelFacts) -> list[str]:
         "    return run",
         "",
         "",
-        "_PLANS = PlanCache()  # argument signature -> run(...): checks, grid and the bound kernels, done once",
-        "",
-        "",
-        "def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor | None = None,",
-        "              scale: float | None = None) -> torch.Tensor:",
-        f'    """{"Causal (bottom-right) s" if f.causal else "S"}oftmax(q k^T * scale) v per head, k and v shared by '
-        'groups of query',
-        '    heads (GQA); scale defaults to 1/sqrt(head_dim). q [B, Hq, Lq, D], k and v [B, Hkv, Lk, D]."""',
-        "    key = (signature(q), signature(k), signature(v), None if out is None else signature(out))",
-        "    run = _PLANS.get(key)",
-        "    if run is None:",
-        "        run = _PLANS.add(key, _plan(q, k, v, out))",
-        "    return run(q, k, v, out, scale)",
-    ]
+    ] + _entry(f.causal)
     return lines
 
 
+def _gluon_header(name: str, g: dict, causal: bool, problem: Problem, target: Target) -> list[str]:
+    shape = problem.dims
+    kind = "causal (bottom-right) " if causal else ""
+    consumers = ("one consumer of NUM_WARPS warps" if g["consumers"] == 1 else
+                 "two one-warp-group consumers, each with its own BLOCK_M rows,")
+    return [
+        f'"""evo kernel: {kind}attention, rendered for {problem.key} on {target.name} '
+        f'({name}: {shape["heads"]} query heads on {shape["kv_heads"]} KV heads, head dim {shape["head_dim"]}).',
+        "",
+        "Rendered with Gluon: a one-warp TMA producer streams K and V through a ring of NUM_STAGES shared-memory",
+        "slots;",
+        f"{consumers} run the wgmma products and the online softmax in base 2",
+        "(FlashAttention-3's roles)" + ("; a block's softmax runs under the previous block's P V." if g["overlap"]
+                                        else "."),
+        f"Call attention(q, k, v, out=None, scale=None) with fp16 or bf16 tensors of head dim {shape['head_dim']} "
+        "on an sm_90 GPU.",
+        '"""',
+        "",
+        "import math",
+        "",
+        "import torch",
+        "import triton",
+        *GLUON_IMPORTS.rstrip("\n").split("\n"),
+        "",
+        runtime_source(),
+        "",
+        f"CAUSAL = {causal}",
+        f"BLOCK_M = {g['BLOCK_M']}  # query rows per consumer",
+        f"BLOCK_N = {g['BLOCK_N']}  # keys per block",
+        f"HEAD_D = {shape['head_dim']}",
+        f"NUM_STAGES = {g['num_stages']}  # slots of the K/V ring",
+        f"CONSUMERS = {g['consumers']}",
+        f"NUM_WARPS = {g['num_warps']}  # warps of the first consumer (the producer's warp is added)",
+        f"REVERSE = {g['q_order'] == 'reverse'}  # query tiles issued last first",
+        f"OVERLAP = {bool(g['overlap'])}",
+        f"LOG2E = {LOG2E!r}",
+        "_GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}",
+        "",
+        "",
+    ]
+
+
+def _gluon_plan() -> list[str]:
+    return _PLAN_HEAD + [
+        "    if q.dtype not in _GL_DTYPES or d != HEAD_D:",
+        "        raise ValueError(f\"this kernel was rendered for fp16 or bf16 with head_dim {HEAD_D}; got \"",
+        "                         f\"{_described(q)}\")",
+        "    if b * hq > 65535:",
+        "        raise ValueError(f\"{b} x {hq} heads exceed a grid axis (65535)\")",
+        "    group = hq // hkv",
+        "    n_tiles = triton.cdiv(n_q, BLOCK_M * CONSUMERS)",
+        "    # TMA reads [batch x heads x length, head_dim] rows: the tensors must be contiguous, 16-byte aligned",
+        "    copies = [not t.is_contiguous() or t.data_ptr() % 16 for t in (q, k, v)]",
+        "    direct = out is None or out.stride(-1) == 1",
+        "    layout = lambda rows: gl.NVMMASharedLayout.get_default_for([rows, d], _GL_DTYPES[q.dtype])",
+        "    specs = {0: ([b * hq * n_q, d], [d, 1], [BLOCK_M, d], layout(BLOCK_M)),",
+        "             1: ([b * hkv * n_k, d], [d, 1], [BLOCK_N, d], layout(BLOCK_N)),",
+        "             2: ([b * hkv * n_k, d], [d, 1], [BLOCK_N, d], layout(BLOCK_N))}",
+        "    kernel = BoundKernel(attention_kernel, (n_tiles, b * hq), {\"num_warps\": NUM_WARPS}, descriptors=specs)",
+        "",
+        "    def run(q, k, v, out, scale):",
+        "        if copies[0] or copies[1] or copies[2]:",
+        "            q, k, v = (t.clone(memory_format=torch.contiguous_format) if c else t",
+        "                       for t, c in zip((q, k, v), copies))",
+        "        given = out",
+        "        if out is None or not direct:",
+        "            out = torch.empty(q.shape, dtype=q.dtype, device=q.device)",
+        "        qk_scale = (1.0 / math.sqrt(d) if scale is None else scale) * LOG2E",
+        "        kernel(q, k, v, out, qk_scale, out.stride(0), out.stride(1), out.stride(2), n_q, n_k, n_tiles, hq,",
+        "               group, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CONSUMERS, NUM_WARPS, CAUSAL, REVERSE, OVERLAP)",
+        "        if given is not None and not direct:",
+        "            return given.copy_(out)",
+        "        return out",
+        "",
+        "    run.kernel = kernel  # for inspection",
+        "    return run",
+        "",
+        "",
+    ]
+
+
 def render_module(name: str, g: dict, causal: bool, problem: Problem, target: Target) -> str:
+    if g["backend"] == "gluon":
+        lines = (_gluon_header(name, g, causal, problem, target) + gluon_kernel_source(g) + ["", ""]
+                 + _gluon_plan() + _entry(causal))
+        return "\n".join(lines) + "\n"
     f = KernelFacts(g, causal, problem.dims["head_dim"], head_dim_pad(problem))
     lines = _header(name, f, problem, target) + kernel_source(f) + ["", ""]
     if f.split > 1 and not f.last_program:

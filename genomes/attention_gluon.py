@@ -1,0 +1,118 @@
+"""The Gluon backend of the attention genome: which genomes it renders, and how a genome is moved into its region.
+
+`backend=gluon` renders the forward kernel with Gluon (triton.experimental.gluon) instead of `tl`, with the roles
+of FlashAttention-3 as warp groups of their own: a one-warp TMA producer loads each program's query tiles once
+and streams K and V through a ring of `num_stages` shared-memory slots (ready and empty mbarriers), and
+`consumers` MMA partitions of `num_warps` warps each own BLOCK_M query rows of the program, issue the scores
+(Q K^T) and the output update (P V) as asynchronous wgmma, and keep the online softmax in registers; the
+probabilities go to the P V wgmma from registers, never through shared memory. `overlap` pipelines a
+consumer's steps as FlashAttention-3 does within a warp group: the scores of key block j are issued before the
+P V product of block j - 1, and the softmax of block j runs while that product is in flight.
+
+A Gluon genome holds the structure genes of the Triton rendering at fixed values (GLUON_FIXED: K and V always
+by TMA, one program per query tile, no key split, no packing of GQA heads: the decode forms stay Triton's), so
+one kernel has one genome. Not rendered with Gluon (refused, named): other targets than sm_90, the CPU
+interpreter, fp32, head dims other than 64 and 128 (Gluon tensors are powers of two; wider heads do not fit the
+registers), short queries (decode: a 64-row wgmma over a few rows wastes most of it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from evo.problem import Problem, Target
+
+__all__ = ["GLUON_FIXED", "GLUON_HEAD_DIMS", "gluon_smem", "gluon_live", "gluon_violations", "gluon_repair",
+           "MIN_GLUON_ROWS"]
+
+GLUON_FIXED = {"pack_gqa": False, "kv_split": 1, "reduce": "launch", "mask_loop": "split", "grid": "tiles_first",
+               "kv_load": "tma", "persistent": 0}
+GLUON_HEAD_DIMS = (64, 128)
+MIN_GLUON_ROWS = 128  # query rows per head below which the Gluon rendering is not tried (decode is Triton's)
+_ELEM_BYTES = {"fp16": 2, "bf16": 2}
+_ROWS_PER_WARP = 16  # a wgmma warp group owns 64 rows: BLOCK_M >= 16 x a consumer's warps
+_MAX_LIVE = 160  # fp32 values a consumer thread may keep (scores, output, and with overlap the next scores)
+
+
+def gluon_smem(g: Mapping[str, Any], problem: Problem) -> int:
+    """Shared memory: each consumer's query tile, the ring's K and V tiles, and the mbarriers."""
+    e, d = _ELEM_BYTES.get(problem.dtype, 4), problem.dims["head_dim"]
+    return e * d * (g["consumers"] * g["BLOCK_M"] + 2 * g["num_stages"] * g["BLOCK_N"]) + 8 * (3 * g["num_stages"] + 2)
+
+
+def gluon_live(g: Mapping[str, Any], problem: Problem) -> int:
+    """fp32 values a consumer thread keeps: the output tile and the scores, plus with `overlap` the previous
+    block's probabilities (16-bit: half a register each) while the next scores are computed."""
+    scores = g["BLOCK_M"] * g["BLOCK_N"]
+    live = g["BLOCK_M"] * problem.dims["head_dim"] + scores + (scores // 2 if g["overlap"] else 0)
+    return live // (32 * g["num_warps"])
+
+
+def gluon_violations(g: Mapping[str, Any], problem: Problem, target: Target) -> list[str]:
+    """Why the Gluon rendering cannot run `problem` on `target` with genome values `g` (empty when it can)."""
+    out = []
+    if target.arch != 90:
+        out.append(f"the Gluon rendering is Hopper's (wgmma, sm_90), not sm_{target.arch}")
+    if target.interpreted:
+        out.append("the Gluon rendering does not run in Triton's CPU interpreter")
+    if problem.dtype not in _ELEM_BYTES:
+        out.append(f"the Gluon rendering takes fp16 and bf16, not {problem.dtype}")
+    if problem.dims["head_dim"] not in GLUON_HEAD_DIMS:
+        out.append(f"the Gluon rendering takes head dims {GLUON_HEAD_DIMS}, not {problem.dims['head_dim']}")
+    out += [f"the Gluon rendering holds {name}={value}" for name, value in GLUON_FIXED.items() if g[name] != value]
+    if g["num_warps"] not in (4, 8):
+        out.append(f"a Gluon consumer is one or two warp groups: num_warps=4 or 8, not {g['num_warps']}")
+    if g["consumers"] == 2 and g["num_warps"] != 4:
+        out.append("two Gluon consumers are one warp group each: num_warps=4")
+    if g["BLOCK_M"] < _ROWS_PER_WARP * g["num_warps"]:
+        out.append(f"BLOCK_M={g['BLOCK_M']} is under the {_ROWS_PER_WARP * g['num_warps']} rows that "
+                   f"{g['num_warps']} wgmma warps own")
+    if g["num_stages"] < 2:
+        out.append("the Gluon rendering's K/V ring needs num_stages >= 2 (a consumer holds one slot while it "
+                   "waits for the next)")
+    live = gluon_live(g, problem)
+    if live > _MAX_LIVE:
+        out.append(f"a Gluon consumer thread would keep ~{live} fp32 values (> {_MAX_LIVE})")
+    smem = gluon_smem(g, problem)
+    if smem > target.smem_bytes:
+        out.append(f"the Gluon rendering needs ~{smem} bytes of shared memory (> {target.smem_bytes})")
+    return out
+
+
+def gluon_repair(family: Any, g: dict[str, Any], problem: Problem, target: Target) -> None:
+    """Move `g` (backend=gluon) into the Gluon region in place, with `family`'s moves; back to the Triton
+    rendering (one consumer, no overlap) when the problem or target rules Gluon out."""
+    cannot = (target.arch != 90 or target.interpreted or problem.dtype not in _ELEM_BYTES
+              or problem.dims["head_dim"] not in GLUON_HEAD_DIMS or problem.dims["q_len"] < MIN_GLUON_ROWS)
+    if not cannot:
+        for name, value in GLUON_FIXED.items():
+            cannot = cannot or not family._set(g, name, value)
+    if not cannot and g["consumers"] == 2 and not family._set(g, "num_warps", 4):
+        cannot = not family._set(g, "consumers", 1)
+    if not cannot and g["num_warps"] not in (4, 8):
+        cannot = not family._set(g, "num_warps", 4 if g["num_warps"] < 4 else 8)
+    while not cannot and g["BLOCK_M"] < _ROWS_PER_WARP * g["num_warps"]:
+        if not (g["num_warps"] == 8 and family._set(g, "num_warps", 4)) and not family._step_up(g, "BLOCK_M"):
+            cannot = True
+    while not cannot and g["num_stages"] < 2:
+        cannot = not family._step_up(g, "num_stages")
+    while not cannot and gluon_live(g, problem) > _MAX_LIVE:
+        if g["BLOCK_N"] > 64:
+            family._step_down(g, "BLOCK_N")
+        elif g["overlap"]:
+            family._set(g, "overlap", False)
+        elif g["consumers"] == 1 and g["num_warps"] == 4 and g["BLOCK_M"] >= 128:
+            family._set(g, "num_warps", 8)
+        elif g["BLOCK_M"] > _ROWS_PER_WARP * g["num_warps"]:
+            family._step_down(g, "BLOCK_M")
+        else:
+            cannot = True
+    for name in ("num_stages", "BLOCK_N"):
+        while not cannot and gluon_smem(g, problem) > target.smem_bytes and g[name] > (2 if name == "num_stages"
+                                                                                         else 16):
+            family._step_down(g, name)
+    if cannot or gluon_smem(g, problem) > target.smem_bytes:
+        family._set(g, "backend", "triton")
+        family._set(g, "consumers", 1)
+        family._set(g, "overlap", False)

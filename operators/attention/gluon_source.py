@@ -1,0 +1,221 @@
+"""Gluon source for one attention genome with backend=gluon (genomes/attention_gluon.py): FlashAttention-3's roles
+as warp groups of their own, one program per (query tile, batch and head).
+
+- The producer, one warp with a small register budget, loads each consumer's query tile once, then streams the
+  key blocks the tile sees through a ring of NUM_STAGES slots: it waits for a slot's `empty` mbarrier (every
+  consumer has finished with the slot) and fills its K and its V tile by TMA, each arriving on a `ready`
+  mbarrier of its own, so the scores can start before V has landed.
+- Each consumer (CONSUMERS of them, NUM_WARPS warps each, BLOCK_M query rows each) issues S = Q K^T as an
+  asynchronous wgmma from shared memory, runs the online softmax in base 2 on the accumulator's registers, and
+  issues O += P V with P taken from registers (converted to the wgmma operand layout, never stored). With
+  OVERLAP, block j's scores are issued before block j - 1's P V and its softmax runs while that product is in
+  flight (FlashAttention-3's intra-warp-group overlap); the output is rescaled once the product has retired.
+- K and V are read through 2-d descriptors over [batch x heads x length, head_dim]: a tile that runs past its
+  head's keys reads the next head's rows (or zeros past the tensor), whose scores are masked to -inf, so they
+  add nothing. The output leaves from registers through masked stores (its tile may run past the head's rows).
+Every index into the ring follows from the key block's number, the same in the producer and the consumers, so
+the mbarrier phases need no other shared state. The mask is applied only to the key blocks that need it (the
+last block past the keys, and with a causal mask the blocks the diagonal crosses).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["gluon_kernel_source", "GLUON_IMPORTS", "PRODUCER_REGS", "CONSUMER_REGS"]
+
+PRODUCER_REGS = 24  # registers per thread of the producer warp: indices and barrier phases
+CONSUMER_REGS = 240  # of the second consumer warp group (the first gets what the kernel's budget leaves)
+
+GLUON_IMPORTS = """\
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+
+# the TMA load as Triton 3.9 names it, or as 3.6 (the older name is gone from 3.9)
+tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+"""
+
+_COMMON = '''
+@gluon.jit
+def work_item(n_q, n_k, n_tiles, hq, group, ROWS: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
+              REVERSE: gl.constexpr):
+    """This program's query tile (of ROWS rows), its (batch, head), the first row of its queries and of its KV
+    head's keys in the flattened tensors, and the number of key blocks its rows see."""
+    tile = gl.program_id(0)
+    if REVERSE:  # the last tiles (with a causal mask, the longest rows) first
+        tile = n_tiles - 1 - tile
+    bh = gl.program_id(1)
+    q_row = bh * n_q + tile * ROWS
+    kv_row = (bh // hq * (hq // group) + bh % hq // group) * n_k
+    hi = n_k
+    if CAUSAL:  # bottom-right: query i sees keys up to i + n_k - n_q
+        hi = gl.minimum(n_k, (tile + 1) * ROWS + n_k - n_q)
+    return tile, bh, q_row, kv_row, gl.cdiv(hi, BLOCK_N)
+
+
+@gluon.jit
+def load_partition(q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, q_ready, k_ready, v_ready, empty, n_q, n_k,
+                   n_tiles, hq, group, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
+                   CONSUMERS: gl.constexpr, CAUSAL: gl.constexpr, REVERSE: gl.constexpr):
+    """The producer: the consumers' query tiles, then every key block of the tile into the next slot."""
+    tile, bh, q_row, kv_row, n_blocks = work_item(n_q, n_k, n_tiles, hq, group, BLOCK_M * CONSUMERS, BLOCK_N,
+                                                  CAUSAL, REVERSE)
+    for c in gl.static_range(CONSUMERS):
+        mbarrier.expect(q_ready.index(c), q_desc.block_type.nbytes)
+        tma_load(q_desc, [q_row + c * BLOCK_M, 0], q_ready.index(c), q_bufs.index(c))
+    for j in range(n_blocks):
+        slot = j % NUM_STAGES
+        # wait until every consumer is done with the slot's last blocks (a fresh barrier passes the first round)
+        mbarrier.wait(empty.index(slot), ((j // NUM_STAGES) & 1) ^ 1)
+        mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
+        tma_load(k_desc, [kv_row + j * BLOCK_N, 0], k_ready.index(slot), k_bufs.index(slot))
+        mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
+        tma_load(v_desc, [kv_row + j * BLOCK_N, 0], v_ready.index(slot), v_bufs.index(slot))
+
+
+@gluon.jit
+def scores(q_smem, k_bufs, k_ready, j, zero, NUM_STAGES: gl.constexpr):
+    """Issue S = Q K_j^T for key block j (asynchronous wgmma, both operands in shared memory)."""
+    slot = j % NUM_STAGES
+    mbarrier.wait(k_ready.index(slot), (j // NUM_STAGES) & 1)
+    return warpgroup_mma(q_smem, k_bufs.index(slot).permute((1, 0)), zero, use_acc=False, is_async=True)
+
+
+@gluon.jit
+def masked(s, j, rows, n_k, n_q, clear_to, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr, s_layout: gl.constexpr):
+    """Scores of key block j with the keys past n_k (and, causal, right of the diagonal) at -inf; blocks wholly
+    left of `clear_to` are returned as they are."""
+    if (j + 1) * BLOCK_N > clear_to:
+        cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        seen = gl.expand_dims(cols < n_k, 0) & gl.expand_dims(rows >= 0, 1)
+        if CAUSAL:
+            seen = seen & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows + (n_k - n_q), 1))
+        s = gl.where(seen, s, float("-inf"))
+    return s
+
+
+@gluon.jit
+def mma_partition(out, so0, so1, so2, q_bufs, k_bufs, v_bufs, q_ready, k_ready, v_ready, empty, qk_scale, n_q, n_k,
+                  n_tiles, hq, group, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr,
+                  NUM_STAGES: gl.constexpr, CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr, WARPS: gl.constexpr,
+                  CAUSAL: gl.constexpr, REVERSE: gl.constexpr, OVERLAP: gl.constexpr):
+    """A consumer: BLOCK_M query rows of the tile against every key block it sees, by asynchronous wgmma."""
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
+                                                       instr_shape=[16, HEAD_D, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
+    dtype: gl.constexpr = q_bufs.dtype
+    tile, bh, q_row, kv_row, n_blocks = work_item(n_q, n_k, n_tiles, hq, group, BLOCK_M * CONSUMERS, BLOCK_N,
+                                                  CAUSAL, REVERSE)
+    first = tile * BLOCK_M * CONSUMERS + CONSUMER * BLOCK_M  # this consumer's first query of the head
+    rows = first + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+    clear_to = n_k  # key blocks ending at or before this need no mask
+    if CAUSAL:
+        clear_to = gl.minimum(n_k, first + 1 + n_k - n_q)
+    q_smem = q_bufs.index(CONSUMER)
+    zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
+    acc = gl.zeros([BLOCK_M, HEAD_D], gl.float32, o_layout)
+    mbarrier.wait(q_ready.index(CONSUMER), 0)
+    # block 0: every row sees key 0, so the running max is finite from here on
+    s = warpgroup_mma_wait(0, deps=(scores(q_smem, k_bufs, k_ready, 0, zero, NUM_STAGES), q_smem))[0]
+    s = masked(s * qk_scale, 0, rows, n_k, n_q, clear_to, BLOCK_N, CAUSAL, s_layout)
+    m_i = gl.max(s, axis=1)
+    p = gl.exp2(s - gl.expand_dims(m_i, 1))
+    l_i = gl.sum(p, axis=1)
+    if OVERLAP:
+        for j in range(1, n_blocks):
+            s_next = scores(q_smem, k_bufs, k_ready, j, zero, NUM_STAGES)
+            prev = (j - 1) % NUM_STAGES
+            mbarrier.wait(v_ready.index(prev), ((j - 1) // NUM_STAGES) & 1)
+            acc = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_bufs.index(prev), acc, is_async=True)
+            s = warpgroup_mma_wait(1, deps=(s_next, q_smem))[0]  # the scores are done; P V is still in flight
+            s = masked(s * qk_scale, j, rows, n_k, n_q, clear_to, BLOCK_N, CAUSAL, s_layout)
+            m_new = gl.maximum(m_i, gl.max(s, axis=1))
+            alpha = gl.exp2(m_i - m_new)
+            p = gl.exp2(s - gl.expand_dims(m_new, 1))
+            l_i = l_i * alpha + gl.sum(p, axis=1)
+            m_i = m_new
+            acc = warpgroup_mma_wait(0, deps=(acc, v_bufs.index(prev)))[0]
+            mbarrier.arrive(empty.index(prev), count=1)
+            acc = acc * gl.expand_dims(gl.convert_layout(alpha, o_rows), 1)
+    else:
+        for j in range(1, n_blocks):
+            prev = (j - 1) % NUM_STAGES
+            mbarrier.wait(v_ready.index(prev), ((j - 1) // NUM_STAGES) & 1)
+            acc = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_bufs.index(prev), acc, is_async=True)
+            acc = warpgroup_mma_wait(0, deps=(acc, v_bufs.index(prev)))[0]
+            mbarrier.arrive(empty.index(prev), count=1)
+            s = warpgroup_mma_wait(0, deps=(scores(q_smem, k_bufs, k_ready, j, zero, NUM_STAGES), q_smem))[0]
+            s = masked(s * qk_scale, j, rows, n_k, n_q, clear_to, BLOCK_N, CAUSAL, s_layout)
+            m_new = gl.maximum(m_i, gl.max(s, axis=1))
+            alpha = gl.exp2(m_i - m_new)
+            p = gl.exp2(s - gl.expand_dims(m_new, 1))
+            l_i = l_i * alpha + gl.sum(p, axis=1)
+            m_i = m_new
+            acc = acc * gl.expand_dims(gl.convert_layout(alpha, o_rows), 1)
+    last = (n_blocks - 1) % NUM_STAGES
+    mbarrier.wait(v_ready.index(last), ((n_blocks - 1) // NUM_STAGES) & 1)
+    acc = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_bufs.index(last), acc, is_async=True)
+    acc = warpgroup_mma_wait(0, deps=(acc, v_bufs.index(last)))[0]
+    mbarrier.arrive(empty.index(last), count=1)
+    acc = acc / gl.expand_dims(gl.convert_layout(l_i, o_rows), 1)
+    out_rows = first + gl.arange(0, BLOCK_M, layout=o_rows)
+    out_cols = gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, o_layout))
+    at = (bh // hq).to(gl.int64) * so0 + (bh % hq).to(gl.int64) * so1 + gl.expand_dims(out_rows, 1).to(gl.int64) * so2
+    inside = gl.expand_dims(out_rows < n_q, 1) & gl.expand_dims(out_cols < HEAD_D, 0)
+    gl.store(out + at + gl.expand_dims(out_cols, 0), acc.to(dtype), mask=inside)
+
+
+@gluon.jit
+def attention_kernel(q_desc, k_desc, v_desc, out, qk_scale, so0, so1, so2, n_q, n_k, n_tiles, hq, group,
+                     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr,
+                     CONSUMERS: gl.constexpr, CONSUMER_WARPS: gl.constexpr, CAUSAL: gl.constexpr,
+                     REVERSE: gl.constexpr, OVERLAP: gl.constexpr):
+    """Shared memory and mbarriers for every role, then the roles: consumer 0 in this kernel's own warps, the
+    other consumer and the producer in warps of their own."""
+    dtype: gl.constexpr = q_desc.dtype
+    q_bufs = gl.allocate_shared_memory(dtype, [CONSUMERS, BLOCK_M, HEAD_D], q_desc.layout)
+    k_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_D], k_desc.layout)
+    v_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_D], v_desc.layout)
+    q_ready = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(CONSUMERS):
+        mbarrier.init(q_ready.index(i), count=1)
+    for i in gl.static_range(NUM_STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=CONSUMERS)  # a slot is free once every consumer released it
+    CONSUMER_REGS: gl.constexpr = CONSUMER_REGS_VALUE
+    PRODUCER_REGS: gl.constexpr = PRODUCER_REGS_VALUE
+    gl.warp_specialize(PARTITIONS)
+'''
+
+
+def _partitions(consumers: int) -> str:
+    """The gl.warp_specialize call's arguments: consumer 0 (the default partition), consumer 1 if any, the
+    producer."""
+    loader = ("(load_partition, (q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, q_ready, k_ready, v_ready, empty,\n"
+              "                         n_q, n_k, n_tiles, hq, group, BLOCK_M, BLOCK_N, NUM_STAGES, CONSUMERS,\n"
+              "                         CAUSAL, REVERSE))")
+    mma = [("(mma_partition, (out, so0, so1, so2, q_bufs, k_bufs, v_bufs, q_ready, k_ready, v_ready, empty,\n"
+            "                        qk_scale, n_q, n_k, n_tiles, hq, group, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES,\n"
+            f"                        {i}, CONSUMERS, {'CONSUMER_WARPS' if i == 0 else 4}, CAUSAL, REVERSE, OVERLAP))")
+           for i in range(consumers)]
+    warps = [4] * (consumers - 1) + [1]
+    regs = ["CONSUMER_REGS"] * (consumers - 1) + ["PRODUCER_REGS"]
+    items = "".join(f"        {p},\n" for p in mma + [loader])
+    return f"[\n{items}    ], {warps}, [{', '.join(regs)}]"
+
+
+def gluon_kernel_source(g: Mapping[str, Any]) -> list[str]:
+    """The @gluon.jit functions of genome values `g` (backend=gluon), as lines."""
+    text = (_COMMON.replace("CONSUMER_REGS_VALUE", str(CONSUMER_REGS))
+            .replace("PRODUCER_REGS_VALUE", str(PRODUCER_REGS))
+            .replace("PARTITIONS", _partitions(g["consumers"])))
+    return text.strip("\n").splitlines()

@@ -1,0 +1,90 @@
+"""The Gluon backend of the attention genome on the CPU: where it is valid, how repair moves into it and out,
+that the genes added for it leave stored genomes' identities alone, and its seeds and structure cells (the GPU
+sample, tests/gpu/test_attention_gpu.py, checks the kernels' results)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+import operators
+from evo.problem import HOPPER, INTERPRETED_HOPPER, Target
+from genomes.attention_gluon import GLUON_FIXED, gluon_smem
+
+OP = operators.get("attention")
+FAMILY = OP.family
+PREFILL = OP.problem((1, 32, 8, 8192, 8192, 128), "bf16")
+
+
+def gluon(**values):
+    return FAMILY.make(FAMILY.base(**{**GLUON_FIXED, "backend": "gluon", **values}))
+
+
+def test_gluon_is_valid_on_hopper_for_16_bit_head_dims_64_and_128_only():
+    g = gluon(BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=3, consumers=2, overlap=True)
+    assert FAMILY.violations(g, PREFILL, HOPPER) == []
+    assert FAMILY.violations(g, OP.problem((1, 32, 8, 8192, 8192, 64), "fp16"), HOPPER) == []
+    assert any("head dims" in r for r in FAMILY.violations(g, OP.problem((1, 32, 8, 512, 512, 80), "bf16"), HOPPER))
+    ampere = Target(name="a100", arch=80, num_sms=108, smem_bytes=166912)
+    assert any("sm_80" in r for r in FAMILY.violations(g, PREFILL, ampere))
+    assert any("interpreter" in r for r in FAMILY.violations(g, PREFILL, INTERPRETED_HOPPER))
+    assert any("holds kv_split=1" in r for r in FAMILY.violations(g.replace(kv_split=4), PREFILL, HOPPER))
+    assert any("num_warps=4" in r for r in FAMILY.violations(g.replace(num_warps=8, BLOCK_M=128), PREFILL, HOPPER))
+    assert any("num_stages >= 2" in r for r in FAMILY.violations(g.replace(num_stages=1), PREFILL, HOPPER))
+    assert any("shared memory" in r for r in FAMILY.violations(g.replace(num_stages=4), PREFILL, HOPPER))
+    assert any("fp32 values" in r for r in FAMILY.violations(g.replace(BLOCK_M=128), PREFILL, HOPPER))
+    assert any("Gluon rendering" in r for r in FAMILY.violations(FAMILY.make(FAMILY.base(overlap=True)), PREFILL,
+                                                                 HOPPER))
+    # the shared-memory estimate: two query tiles and three K and V slots of 128 x 128 bf16, and the barriers
+    assert gluon_smem(g.as_dict(), PREFILL) == 2 * 128 * (2 * 64 + 2 * 3 * 128) + 8 * 11
+
+
+def test_repair_moves_a_genome_into_the_gluon_region_or_back_to_triton():
+    rng = np.random.default_rng(0)
+    raw = FAMILY.make(FAMILY.base(backend="gluon", BLOCK_M=16, BLOCK_N=256, num_warps=16, num_stages=5,
+                                  consumers=2, overlap=True, kv_split=8, persistent=2))
+    fixed = FAMILY.repair(raw, PREFILL, HOPPER, rng)
+    assert fixed["backend"] == "gluon" and fixed["consumers"] == 2 and fixed["num_warps"] == 4
+    assert all(fixed[k] == v for k, v in GLUON_FIXED.items()) and FAMILY.violations(fixed, PREFILL, HOPPER) == []
+    decode = OP.problem((8, 32, 8, 1, 8192, 128), "bf16")
+    for problem, target in ((decode, HOPPER), (PREFILL, INTERPRETED_HOPPER),
+                            (OP.problem((1, 8, 8, 512, 512, 80), "fp16"), HOPPER)):
+        back = FAMILY.repair(raw, problem, target, rng)
+        assert back["backend"] == "triton" and back["consumers"] == 1 and not back["overlap"]
+    kinds = set()
+    for _ in range(200):  # random genomes repaired for prefill are valid, of both backends
+        g = FAMILY.random(rng, PREFILL, HOPPER)
+        assert FAMILY.violations(g, PREFILL, HOPPER) == []
+        kinds.add((g["backend"], g["consumers"]))
+    assert kinds == {("triton", 1), ("gluon", 1), ("gluon", 2)}
+
+
+def test_seeds_lead_with_gluon_for_prefill_and_leave_it_out_of_decode_and_the_interpreter():
+    seeds = FAMILY.seeds(PREFILL, HOPPER)
+    assert seeds[0]["backend"] == "gluon" and seeds[0]["consumers"] == 2 and seeds[0]["overlap"]
+    assert sum(s["backend"] == "gluon" for s in seeds) == 6
+    causal = operators.get("attention+causal").family.seeds(
+        operators.get("attention+causal").problem((1, 32, 8, 4096, 4096, 128), "bf16"), HOPPER)
+    assert all(s["q_order"] == "reverse" for s in causal if s["backend"] == "gluon")
+    assert not any(s["backend"] == "gluon" for s in FAMILY.seeds(OP.problem((8, 32, 8, 1, 8192, 128), "bf16"),
+                                                                 HOPPER))
+    assert not any(s["backend"] == "gluon" for s in FAMILY.seeds(PREFILL, INTERPRETED_HOPPER))
+
+
+def test_genes_added_for_gluon_keep_stored_genomes_and_their_hashes():
+    triton = FAMILY.make(FAMILY.base())
+    genes = json.loads(triton.canonical())["genes"]
+    assert not {"backend", "consumers", "overlap"} & set(genes)  # encoded as before the genes existed
+    stored = json.dumps({"family": "attention", "genes": genes})
+    assert FAMILY.from_canonical(stored) == triton and FAMILY.from_canonical(stored).hash == triton.hash
+    g = gluon(consumers=2, num_warps=4, BLOCK_M=64)
+    assert FAMILY.from_canonical(g.canonical()) == g
+
+
+def test_the_structure_cell_names_the_gluon_consumers():
+    structure = FAMILY.descriptors()["structure"]
+    assert structure.fn(gluon(num_warps=8, BLOCK_M=128), {}) == 4.0
+    assert structure.fn(gluon(consumers=2, num_warps=4, BLOCK_M=64), {}) == 5.0
+    assert structure.fn(FAMILY.make(FAMILY.base(pack_gqa=True)), {}) == 1.0
+    assert structure.fn({k: v for k, v in FAMILY.base().items() if k != "backend"}, {}) == 0.0  # stored genome

@@ -1,0 +1,65 @@
+"""The Gluon rendering of the attention genome on the CPU: what the module holds, and that the family's Gluon seeds
+compile for sm_90 through the product's own ahead-of-time compile (the interpreter runs no Gluon; the GPU sample,
+tests/gpu/test_attention_gpu.py, and tests/gpu/probe_gluon_attention.py check their results)."""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+import operators
+from evo.problem import HOPPER
+from genomes.attention_gluon import GLUON_FIXED
+from tests.operators.hopper_compile import compile_for_hopper
+
+
+def _module(name, shape, **values):
+    op = operators.get(name)
+    problem = op.problem(shape, "bf16")
+    genome = op.family.make(op.family.base(**{**GLUON_FIXED, "backend": "gluon", **values}))
+    return op.render(genome, problem, HOPPER)
+
+
+def test_the_module_names_its_roles_and_constants():
+    text = _module("attention+causal", (2, 32, 8, 1000, 1000, 128), BLOCK_M=64, BLOCK_N=128, num_warps=4,
+                   num_stages=3, consumers=2, overlap=True, q_order="reverse")
+    ast.parse(text)
+    for line in ("CAUSAL = True", "BLOCK_M = 64", "NUM_STAGES = 3", "CONSUMERS = 2", "REVERSE = True",
+                 "OVERLAP = True", "HEAD_D = 128", "gl.warp_specialize(", "mbarrier.init(empty.index(i), "
+                 "count=CONSUMERS)", "def attention(q: torch.Tensor"):
+        assert line in text, line
+    assert text.count("(mma_partition, (") == 2 and "(load_partition, (" in text
+    single = _module("attention", (1, 8, 8, 512, 512, 64), BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=2)
+    assert single.count("(mma_partition, (") == 1 and "CAUSAL = False" in single and "OVERLAP = False" in single
+
+
+def test_the_plan_checks_arguments_before_it_launches():
+    """The module's own argument checks (run on CPU tensors: the checks come before any launch)."""
+    torch = pytest.importorskip("torch")
+    from evo.evaluate.modules import load_source
+
+    pytest.importorskip("triton.experimental.gluon")
+    module = load_source(_module("attention", (1, 4, 2, 256, 256, 128), BLOCK_M=128, BLOCK_N=64, num_warps=8,
+                                 num_stages=2))
+    q = torch.zeros(1, 4, 256, 64, dtype=torch.bfloat16)
+    kv = torch.zeros(1, 2, 256, 64, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="head_dim 128"):
+        module.attention(q, kv, kv)
+    with pytest.raises(ValueError, match="k and v must have one shape"):
+        module.attention(torch.zeros(1, 4, 256, 128, dtype=torch.bfloat16), kv, kv[:, :1])
+
+
+@pytest.mark.slow
+def test_the_gluon_seeds_compile_for_hopper(tmp_path):
+    cases = []
+    for name, shape in (("attention", (1, 32, 8, 4096, 4096, 128)), ("attention+causal", (2, 16, 16, 1000, 1000, 64))):
+        op = operators.get(name)
+        problem = op.problem(shape, "bf16")
+        cases += [(name, s.as_dict(), shape, "bf16") for s in op.family.seeds(problem, HOPPER)
+                  if s["backend"] == "gluon"]
+    results = compile_for_hopper(cases, tmp_path, timeout_s=900)
+    assert len(results) == 12
+    bad = [r for r in results if r["status"] != "ok"]
+    assert not bad, bad
+    assert all(0 < r["shared"] <= HOPPER.smem_bytes for r in results)
