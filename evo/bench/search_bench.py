@@ -13,18 +13,24 @@ method compiles and measures its own kernels):
 A method's trace is its best fitness against evaluations and wall seconds since it started. Then, on a GPU only,
 the best kernel of each method and the alternatives (`torch_compile` max-autotune, Helion at effort "full"
 when importable) are checked and timed side by side (evo.bench.measure); an alternative's setup time is its
-tuning time. Results: `<out>/search-<gpu slug>.json`, `.md` and `.html` (the convergence plots;
-evo.bench.search_results). On a smoke executor the fitness is NOT a timing and every file says so.
+tuning time, paid cold: each problem's alternatives get Triton, Inductor and Helion caches of their own (a
+Helion cache hit would skip its tuning). Results: `<out>/search-<gpu slug>.json`, `.md` and `.html` (the
+convergence plots; evo.bench.search_results), written once the searches end (alternatives pending) and again
+after each problem's alternatives, so a run stopped during a long tuning keeps its searches. On a smoke
+executor the fitness is NOT a timing and every file says so.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
+import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +38,15 @@ from evo.bench.search_results import merge_search_docs, reach, search_report_pat
 from evo.experiment.spec import Budget, EmitterSpec, Experiment, MemorySpec
 from evo.problem import Problem
 
-__all__ = ["METHODS", "method_experiment", "trace", "reach", "bench_search", "add_bench_search_command"]
+__all__ = ["METHODS", "method_experiment", "trace", "reach", "bench_search", "fresh_caches",
+           "add_bench_search_command"]
 
 METHODS = ("evo", "evo-no-surrogate", "evo-classic", "random", "evo-rerun")
 MARK = 0.99  # a method "reaches" a problem when its best is within 1% of the best any method found
+# where Triton, Inductor (torch.compile, its autotuning results too) and Helion (its tuned configurations) keep
+# what they compiled and chose
+CACHE_VARIABLES = {"TRITON_CACHE_DIR": "triton", "TORCHINDUCTOR_CACHE_DIR": "inductor", "HELION_CACHE_DIR": "helion"}
+PENDING = "pending: the run stopped before their side-by-side timing"
 
 
 def method_experiment(exp: Experiment, method: str, problem: Problem, memory_db: Path) -> Experiment:
@@ -105,13 +116,14 @@ def _alternatives(operator: Any, problem: Problem, elites: dict[str, Any], targe
 
 def bench_search(exp: Experiment, problems: list[Problem], methods: list[str], *, helion: str | None = "full",
                  helion_budget_s: int | None = None, work_dir: Path | None = None, seed: int = 1234, reps: int = 50,
-                 executor: Any = None) -> dict[str, Any]:
+                 executor: Any = None, checkpoint: Callable[[dict[str, Any]], Any] | None = None) -> dict[str, Any]:
     """Run every method on every problem; returns the JSON document (evo.bench.search_results writes it).
     `helion_budget_s` stops Helion's autotuner at that many seconds (its best so far is then what is timed).
     Each method gets an executor of its own, with a Triton compile cache of its own, started and warmed up
     before its clock starts: every method pays its own cold compiles (one shared cache let whichever method ran
     first compile for the others). `executor` replaces them all with one (tests: a stand-in backend); the caller
-    then owns it, and the methods share its caches."""
+    then owns it, and the methods share its caches. `checkpoint(doc)` is called once the searches end (on a GPU
+    with the alternatives pending) and after each problem's alternatives: a run cut short keeps what it did."""
     import torch
 
     import operators
@@ -147,20 +159,55 @@ def bench_search(exp: Experiment, problems: list[Problem], methods: list[str], *
             if shared is None:
                 ex.shutdown()
     on_gpu = not smoke and torch.cuda.is_available()
-    entries = [_problem_entry(problem, found[i], elites[i], operator, target, (helion, helion_budget_s),
-                              on_gpu, seed, reps) for i, problem in enumerate(problems)]
+    entries = [_problem_entry(problem, found[i], PENDING if on_gpu else "none: they need a GPU")
+               for i, problem in enumerate(problems)]
     if smoke:
         note = "SMOKE RUN: fitness is a model estimate from the CPU interpreter, NOT a GPU timing"
     elif not on_gpu:
         note = f"NOT a GPU timing: the fitness comes from the workers' stand-in ({gpu})"
     else:
         note = "fitness: GPU medians measured by each search; alternatives timed side by side"
-    return {"kind": "search-bench", "operator": operator.name, "gpu": gpu, "smoke": smoke or not on_gpu,
-            "note": note, "versions": versions(), "experiment": exp.name, "methods": order, "mark": MARK,
-            "budget": dataclasses.asdict(exp.budget), "warm_up": warm_up,
-            "compile_caches": "shared" if shared is not None else "per method",
-            "unit": operator.throughput_unit, "helion": {"effort": helion, "budget_s": helion_budget_s},
-            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "problems": entries}
+    doc = {"kind": "search-bench", "operator": operator.name, "gpu": gpu, "smoke": smoke or not on_gpu,
+           "note": note, "versions": versions(), "experiment": exp.name, "methods": order, "mark": MARK,
+           "budget": dataclasses.asdict(exp.budget), "warm_up": warm_up,
+           "compile_caches": "shared" if shared is not None else "per method",
+           "alternatives_caches": "fresh per problem (Triton, Inductor, Helion)" if on_gpu else None,
+           "unit": operator.throughput_unit, "helion": {"effort": helion, "budget_s": helion_budget_s},
+           "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "problems": entries,
+           "partial": on_gpu}
+    if checkpoint is not None:
+        checkpoint(doc)
+    for i, problem in enumerate(problems if on_gpu else []):
+        print(f"[bench-search] {problem.key}: side by side (torch.compile, Helion {helion or 'not run'}, "
+              f"each method's best)", flush=True)
+        with fresh_caches(work / "alternatives" / str(i)):
+            entries[i]["alternatives"] = _side_by_side(operator, problem, elites[i], target,
+                                                       (helion, helion_budget_s), seed, reps)
+        entries[i]["alternatives_note"] = ""
+        doc["partial"] = i + 1 < len(problems)
+        if checkpoint is not None:
+            checkpoint(doc)
+    return doc
+
+
+@contextlib.contextmanager
+def fresh_caches(root: Path) -> Iterator[Path]:
+    """Triton, Inductor and Helion caches of their own under `root` while the block runs (the variables as they
+    were afterwards): an alternative's tuning time is then a cold one, as each method's is (a machine that ran
+    this benchmark before would otherwise serve Helion its tuned configuration and torch.compile its kernels)."""
+    saved = {name: os.environ.get(name) for name in CACHE_VARIABLES}
+    try:
+        for name, sub in CACHE_VARIABLES.items():
+            (root / sub).mkdir(parents=True, exist_ok=True)
+            os.environ[name] = str(root / sub)
+        _clear_inductor_memory()
+        yield root
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _run_method(exp: Experiment, method: str, problem: Problem, executor: Any, operator: Any, work: Path,
@@ -189,21 +236,30 @@ def _warm_up(exp: Experiment, problem: Problem, executor: Any, work: Path) -> di
     return {"evaluations": len(rows), "wall_s": round(wall, 2)}
 
 
-def _problem_entry(problem: Problem, found: dict[str, Any], elites: dict[str, Any], operator: Any, target: Any,
-                   helion: tuple[str | None, int | None], on_gpu: bool, seed: int, reps: int) -> dict[str, Any]:
-    alternatives: dict[str, Any] = {}
-    if on_gpu:
-        try:
-            alternatives = _alternatives(operator, problem, elites, target, *helion, "cuda", seed, reps)
-        except Exception as e:  # the searches stand on their own
-            alternatives = {"error": {"status": "error", "reason": f"{type(e).__name__}: {e}"}}
+def _clear_inductor_memory() -> None:
+    """Inductor's in-process caches follow its cache directory only once cleared (as torch's own
+    temporary_cache_dir does); nothing to clear before Inductor is imported."""
+    utils = sys.modules.get("torch._inductor.utils")
+    clear = getattr(utils, "clear_caches", None) or getattr(utils, "clear_inductor_caches", None)
+    if clear is not None:
+        clear()
+
+
+def _problem_entry(problem: Problem, found: dict[str, Any], alternatives_note: str) -> dict[str, Any]:
     bests = [m["best"] for m in found.values() if m["best"]]
     best = max(bests) if bests else None
     for m in found.values():
         m["seconds_to_mark"], m["evaluations_to_mark"] = reach(m["trace"], MARK * best) if best else (None, None)
     return {"key": problem.key, "shape": problem.shape_text, "dtype": problem.dtype, "best": best,
-            "methods": found, "alternatives": alternatives,
-            "alternatives_note": "" if on_gpu else "none: they need a GPU"}
+            "methods": found, "alternatives": {}, "alternatives_note": alternatives_note}
+
+
+def _side_by_side(operator: Any, problem: Problem, elites: dict[str, Any], target: Any,
+                  helion: tuple[str | None, int | None], seed: int, reps: int) -> dict[str, Any]:
+    try:
+        return _alternatives(operator, problem, elites, target, *helion, "cuda", seed, reps)
+    except Exception as e:  # the searches stand on their own
+        return {"error": {"status": "error", "reason": f"{type(e).__name__}: {e}"}}
 
 
 # -- command line -----------------------------------------------------------------------------------------
@@ -226,19 +282,48 @@ def bench_search_command(args: argparse.Namespace) -> int:
         exp = dataclasses.replace(exp, budget=dataclasses.replace(
             b, evaluations=args.evaluations if args.evaluations is not None else b.evaluations,
             wall_s=args.wall_s if args.wall_s is not None else b.wall_s))
+    report = _Report(Path(args.out), args.merge)
     doc = bench_search(exp, problems, methods, helion=None if args.helion == "none" else args.helion,
                        helion_budget_s=args.helion_budget_s, work_dir=Path(args.work_dir) if args.work_dir else None,
-                       seed=args.seed, reps=args.reps)
-    out = Path(args.out)
-    if args.merge and search_report_path(doc["gpu"], out).exists():
-        try:
-            doc = merge_search_docs(json.loads(search_report_path(doc["gpu"], out).read_text()), doc)
-        except (OSError, ValueError, KeyError, TypeError) as e:  # ValueError: also JSON that does not parse
-            out = out / "unmerged"  # this run's results are kept, beside the report they did not fit
-            print(f"evo bench-search: --merge: {e}; this run's report goes to {out}", file=sys.stderr)
-    for path in write_search_report(doc, out):
+                       seed=args.seed, reps=args.reps, checkpoint=report.checkpoint)
+    for path in report.write(doc):
         print(f"wrote {path}")
-    return 0 if doc["problems"] and out == Path(args.out) else 1
+    return 0 if doc["problems"] and report.out == Path(args.out) else 1
+
+
+class _Report:
+    """Writes the report, at checkpoints and at the end; with --merge, into the report `out` held before this run
+    (read once: a checkpoint's own file is not merged into again). A run that does not fit it goes to
+    `out`/unmerged, said once."""
+
+    def __init__(self, out: Path, merge: bool) -> None:
+        self.out, self.merge, self.old, self.read = out, merge, None, False
+
+    def write(self, doc: dict[str, Any]) -> list[Path]:
+        if self.merge and not self.read:
+            self.read = True
+            try:
+                if search_report_path(doc["gpu"], self.out).exists():
+                    self.old = json.loads(search_report_path(doc["gpu"], self.out).read_text())
+            except (OSError, ValueError) as e:  # ValueError: also JSON that does not parse
+                self._unmerged(e)
+        if self.old is not None:
+            try:
+                doc = merge_search_docs(self.old, doc)
+            except (ValueError, KeyError, TypeError, AttributeError) as e:
+                self.old = None
+                self._unmerged(e)
+        return write_search_report(doc, self.out)
+
+    def checkpoint(self, doc: dict[str, Any]) -> None:
+        try:
+            self.write(doc)
+        except OSError as e:  # the run goes on; the final write says it again if it still fails
+            print(f"evo bench-search: could not write the report so far: {e}", file=sys.stderr)
+
+    def _unmerged(self, e: Exception) -> None:
+        self.out = self.out / "unmerged"  # this run's results are kept, beside the report they did not fit
+        print(f"evo bench-search: --merge: {e}; this run's report goes to {self.out}", file=sys.stderr)
 
 
 def _positive_int(text: str) -> int:

@@ -1,6 +1,7 @@
 """Writing `evo bench-search`'s results: `search-<gpu slug>.json`, a markdown summary, and an offline HTML page
 with the convergence plots (best kernel against wall seconds, every method on one chart per shape; the
-alternatives as one point each at their tuning time)."""
+alternatives as one point each at their tuning time): plotly's when it is installed, else a plain SVG chart
+(the GPU machine has no plotly; `write_search_report` on the JSON redraws the page later)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 from evo.bench.results import gpu_slug
 from evo.store.atomic_file import write_atomic
 
-__all__ = ["write_search_report", "search_markdown", "search_html", "goals", "reach"]
+__all__ = ["write_search_report", "search_markdown", "search_html", "search_svg", "goals", "reach"]
 
 
 def reach(points: list[list[float]], target: float) -> tuple[float | None, int | None]:
@@ -60,15 +61,25 @@ def _caches_line(doc: dict[str, Any]) -> str:
             "the mark are free of this.")
 
 
+def _alternatives_caches_line(doc: dict[str, Any]) -> list[str]:
+    if not doc.get("alternatives_caches"):
+        return []
+    return [f"The alternatives of each problem had compile and tuning caches of their own "
+            f"({doc['alternatives_caches']}): their setup time is a cold tuning."]
+
+
 def search_markdown(doc: dict[str, Any]) -> str:
     lines = [f"# Search benchmark: {doc['operator']} on {doc['gpu']}", ""]
     if doc["smoke"]:
         lines += [f"**NOT GPU TIMINGS ({doc['note']}): these files only show that the benchmark runs.**", ""]
+    if doc.get("partial"):
+        lines += ["**PARTIAL: written before every problem's side-by-side timing was done (the run went on, or "
+                  "was stopped, after this).**", ""]
     lines += [f"{doc['note']}. Budget per problem and method: {doc['budget']}. Mark: {doc['mark']:.0%} of the "
               f"best any method found. Created {doc['created']}; versions {doc['versions']}.", "",
               f"Convergence plots: `{Path(doc.get('html', 'search.html')).name}` (open it in a browser).", "",
-              *(_helion_line(doc["helion"]) if "helion" in doc else []),
-              _caches_line(doc), ""]
+              *(_helion_line(doc["helion"], doc["smoke"]) if "helion" in doc else []),
+              _caches_line(doc), *_alternatives_caches_line(doc), ""]
     for p in doc["problems"]:
         unit = doc["unit"] + (" (NOT a timing)" if doc["smoke"] else "")
         lines += [f"## {p['key']}", "", f"best any method found: {_f(p['best'], 4)} {unit}", "",
@@ -92,9 +103,11 @@ def search_markdown(doc: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _helion_line(helion: dict[str, Any]) -> list[str]:
+def _helion_line(helion: dict[str, Any], smoke: bool = False) -> list[str]:
     if not helion.get("effort"):
         return ["Helion was not run (--helion none).", ""]
+    if smoke:
+        return [f"Helion (asked for at effort {helion['effort']!r}) was not run: the alternatives need a GPU.", ""]
     if helion.get("budget_s") is None:
         return [f"Helion ran at effort {helion['effort']!r} to the end of its search.", ""]
     return [f"Helion ran at effort {helion['effort']!r} CUT OFF after {helion['budget_s']} s of tuning: what is "
@@ -102,6 +115,19 @@ def _helion_line(helion: dict[str, Any]) -> list[str]:
 
 
 def search_html(doc: dict[str, Any]) -> str:
+    import html
+
+    try:
+        parts = _plotly_charts(doc)
+    except ImportError:  # no plotly here (the GPU machine): a chart without it
+        parts = [search_svg(p, doc["unit"] + (" (NOT a timing)" if doc["smoke"] else "")) for p in doc["problems"]]
+    banner = f"<p><b>NOT GPU TIMINGS: {html.escape(doc['note'])}.</b></p>" if doc["smoke"] else ""
+    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(doc['operator'])} search "
+            f"benchmark</title></head><body><h1>Search benchmark: {html.escape(doc['operator'])} on "
+            f"{html.escape(doc['gpu'])}</h1>{banner}" + "\n".join(parts) + "</body></html>\n")
+
+
+def _plotly_charts(doc: dict[str, Any]) -> list[str]:
     import plotly.graph_objects as go
     from plotly.io import to_html
 
@@ -120,13 +146,55 @@ def search_html(doc: dict[str, Any]) -> str:
         fig.update_layout(title=f"{p['key']}: best kernel against wall seconds", xaxis_title="wall seconds",
                           yaxis_title=f"best {unit}", height=420)
         parts.append(to_html(fig, include_plotlyjs="inline" if i == 0 else False, full_html=False))
+    return parts
+
+
+_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
+
+
+def search_svg(p: dict[str, Any], unit: str, width: int = 720, height: int = 360) -> str:
+    """One problem's chart as inline SVG (no plotly): each method's best against wall seconds as a step line,
+    each alternative a star at its tuning time; axes from 0 to the largest value, labelled at their ends."""
     import html
 
-    banner = f"<p><b>NOT GPU TIMINGS: {html.escape(doc['note'])}.</b></p>" if doc["smoke"] else ""
+    series = {name: [(t[0], t[2]) for t in m["trace"]] + ([(m["wall_s"], m["trace"][-1][2])] if m["trace"] else [])
+              for name, m in p["methods"].items()}
+    stars = {name: (a["setup_s"], a["throughput"]) for name, a in p["alternatives"].items()
+             if a.get("throughput") and a.get("setup_s") is not None and name not in p["methods"]}
+    xs = [x for pts in series.values() for x, _ in pts] + [x for x, _ in stars.values()]
+    ys = [y for pts in series.values() for _, y in pts] + [y for _, y in stars.values()]
+    x_max, y_max = max(xs, default=0.0) or 1.0, max(ys, default=0.0) or 1.0
+    left, top, right, bottom = 70, 30, width - 170, height - 40
 
-    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(doc['operator'])} search "
-            f"benchmark</title></head><body><h1>Search benchmark: {html.escape(doc['operator'])} on "
-            f"{html.escape(doc['gpu'])}</h1>{banner}" + "\n".join(parts) + "</body></html>\n")
+    def at(x: float, y: float) -> tuple[float, float]:
+        return left + (right - left) * x / x_max, bottom - (bottom - top) * y / y_max
+
+    def points(pts: list[tuple[float, float]]) -> str:
+        return " ".join(f"{px:.1f},{py:.1f}" for px, py in (at(x, y) for x, y in pts))
+
+    out = [f"<h2>{html.escape(p['key'])}: best kernel against wall seconds</h2>",
+           f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' font-size='11'>",
+           f"<polyline points='{left},{top} {left},{bottom} {right},{bottom}' fill='none' stroke='black'/>",
+           f"<text x='{left - 4}' y='{top + 4}' text-anchor='end'>{y_max:.4g}</text>",
+           f"<text x='{left - 4}' y='{bottom}' text-anchor='end'>0</text>",
+           f"<text x='{right}' y='{bottom + 14}' text-anchor='end'>{x_max:.4g} s</text>",
+           f"<text x='{(left + right) // 2}' y='{height - 8}' text-anchor='middle'>wall seconds</text>",
+           f"<text x='12' y='{(top + bottom) // 2}' transform='rotate(-90 12 {(top + bottom) // 2})' "
+           f"text-anchor='middle'>best {html.escape(unit)}</text>"]
+    legend = []
+    for name, pts in series.items():
+        colour = _COLOURS[len(legend) % len(_COLOURS)]
+        steps = pts[:1] + [q for (_, y0), (x1, y1) in zip(pts, pts[1:], strict=False) for q in ((x1, y0), (x1, y1))]
+        out.append(f"<polyline points='{points(steps)}' fill='none' stroke='{colour}' stroke-width='2'/>")
+        legend.append((name, colour))
+    for name, (x, y) in stars.items():
+        colour, (px, py) = _COLOURS[len(legend) % len(_COLOURS)], at(x, y)
+        out.append(f"<text x='{px:.1f}' y='{py:.1f}' fill='{colour}' text-anchor='middle' "
+                   f"dominant-baseline='middle' font-size='16'>&#9733;</text>")
+        legend.append((f"{name} (tuning time)", colour))
+    out += [f"<text x='{right + 10}' y='{top + 14 * k + 4}' fill='{colour}'>{html.escape(name)}</text>"
+            for k, (name, colour) in enumerate(legend)]
+    return "\n".join(out) + "</svg>"
 
 
 _SAME_IN_A_MERGE = ("kind", "operator", "gpu", "smoke", "experiment", "methods", "mark", "budget", "versions",

@@ -5,9 +5,13 @@ written with one chart per problem."""
 from __future__ import annotations
 
 import json
+import os
+import sys
+import types
 
 import pytest
 
+from evo.bench import search_bench
 from evo.bench.search_bench import METHODS, bench_search, method_experiment
 from evo.bench.search_results import reach, write_search_report
 from evo.evaluate.executor import LocalExecutor
@@ -54,7 +58,7 @@ def test_bench_search_on_the_stand_in(tmp_path, monkeypatch):
                                                                "test-stand-in-not-a-gpu-not-a-timing.md",
                                                                "test-stand-in-not-a-gpu-not-a-timing.html")]
     md = paths[1].read_text()
-    assert "NOT GPU TIMINGS" in md and md.count("## ") == 1 and "Helion ran at effort 'full' to the end" in md
+    assert "NOT GPU TIMINGS" in md and md.count("## ") == 1 and "Helion (asked for at effort 'full') was not run" in md
     page = paths[2].read_text()
     assert page.count("best kernel against wall seconds") == 1 and "NOT GPU TIMINGS" in page
     assert json.loads(paths[0].read_text())["problems"][0]["key"] == doc["problems"][0]["key"]
@@ -165,3 +169,115 @@ def test_merge_into_a_report_that_cannot_be_read_keeps_the_run(broken, tmp_path,
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unmerged" in err
     assert (tmp_path / "unmerged" / "search-nvidia-h100.json").exists()
+
+
+def test_without_plotly_the_page_still_draws_every_problem(monkeypatch):
+    """The GPU machine has no plotly: the page falls back to an SVG chart per problem, alternatives as stars."""
+    from evo.bench.search_results import search_html
+
+    monkeypatch.setitem(sys.modules, "plotly", None)  # import plotly... raises ImportError
+    doc = _doc(["a", "b"], "t1")
+    doc["problems"][0]["methods"] = {"evo": {"trace": [[0.5, 1, 100.0], [2.0, 7, 300.0]], "wall_s": 12.0},
+                                     "random": {"trace": [], "wall_s": 12.0}}
+    doc["problems"][0]["alternatives"] = {"helion_full": {"throughput": 280.0, "setup_s": 240.0},
+                                          "evo": {"throughput": 299.0, "setup_s": 0.5}}
+    page = search_html(doc)
+    assert page.count("best kernel against wall seconds") == 2 and page.count("<svg") == 2
+    assert "helion_full (tuning time)" in page and "evo (tuning time)" not in page and "240 s" in page
+
+
+def _fake_gpu(monkeypatch, seen):
+    """The GPU path of bench_search on CPU: CUDA said present, the side-by-side timing replaced by a recorder of
+    the cache variables it ran under (no GPU is touched)."""
+    import torch
+
+    from evo.bench import search_bench
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+
+    def alternatives(operator, problem, elites, target, helion, budget, device, seed, reps):
+        seen.append({name: os.environ.get(name) for name in search_bench.CACHE_VARIABLES})
+        return {"helion_full": {"status": "ok", "setup_s": 300.0, "throughput": 1.0, "median_ms": 1.0}}
+
+    monkeypatch.setattr(search_bench, "_alternatives", alternatives)
+
+
+def test_report_is_written_after_the_searches_and_after_each_problems_alternatives(tmp_path, monkeypatch):
+    """A long Helion tuning can outlast the GPU machine's time: the searches are on disk before it starts, marked
+    partial with the alternatives pending, and each problem's alternatives as soon as they are timed, each under
+    fresh Triton, Inductor and Helion caches (the variables restored after)."""
+    from evo.bench.search_results import search_markdown
+
+    fx.register(monkeypatch)
+    seen: list[dict] = []
+    _fake_gpu(monkeypatch, seen)
+    monkeypatch.setenv("TRITON_CACHE_DIR", "/somewhere/else")
+    monkeypatch.delenv("HELION_CACHE_DIR", raising=False)
+    cleared: list[int] = []  # Inductor's in-process caches, cleared as its directory changes
+    inductor = types.SimpleNamespace(clear_caches=lambda: cleared.append(1))
+    monkeypatch.setitem(sys.modules, "torch._inductor.utils", inductor)
+    written = []
+
+    def checkpoint(doc):
+        written.append((doc["partial"], [p["alternatives_note"] for p in doc["problems"]], search_markdown(doc)))
+
+    exp = fx.experiment(name="cp", sizes=(512, 256), evaluations=6)
+    with LocalExecutor(fx.StandInBackend()) as ex:
+        doc = bench_search(exp, list(exp.problems), ["evo", "evo-no-surrogate"], work_dir=tmp_path / "w",
+                           executor=ex, checkpoint=checkpoint)
+    assert [(partial, notes) for partial, notes, _ in written] == [
+        (True, [search_bench.PENDING, search_bench.PENDING]), (True, ["", search_bench.PENDING]), (False, ["", ""])]
+    assert "PARTIAL" in written[0][2] and "pending" in written[0][2] and "PARTIAL" not in written[-1][2]
+    assert "caches of their own" in written[-1][2] and doc["alternatives_caches"].startswith("fresh per problem")
+    assert "Helion ran at effort 'full' to the end of its search" in written[-1][2]
+    assert [s["TRITON_CACHE_DIR"] for s in seen] == [str(tmp_path / "w" / "alternatives" / i / "triton") for i in "01"]
+    assert all(s["HELION_CACHE_DIR"] and s["TORCHINDUCTOR_CACHE_DIR"] and os.path.isdir(s["HELION_CACHE_DIR"])
+               for s in seen)
+    assert os.environ["TRITON_CACHE_DIR"] == "/somewhere/else" and "HELION_CACHE_DIR" not in os.environ
+    assert doc["problems"][1]["alternatives"]["helion_full"]["setup_s"] == 300.0 and len(cleared) == 2
+
+
+def test_merge_checkpoints_merge_into_the_report_held_before_the_run(tmp_path, monkeypatch):
+    """With --merge every checkpoint merges into the report that was there before the run, read once: the final
+    report holds the old problems and this run's, and its runs list this run once."""
+    from evo.surface.cli import main
+
+    write_search_report(_doc(["a"], "t1"), tmp_path)
+
+    def run(*args, checkpoint=None, **kw):
+        doc = _doc(["b"], "t2", partial=True)
+        checkpoint(doc)
+        checkpoint(dict(doc, partial=False))
+        return dict(doc, partial=False)
+
+    monkeypatch.setattr(search_bench, "bench_search", run)
+    exp = tmp_path / "b.yaml"
+    exp.write_text("operator: gemm\nproblems: {shapes: [64x64x64], dtypes: [fp16]}\nexecutor: {kind: smoke}\n")
+    assert main(["bench-search", str(exp), "--merge", "--out", str(tmp_path)]) == 0
+    merged = json.loads((tmp_path / "search-nvidia-h100.json").read_text())
+    assert [p["key"] for p in merged["problems"]] == ["a", "b"] and merged["runs"] == ["t1", "t2"]
+    assert not merged["partial"]
+
+
+def test_the_helion_benchmark_command_line_parses_and_loads(monkeypatch):
+    """The GPU command for issue 25 (README, experiments/bench_search_helion.yaml): its experiment loads, its
+    problems are a 3000^3-class square then an LLM projection, and its arguments reach bench_search as meant:
+    Helion at its default effort, full, not cut short."""
+    from evo.experiment.config import load_experiment
+    from evo.surface.cli import main
+
+    exp = load_experiment("experiments/bench_search_helion.yaml")
+    assert [p.key for p in exp.problems] == ["gemm:3000x3000x3000:bf16", "gemm:4096x6144x4096:bf16"]
+    assert exp.executor.kind == "ray" and exp.budget.wall_s <= 60 and not exp.memory.enabled
+    got = {}
+
+    def run(exp, problems, methods, **kw):
+        got.update(kw, problems=[p.key for p in problems], methods=methods)
+        return _doc([p.key for p in problems], "t")
+
+    monkeypatch.setattr(search_bench, "bench_search", run)
+    monkeypatch.setattr(search_bench, "write_search_report", lambda doc, out: [])
+    assert main(["bench-search", "experiments/bench_search_helion.yaml", "--problems", "1", "--methods",
+                 "evo,evo-no-surrogate", "--helion", "full", "--out", "/nonexistent/out"]) == 0
+    assert got["problems"] == ["gemm:3000x3000x3000:bf16"] and got["methods"] == ["evo", "evo-no-surrogate"]
+    assert got["helion"] == "full" and got["helion_budget_s"] is None and got["checkpoint"] is not None
