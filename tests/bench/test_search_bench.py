@@ -267,7 +267,7 @@ def test_the_helion_benchmark_command_line_parses_and_loads(monkeypatch):
     from evo.surface.cli import main
 
     exp = load_experiment("experiments/bench_search_helion.yaml")
-    assert [p.key for p in exp.problems] == ["gemm:3000x3000x3000:bf16", "gemm:4096x6144x4096:bf16"]
+    assert [p.key for p in exp.problems] == ["gemm:2760x2760x2760:bf16", "gemm:4096x6144x4096:bf16"]
     assert exp.executor.kind == "ray" and exp.budget.wall_s <= 60 and not exp.memory.enabled
     got = {}
 
@@ -279,5 +279,5 @@ def test_the_helion_benchmark_command_line_parses_and_loads(monkeypatch):
     monkeypatch.setattr(search_bench, "write_search_report", lambda doc, out: [])
     assert main(["bench-search", "experiments/bench_search_helion.yaml", "--problems", "1", "--methods",
                  "evo,evo-no-surrogate", "--helion", "full", "--out", "/nonexistent/out"]) == 0
-    assert got["problems"] == ["gemm:3000x3000x3000:bf16"] and got["methods"] == ["evo", "evo-no-surrogate"]
+    assert got["problems"] == ["gemm:2760x2760x2760:bf16"] and got["methods"] == ["evo", "evo-no-surrogate"]
     assert got["helion"] == "full" and got["helion_budget_s"] is None and got["checkpoint"] is not None
