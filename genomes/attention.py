@@ -15,7 +15,7 @@ V loads through shared memory (num_stages deep). The genes beyond the tiles deci
   one head together, sharing K and V in L2, or the heads of one tile together).
 
 `backend` renders the kernel with Triton's `tl` or with Gluon, whose warp roles (a TMA producer warp, one or two
-wgmma consumer warp groups, `consumers` and `overlap`) are FlashAttention-3's (genomes/attention_gluon.py).
+wgmma consumer warp groups, `consumers`, `overlap` and `pingpong`) are FlashAttention-3's (genomes/attention_gluon.py).
 
 Validity keeps what can run: tiles of at least 16 (tl.dot), the fp32 values a thread keeps within its
 registers, the pipelined loads within shared memory, packing only where heads share a KV head. More key
@@ -73,7 +73,7 @@ def key_blocks(g: dict[str, Any], problem: Problem) -> int:
 
 def _structure(g: dict[str, Any], r: Any) -> float:
     if g.get("backend", "triton") == "gluon":  # stored genomes from before the gene hold Triton's
-        return 4.0 + (g["consumers"] == 2)
+        return 4.0 + (g["consumers"] == 2) + bool(g.get("pingpong", False))
     return float(g["pack_gqa"]) + 2.0 * (g["kv_split"] > 1)
 
 
@@ -118,6 +118,9 @@ class AttentionFamily(GenomeFamily):
                           "the K/V stream"),
             Boolean("overlap", group="structure", implied=(False,),
                     doc="Gluon: block j's scores issued before block j-1's P V, its softmax run under that wgmma"),
+            Boolean("pingpong", group="structure", implied=(False,),
+                    doc="Gluon, two consumers with overlap: they take turns issuing their products, one's softmax "
+                        "under the other's wgmma"),
         ]
 
     # -- resources ------------------------------------------------------------------------------------
@@ -145,8 +148,9 @@ class AttentionFamily(GenomeFamily):
             return [f"{problem.dims['heads']} query heads are not a multiple of {problem.dims['kv_heads']} KV heads"]
         if g["backend"] == "gluon":
             return gluon_violations(g, problem, target)
-        if g["consumers"] != 1 or g["overlap"]:
-            out.append("consumers and overlap are genes of the Gluon rendering: 1 and False under backend=triton")
+        if g["consumers"] != 1 or g["overlap"] or g["pingpong"]:
+            out.append("consumers, overlap and pingpong are genes of the Gluon rendering: 1, False and False under "
+                       "backend=triton")
         live, limit = self.live_values(g, problem), live_limit(g["num_warps"])
         if live > limit:
             out.append(f"keeps ~{live} fp32 values per thread (> {limit} at {g['num_warps']} warps): "
@@ -176,6 +180,7 @@ class AttentionFamily(GenomeFamily):
                 return self._repaired(g, genome, problem, target)
         self._set(g, "consumers", 1)
         self._set(g, "overlap", False)
+        self._set(g, "pingpong", False)
         if g["pack_gqa"] and group(problem) == 1:
             self._set(g, "pack_gqa", False)
         rows = _next_pow2(tile_rows(g, problem))
@@ -214,7 +219,8 @@ class AttentionFamily(GenomeFamily):
         """FlashAttention-2's forward as Triton writes it: 128x64 tiles, 8 warps, 3 stages; updated by `values`."""
         g = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3, "pack_gqa": False, "kv_split": 1,
              "reduce": "launch", "mask_loop": "split", "q_order": "forward", "grid": "tiles_first",
-             "kv_load": "pointer", "persistent": 0, "backend": "triton", "consumers": 1, "overlap": False}
+             "kv_load": "pointer", "persistent": 0, "backend": "triton", "consumers": 1, "overlap": False,
+             "pingpong": False}
         g.update(values)
         return g
 
@@ -244,11 +250,13 @@ class AttentionFamily(GenomeFamily):
             gluon = dict(GLUON_FIXED, backend="gluon")
             order = "reverse" if "causal" in problem.operator.split("+") else "forward"  # longest rows first
             raw = [self.base(**gluon, BLOCK_M=m, BLOCK_N=n, num_warps=w, num_stages=s, consumers=c, overlap=o,
-                             q_order=order)
-                   # (measured on an H100 at 8k tokens, head dim 128: the first was the best of 30 Gluon genomes)
-                   for m, n, w, s, c, o in ((64, 128, 4, 3, 2, True), (64, 128, 4, 2, 2, True),
-                                            (64, 128, 4, 2, 2, False), (128, 128, 8, 2, 1, False),
-                                            (64, 64, 4, 4, 2, True), (128, 64, 8, 3, 1, False))] + raw
+                             pingpong=pp, q_order=order)
+                   # (measured on an H100 at 8k tokens, head dim 128: the first was the best of 30 Gluon genomes;
+                   # ping-pong came after that measurement)
+                   for m, n, w, s, c, o, pp in ((64, 128, 4, 3, 2, True, False), (64, 128, 4, 3, 2, True, True),
+                                                (64, 128, 4, 2, 2, True, False), (64, 128, 4, 2, 2, False, False),
+                                                (128, 128, 8, 2, 1, False, False), (64, 64, 4, 4, 2, True, True),
+                                                (128, 64, 8, 3, 1, False, False))] + raw
         return self._repaired_seeds(raw, problem, target)
 
     def descriptors(self) -> dict[str, Descriptor]:
@@ -264,10 +272,11 @@ class AttentionFamily(GenomeFamily):
                                  (0.0, 1.0, 2.0, 3.0), "0 pointers, 1 TMA, 2 persistent, 3 TMA + persistent",
                                  label=labels.categories(("pointers", "TMA", "persistent", "TMA+persistent"))),
             "structure": Descriptor(
-                "structure", _structure, (0.0, 1.0, 2.0, 3.0, 4.0, 5.0),
-                "0 plain, 1 GQA packed, 2 split keys, 3 both, 4 Gluon warp roles, 5 Gluon with two consumers",
+                "structure", _structure, (0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0),
+                "0 plain, 1 GQA packed, 2 split keys, 3 both, 4 Gluon warp roles, 5 Gluon with two consumers, "
+                "6 Gluon ping-pong",
                 label=labels.categories(("plain", "GQA packed", "split keys", "packed+split", "Gluon",
-                                         "Gluon 2 consumers"))),
+                                         "Gluon 2 consumers", "Gluon ping-pong"))),
             "num_warps": Descriptor("num_warps", lambda g, r: log2(g["num_warps"]),
                                     tuple(float(x) for x in range(1, 5)),
                                     "log2(warps)", label=labels.power_of_two),

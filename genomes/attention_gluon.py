@@ -7,7 +7,9 @@ and streams K and V through a ring of `num_stages` shared-memory slots (ready an
 (Q K^T) and the output update (P V) as asynchronous wgmma, and keep the online softmax in registers; the
 probabilities go to the P V wgmma from registers, never through shared memory. `overlap` pipelines a
 consumer's steps as FlashAttention-3 does within a warp group: the scores of key block j are issued before the
-P V product of block j - 1, and the softmax of block j runs while that product is in flight.
+P V product of block j - 1, and the softmax of block j runs while that product is in flight; `pingpong` (two
+consumers, overlap) makes the consumers take turns issuing those products, so that one's softmax runs while the
+other's products hold the tensor cores (FlashAttention-3's inter-warp-group schedule).
 
 A Gluon genome holds the structure genes of the Triton rendering at fixed values (GLUON_FIXED: K and V always
 by TMA, one program per query tile, no key split, no packing of GQA heads: the decode forms stay Triton's), so
@@ -68,6 +70,8 @@ def gluon_violations(g: Mapping[str, Any], problem: Problem, target: Target) -> 
     if g["BLOCK_M"] < _ROWS_PER_WARP * g["num_warps"]:
         out.append(f"BLOCK_M={g['BLOCK_M']} is under the {_ROWS_PER_WARP * g['num_warps']} rows that "
                    f"{g['num_warps']} wgmma warps own")
+    if g["pingpong"] and not (g["consumers"] == 2 and g["overlap"]):
+        out.append("pingpong: the consumers take turns with their overlapped products: consumers=2 and overlap")
     if g["num_stages"] < 2:
         out.append("the Gluon rendering's K/V ring needs num_stages >= 2 (a consumer holds one slot while it "
                    "waits for the next)")
@@ -112,7 +116,10 @@ def gluon_repair(family: Any, g: dict[str, Any], problem: Problem, target: Targe
         while not cannot and gluon_smem(g, problem) > target.smem_bytes and g[name] > (2 if name == "num_stages"
                                                                                          else 16):
             family._step_down(g, name)
+    if g["pingpong"] and not (g["consumers"] == 2 and g["overlap"]):
+        family._set(g, "pingpong", False)
     if cannot or gluon_smem(g, problem) > target.smem_bytes:
         family._set(g, "backend", "triton")
         family._set(g, "consumers", 1)
         family._set(g, "overlap", False)
+        family._set(g, "pingpong", False)

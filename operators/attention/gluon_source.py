@@ -10,6 +10,9 @@ as warp groups of their own, one program per (query tile, batch and head).
   issues O += P V with P taken from registers (converted to the wgmma operand layout, never stored). With
   OVERLAP, block j's scores are issued before block j - 1's P V and its softmax runs while that product is in
   flight (FlashAttention-3's intra-warp-group overlap); the output is rescaled once the product has retired.
+  With PINGPONG (two consumers, overlap) the consumers take turns issuing their two products through a pair of
+  mbarriers, so that one's softmax runs while the other's products occupy the tensor cores (FlashAttention-3's
+  inter-warp-group ping-pong).
 - K and V are read through 2-d descriptors over [batch x heads x length, head_dim]: a tile that runs past its
   head's keys reads the next head's rows (or zeros past the tensor), whose scores are masked to -inf, so they
   add nothing. The output leaves from registers through masked stores (its tile may run past the head's rows).
@@ -97,10 +100,10 @@ def masked(s, j, rows, n_k, n_q, clear_to, BLOCK_N: gl.constexpr, CAUSAL: gl.con
 
 
 @gluon.jit
-def mma_partition(out, so0, so1, so2, q_bufs, k_bufs, v_bufs, q_ready, k_ready, v_ready, empty, qk_scale, n_q, n_k,
-                  n_tiles, hq, group, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr,
+def mma_partition(out, so0, so1, so2, q_bufs, k_bufs, v_bufs, q_ready, k_ready, v_ready, empty, turns, qk_scale, n_q,
+                  n_k, n_tiles, hq, group, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr,
                   NUM_STAGES: gl.constexpr, CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr, WARPS: gl.constexpr,
-                  CAUSAL: gl.constexpr, REVERSE: gl.constexpr, OVERLAP: gl.constexpr):
+                  CAUSAL: gl.constexpr, REVERSE: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr):
     """A consumer: BLOCK_M query rows of the tile against every key block it sees, by asynchronous wgmma."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
@@ -128,10 +131,20 @@ def mma_partition(out, so0, so1, so2, q_bufs, k_bufs, v_bufs, q_ready, k_ready, 
     l_i = gl.sum(p, axis=1)
     if OVERLAP:
         for j in range(1, n_blocks):
-            s_next = scores(q_smem, k_bufs, k_ready, j, zero, NUM_STAGES)
+            slot = j % NUM_STAGES
             prev = (j - 1) % NUM_STAGES
-            mbarrier.wait(v_ready.index(prev), ((j - 1) // NUM_STAGES) & 1)
+            mbarrier.wait(k_ready.index(slot), (j // NUM_STAGES) & 1)
+            if PINGPONG:
+                # the consumers take turns at the tensor cores: this one's two products, then the other's, whose
+                # softmax ran under them (consumer 0's first wait passes at once)
+                mbarrier.wait(v_ready.index(prev), ((j - 1) // NUM_STAGES) & 1)
+                mbarrier.wait(turns.index(CONSUMER), ((j - 1) & 1) ^ (1 - CONSUMER))
+            s_next = warpgroup_mma(q_smem, k_bufs.index(slot).permute((1, 0)), zero, use_acc=False, is_async=True)
+            if not PINGPONG:
+                mbarrier.wait(v_ready.index(prev), ((j - 1) // NUM_STAGES) & 1)
             acc = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_bufs.index(prev), acc, is_async=True)
+            if PINGPONG:
+                mbarrier.arrive(turns.index(1 - CONSUMER), count=1)
             s = warpgroup_mma_wait(1, deps=(s_next, q_smem))[0]  # the scores are done; P V is still in flight
             s = masked(s * qk_scale, j, rows, n_k, n_q, clear_to, BLOCK_N, CAUSAL, s_layout)
             m_new = gl.maximum(m_i, gl.max(s, axis=1))
@@ -174,7 +187,7 @@ def mma_partition(out, so0, so1, so2, q_bufs, k_bufs, v_bufs, q_ready, k_ready, 
 def attention_kernel(q_desc, k_desc, v_desc, out, qk_scale, so0, so1, so2, n_q, n_k, n_tiles, hq, group,
                      BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr,
                      CONSUMERS: gl.constexpr, CONSUMER_WARPS: gl.constexpr, CAUSAL: gl.constexpr,
-                     REVERSE: gl.constexpr, OVERLAP: gl.constexpr):
+                     REVERSE: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr):
     """Shared memory and mbarriers for every role, then the roles: consumer 0 in this kernel's own warps, the
     other consumer and the producer in warps of their own."""
     dtype: gl.constexpr = q_desc.dtype
@@ -185,6 +198,9 @@ def attention_kernel(q_desc, k_desc, v_desc, out, qk_scale, so0, so1, so2, n_q, 
     k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # ping-pong's order
+    for i in gl.static_range(2):
+        mbarrier.init(turns.index(i), count=1)
     for i in gl.static_range(CONSUMERS):
         mbarrier.init(q_ready.index(i), count=1)
     for i in gl.static_range(NUM_STAGES):
@@ -204,8 +220,9 @@ def _partitions(consumers: int) -> str:
               "                         n_q, n_k, n_tiles, hq, group, BLOCK_M, BLOCK_N, NUM_STAGES, CONSUMERS,\n"
               "                         CAUSAL, REVERSE))")
     mma = [("(mma_partition, (out, so0, so1, so2, q_bufs, k_bufs, v_bufs, q_ready, k_ready, v_ready, empty,\n"
-            "                        qk_scale, n_q, n_k, n_tiles, hq, group, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES,\n"
-            f"                        {i}, CONSUMERS, {'CONSUMER_WARPS' if i == 0 else 4}, CAUSAL, REVERSE, OVERLAP))")
+            "                        turns, qk_scale, n_q, n_k, n_tiles, hq, group, BLOCK_M, BLOCK_N, HEAD_D,\n"
+            f"                        NUM_STAGES, {i}, CONSUMERS, {'CONSUMER_WARPS' if i == 0 else 4}, CAUSAL,\n"
+            "                        REVERSE, OVERLAP, PINGPONG))")
            for i in range(consumers)]
     warps = [4] * (consumers - 1) + [1]
     regs = ["CONSUMER_REGS"] * (consumers - 1) + ["PRODUCER_REGS"]

@@ -194,8 +194,9 @@ def _gluon_header(name: str, g: dict, causal: bool, problem: Problem, target: Ta
         "Rendered with Gluon: a one-warp TMA producer streams K and V through a ring of NUM_STAGES shared-memory",
         "slots;",
         f"{consumers} run the wgmma products and the online softmax in base 2",
-        "(FlashAttention-3's roles)" + ("; a block's softmax runs under the previous block's P V." if g["overlap"]
-                                        else "."),
+        "(FlashAttention-3's roles)" + ("; a block's softmax runs under the previous block's P V" if g["overlap"]
+                                        else "") + ("; the consumers take turns at the tensor cores (ping-pong)."
+                                                    if g["pingpong"] else "."),
         f"Call attention(q, k, v, out=None, scale=None) with fp16 or bf16 tensors of head dim {shape['head_dim']} "
         "on an sm_90 GPU.",
         '"""',
@@ -217,6 +218,7 @@ def _gluon_header(name: str, g: dict, causal: bool, problem: Problem, target: Ta
         f"NUM_WARPS = {g['num_warps']}  # warps of the first consumer (the producer's warp is added)",
         f"REVERSE = {g['q_order'] == 'reverse'}  # query tiles issued last first",
         f"OVERLAP = {bool(g['overlap'])}",
+        f"PINGPONG = {bool(g['pingpong'])}  # the two consumers take turns issuing their products",
         f"LOG2E = {LOG2E!r}",
         "_GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}",
         "",
@@ -251,7 +253,8 @@ def _gluon_plan() -> list[str]:
         "            out = torch.empty(q.shape, dtype=q.dtype, device=q.device)",
         "        qk_scale = (1.0 / math.sqrt(d) if scale is None else scale) * LOG2E",
         "        kernel(q, k, v, out, qk_scale, out.stride(0), out.stride(1), out.stride(2), n_q, n_k, n_tiles, hq,",
-        "               group, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CONSUMERS, NUM_WARPS, CAUSAL, REVERSE, OVERLAP)",
+        "               group, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CONSUMERS, NUM_WARPS, CAUSAL, REVERSE, OVERLAP,",
+        "               PINGPONG)",
         "        if given is not None and not direct:",
         "            return given.copy_(out)",
         "        return out",

@@ -33,6 +33,8 @@ def test_gluon_is_valid_on_hopper_for_16_bit_head_dims_64_and_128_only():
     assert any("num_warps=4" in r for r in FAMILY.violations(g.replace(num_warps=8, BLOCK_M=128), PREFILL, HOPPER))
     assert any("num_stages >= 2" in r for r in FAMILY.violations(g.replace(num_stages=1), PREFILL, HOPPER))
     assert any("shared memory" in r for r in FAMILY.violations(g.replace(num_stages=4), PREFILL, HOPPER))
+    assert FAMILY.violations(g.replace(pingpong=True), PREFILL, HOPPER) == []
+    assert any("pingpong" in r for r in FAMILY.violations(g.replace(pingpong=True, overlap=False), PREFILL, HOPPER))
     assert any("fp32 values" in r for r in FAMILY.violations(g.replace(BLOCK_M=128), PREFILL, HOPPER))
     assert any("Gluon rendering" in r for r in FAMILY.violations(FAMILY.make(FAMILY.base(overlap=True)), PREFILL,
                                                                  HOPPER))
@@ -51,7 +53,9 @@ def test_repair_moves_a_genome_into_the_gluon_region_or_back_to_triton():
     for problem, target in ((decode, HOPPER), (PREFILL, INTERPRETED_HOPPER),
                             (OP.problem((1, 8, 8, 512, 512, 80), "fp16"), HOPPER)):
         back = FAMILY.repair(raw, problem, target, rng)
-        assert back["backend"] == "triton" and back["consumers"] == 1 and not back["overlap"]
+        assert back["backend"] == "triton" and back["consumers"] == 1 and not back["overlap"] and not back["pingpong"]
+    lone = FAMILY.repair(raw.replace(consumers=1, pingpong=True), PREFILL, HOPPER, rng)
+    assert lone["backend"] == "gluon" and not lone["pingpong"]  # one consumer has no one to take turns with
     kinds = set()
     for _ in range(200):  # random genomes repaired for prefill are valid, of both backends
         g = FAMILY.random(rng, PREFILL, HOPPER)
@@ -63,7 +67,7 @@ def test_repair_moves_a_genome_into_the_gluon_region_or_back_to_triton():
 def test_seeds_lead_with_gluon_for_prefill_and_leave_it_out_of_decode_and_the_interpreter():
     seeds = FAMILY.seeds(PREFILL, HOPPER)
     assert seeds[0]["backend"] == "gluon" and seeds[0]["consumers"] == 2 and seeds[0]["overlap"]
-    assert sum(s["backend"] == "gluon" for s in seeds) == 6
+    assert sum(s["backend"] == "gluon" for s in seeds) == 7 and any(s["pingpong"] for s in seeds)
     causal = operators.get("attention+causal").family.seeds(
         operators.get("attention+causal").problem((1, 32, 8, 4096, 4096, 128), "bf16"), HOPPER)
     assert all(s["q_order"] == "reverse" for s in causal if s["backend"] == "gluon")
@@ -75,7 +79,7 @@ def test_seeds_lead_with_gluon_for_prefill_and_leave_it_out_of_decode_and_the_in
 def test_genes_added_for_gluon_keep_stored_genomes_and_their_hashes():
     triton = FAMILY.make(FAMILY.base())
     genes = json.loads(triton.canonical())["genes"]
-    assert not {"backend", "consumers", "overlap"} & set(genes)  # encoded as before the genes existed
+    assert not {"backend", "consumers", "overlap", "pingpong"} & set(genes)  # encoded as before the genes existed
     stored = json.dumps({"family": "attention", "genes": genes})
     assert FAMILY.from_canonical(stored) == triton and FAMILY.from_canonical(stored).hash == triton.hash
     g = gluon(consumers=2, num_warps=4, BLOCK_M=64)
@@ -86,5 +90,6 @@ def test_the_structure_cell_names_the_gluon_consumers():
     structure = FAMILY.descriptors()["structure"]
     assert structure.fn(gluon(num_warps=8, BLOCK_M=128), {}) == 4.0
     assert structure.fn(gluon(consumers=2, num_warps=4, BLOCK_M=64), {}) == 5.0
+    assert structure.fn(gluon(consumers=2, num_warps=4, BLOCK_M=64, overlap=True, pingpong=True), {}) == 6.0
     assert structure.fn(FAMILY.make(FAMILY.base(pack_gqa=True)), {}) == 1.0
     assert structure.fn({k: v for k, v in FAMILY.base().items() if k != "backend"}, {}) == 0.0  # stored genome

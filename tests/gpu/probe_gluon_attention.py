@@ -2,10 +2,10 @@
 rendering.
 
 For each problem (operator:BxHqxHkvxLqxLkxD:dtype), in one process on one GPU: every valid Gluon genome of a small
-grid (tiles, ring depth, warps, one or two consumers, overlap) checked on a NaN-poisoned output against the fp32
-reference, and timed interleaved with SDPA's cuDNN backend (evo.evaluate.timing: L2 flushed, CUDA events,
-medians); then the best three Gluon kernels, the committed attention bench's Triton elite (or the family's first
-Triton seed), and SDPA with the cuDNN and the flash backends timed together. Writes
+grid (tiles, ring depth, warps, one or two consumers, overlap, ping-pong) checked on a NaN-poisoned output against
+the fp32 reference, and timed interleaved with SDPA's cuDNN backend (evo.evaluate.timing: L2 flushed, CUDA events,
+medians); then the best three Gluon kernels, the committed attention bench's elite where it is a Triton kernel (else
+the family's first Triton seed), and SDPA with the cuDNN and the flash backends timed together. Writes
 $EVO_OUT/probe_gluon_attention.json after every kernel and prints a table last.
 
     python tests/gpu/probe_gluon_attention.py [--quick] [operator:shape:dtype ...]
@@ -38,9 +38,10 @@ def _grid(op: Any, problem: Any, target: Any) -> list[dict[str, Any]]:
 
     causal = "causal" in problem.operator
     out = []
-    for bm, bn, st, w, c, ov in itertools.product((64, 128), (64, 128), (2, 3, 4), (4, 8), (1, 2), (False, True)):
+    for bm, bn, st, w, c, ov, pp in itertools.product((64, 128), (64, 128), (2, 3, 4), (4, 8), (1, 2), (False, True),
+                                                      (False, True)):
         values = {**op.family.base(), **GLUON_FIXED, "backend": "gluon", "BLOCK_M": bm, "BLOCK_N": bn,
-                  "num_stages": st, "num_warps": w, "consumers": c, "overlap": ov,
+                  "num_stages": st, "num_warps": w, "consumers": c, "overlap": ov, "pingpong": pp,
                   "q_order": "reverse" if causal else "forward"}
         if not op.family.violations(op.family.make(values), problem, target):
             out.append(values)
@@ -52,7 +53,7 @@ def _triton_elite(op: Any, problem: Any, target: Any) -> dict[str, Any]:
     path = ROOT / "reports/bench" / f"{name}-nvidia-h100-80gb-hbm3.json"
     rows = json.loads(path.read_text())["problems"] if path.exists() else []
     row = next((r for r in rows if r["key"] == problem.key), None)
-    if row:
+    if row and row["evo_genome"].get("backend", "triton") == "triton":
         return {**op.family.base(), **row["evo_genome"]}
     return next(s for s in op.family.seeds(problem, target) if s["backend"] == "triton").as_dict()
 
@@ -99,8 +100,8 @@ def probe(key: str, quick: bool, out_path: Path, results: list[dict[str, Any]]) 
             calls[genome.hash] = fn
         g = genome.as_dict()
         print(f"   {kind:6s} {g['BLOCK_M']}x{g['BLOCK_N']} st{g['num_stages']} w{g['num_warps']} c{g['consumers']} "
-              f"ov{int(g['overlap'])}: {entry['status'][:140]} {entry.get('vs_cudnn', 0):.3f}", file=sys.stderr,
-              flush=True)
+              f"ov{int(g['overlap'])} pp{int(g['pingpong'])}: {entry['status'][:140]} "
+              f"{entry.get('vs_cudnn', 0):.3f}", file=sys.stderr, flush=True)
         rows.append(entry)
         out_path.write_text(json.dumps(results, indent=1))
     if quick:
@@ -144,7 +145,7 @@ def main(argv: list[str]) -> int:
                 if best:
                     g = best[0]["genome"]
                     print(f"   best {kind}: {g['BLOCK_M']}x{g['BLOCK_N']} st{g['num_stages']} w{g['num_warps']} "
-                          f"c{g['consumers']} ov{int(g['overlap'])} {g['backend']}")
+                          f"c{g['consumers']} ov{int(g['overlap'])} pp{int(g['pingpong'])} {g['backend']}")
         for e in wrong[:6]:
             print(f"   not ok: {e['status'][:160]}")
     return 0

@@ -23,10 +23,10 @@ def _module(name, shape, **values):
 
 def test_the_module_names_its_roles_and_constants():
     text = _module("attention+causal", (2, 32, 8, 1000, 1000, 128), BLOCK_M=64, BLOCK_N=128, num_warps=4,
-                   num_stages=3, consumers=2, overlap=True, q_order="reverse")
+                   num_stages=3, consumers=2, overlap=True, pingpong=True, q_order="reverse")
     ast.parse(text)
     for line in ("CAUSAL = True", "BLOCK_M = 64", "NUM_STAGES = 3", "CONSUMERS = 2", "REVERSE = True",
-                 "OVERLAP = True", "HEAD_D = 128", "gl.warp_specialize(", "mbarrier.init(empty.index(i), "
+                 "OVERLAP = True", "PINGPONG = True", "HEAD_D = 128", "gl.warp_specialize(", "mbarrier.init(empty.index(i), "
                  "count=CONSUMERS)", "def attention(q: torch.Tensor"):
         assert line in text, line
     assert text.count("(mma_partition, (") == 2 and "(load_partition, (" in text
@@ -59,7 +59,7 @@ def test_the_gluon_seeds_compile_for_hopper(tmp_path):
         cases += [(name, s.as_dict(), shape, "bf16") for s in op.family.seeds(problem, HOPPER)
                   if s["backend"] == "gluon"]
     results = compile_for_hopper(cases, tmp_path, timeout_s=900)
-    assert len(results) == 12
+    assert len(results) == 14
     bad = [r for r in results if r["status"] != "ok"]
     assert not bad, bad
     assert all(0 < r["shared"] <= HOPPER.smem_bytes for r in results)
