@@ -13,9 +13,11 @@ as warp groups of their own, one program per (query tile, batch and head).
   With PINGPONG (two consumers, overlap) the consumers take turns issuing their two products through a pair of
   mbarriers, so that one's softmax runs while the other's products occupy the tensor cores (FlashAttention-3's
   inter-warp-group ping-pong).
-- K and V are read through 2-d descriptors over [batch x heads x length, head_dim]: a tile that runs past its
-  head's keys reads the next head's rows (or zeros past the tensor), whose scores are masked to -inf, so they
-  add nothing. The output leaves from registers through masked stores (its tile may run past the head's rows).
+- Contiguous q, k and v are read through 2-d descriptors over [batch x heads x length, head_dim]: a tile that
+  runs past its head's keys reads the next head's rows (or zeros past the tensor), whose scores are masked to
+  -inf, so they add nothing. Other strides (a transposed [B, L, H, D] view, a slice of a KV cache) are read in
+  place through 4-d descriptors (STRIDED), whose rows past a head's end arrive as zeros. The output leaves from
+  registers through masked stores (its tile may run past the head's rows).
 Every index into the ring follows from the key block's number, the same in the producer and the consumers, so
 the mbarrier phases need no other shared state. The mask is applied only to the key blocks that need it (the
 last block past the keys, and with a causal mask the blocks the diagonal crosses).
@@ -61,29 +63,49 @@ def work_item(n_q, n_k, n_tiles, hq, group, ROWS: gl.constexpr, BLOCK_N: gl.cons
 @gluon.jit
 def load_partition(q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, q_ready, k_ready, v_ready, empty, n_q, n_k,
                    n_tiles, hq, group, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
-                   CONSUMERS: gl.constexpr, CAUSAL: gl.constexpr, REVERSE: gl.constexpr):
+                   CONSUMERS: gl.constexpr, CAUSAL: gl.constexpr, REVERSE: gl.constexpr, STRIDED: gl.constexpr):
     """The producer: the consumers' query tiles, then every key block of the tile into the next slot."""
     tile, bh, q_row, kv_row, n_blocks = work_item(n_q, n_k, n_tiles, hq, group, BLOCK_M * CONSUMERS, BLOCK_N,
                                                   CAUSAL, REVERSE)
+    b = bh // hq
+    h = bh % hq
     for c in gl.static_range(CONSUMERS):
         mbarrier.expect(q_ready.index(c), q_desc.block_type.nbytes)
-        tma_load(q_desc, [q_row + c * BLOCK_M, 0], q_ready.index(c), q_bufs.index(c))
+        if STRIDED:  # 4-d descriptors over the tensors as given: [batch, head, row, 0]
+            tma_load(q_desc, [b, h, (tile * CONSUMERS + c) * BLOCK_M, 0], q_ready.index(c), q_bufs.index(c))
+        else:
+            tma_load(q_desc, [q_row + c * BLOCK_M, 0], q_ready.index(c), q_bufs.index(c))
     for j in range(n_blocks):
         slot = j % NUM_STAGES
         # wait until every consumer is done with the slot's last blocks (a fresh barrier passes the first round)
         mbarrier.wait(empty.index(slot), ((j // NUM_STAGES) & 1) ^ 1)
         mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
-        tma_load(k_desc, [kv_row + j * BLOCK_N, 0], k_ready.index(slot), k_bufs.index(slot))
         mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
-        tma_load(v_desc, [kv_row + j * BLOCK_N, 0], v_ready.index(slot), v_bufs.index(slot))
+        if STRIDED:
+            tma_load(k_desc, [b, h // group, j * BLOCK_N, 0], k_ready.index(slot), k_bufs.index(slot))
+            tma_load(v_desc, [b, h // group, j * BLOCK_N, 0], v_ready.index(slot), v_bufs.index(slot))
+        else:
+            tma_load(k_desc, [kv_row + j * BLOCK_N, 0], k_ready.index(slot), k_bufs.index(slot))
+            tma_load(v_desc, [kv_row + j * BLOCK_N, 0], v_ready.index(slot), v_bufs.index(slot))
 
 
 @gluon.jit
-def scores(q_smem, k_bufs, k_ready, j, zero, NUM_STAGES: gl.constexpr):
+def tile_of(bufs, i, ROWS: gl.constexpr, HEAD_D: gl.constexpr, STRIDED: gl.constexpr):
+    """Slot i of a ring as the [ROWS, HEAD_D] tile a wgmma reads (a 4-d TMA block's leading ones dropped)."""
+    view = bufs.index(i)
+    if STRIDED:
+        view = view.reshape([ROWS, HEAD_D])
+    return view
+
+
+@gluon.jit
+def scores(q_smem, k_bufs, k_ready, j, zero, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr,
+           STRIDED: gl.constexpr):
     """Issue S = Q K_j^T for key block j (asynchronous wgmma, both operands in shared memory)."""
     slot = j % NUM_STAGES
     mbarrier.wait(k_ready.index(slot), (j // NUM_STAGES) & 1)
-    return warpgroup_mma(q_smem, k_bufs.index(slot).permute((1, 0)), zero, use_acc=False, is_async=True)
+    k_tile = tile_of(k_bufs, slot, BLOCK_N, HEAD_D, STRIDED)
+    return warpgroup_mma(q_smem, k_tile.permute((1, 0)), zero, use_acc=False, is_async=True)
 
 
 @gluon.jit
@@ -103,7 +125,8 @@ def masked(s, j, rows, n_k, n_q, clear_to, BLOCK_N: gl.constexpr, CAUSAL: gl.con
 def mma_partition(out, so0, so1, so2, q_bufs, k_bufs, v_bufs, q_ready, k_ready, v_ready, empty, turns, qk_scale, n_q,
                   n_k, n_tiles, hq, group, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr,
                   NUM_STAGES: gl.constexpr, CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr, WARPS: gl.constexpr,
-                  CAUSAL: gl.constexpr, REVERSE: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr):
+                  CAUSAL: gl.constexpr, REVERSE: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr,
+                  STRIDED: gl.constexpr):
     """A consumer: BLOCK_M query rows of the tile against every key block it sees, by asynchronous wgmma."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
@@ -119,12 +142,13 @@ def mma_partition(out, so0, so1, so2, q_bufs, k_bufs, v_bufs, q_ready, k_ready, 
     clear_to = n_k  # key blocks ending at or before this need no mask
     if CAUSAL:
         clear_to = gl.minimum(n_k, first + 1 + n_k - n_q)
-    q_smem = q_bufs.index(CONSUMER)
+    q_smem = tile_of(q_bufs, CONSUMER, BLOCK_M, HEAD_D, STRIDED)
     zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
     acc = gl.zeros([BLOCK_M, HEAD_D], gl.float32, o_layout)
     mbarrier.wait(q_ready.index(CONSUMER), 0)
     # block 0: every row sees key 0, so the running max is finite from here on
-    s = warpgroup_mma_wait(0, deps=(scores(q_smem, k_bufs, k_ready, 0, zero, NUM_STAGES), q_smem))[0]
+    s = warpgroup_mma_wait(0, deps=(scores(q_smem, k_bufs, k_ready, 0, zero, BLOCK_N, HEAD_D, NUM_STAGES,
+                                              STRIDED), q_smem))[0]
     s = masked(s * qk_scale, 0, rows, n_k, n_q, clear_to, BLOCK_N, CAUSAL, s_layout)
     m_i = gl.max(s, axis=1)
     p = gl.exp2(s - gl.expand_dims(m_i, 1))
@@ -139,10 +163,12 @@ def mma_partition(out, so0, so1, so2, q_bufs, k_bufs, v_bufs, q_ready, k_ready, 
                 # softmax ran under them (consumer 0's first wait passes at once)
                 mbarrier.wait(v_ready.index(prev), ((j - 1) // NUM_STAGES) & 1)
                 mbarrier.wait(turns.index(CONSUMER), ((j - 1) & 1) ^ (1 - CONSUMER))
-            s_next = warpgroup_mma(q_smem, k_bufs.index(slot).permute((1, 0)), zero, use_acc=False, is_async=True)
+            s_next = warpgroup_mma(q_smem, tile_of(k_bufs, slot, BLOCK_N, HEAD_D, STRIDED).permute((1, 0)), zero,
+                                   use_acc=False, is_async=True)
             if not PINGPONG:
                 mbarrier.wait(v_ready.index(prev), ((j - 1) // NUM_STAGES) & 1)
-            acc = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_bufs.index(prev), acc, is_async=True)
+            v_tile = tile_of(v_bufs, prev, BLOCK_N, HEAD_D, STRIDED)
+            acc = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_tile, acc, is_async=True)
             if PINGPONG:
                 mbarrier.arrive(turns.index(1 - CONSUMER), count=1)
             s = warpgroup_mma_wait(1, deps=(s_next, q_smem))[0]  # the scores are done; P V is still in flight
@@ -152,17 +178,19 @@ def mma_partition(out, so0, so1, so2, q_bufs, k_bufs, v_bufs, q_ready, k_ready, 
             p = gl.exp2(s - gl.expand_dims(m_new, 1))
             l_i = l_i * alpha + gl.sum(p, axis=1)
             m_i = m_new
-            acc = warpgroup_mma_wait(0, deps=(acc, v_bufs.index(prev)))[0]
+            acc = warpgroup_mma_wait(0, deps=(acc, v_tile))[0]
             mbarrier.arrive(empty.index(prev), count=1)
             acc = acc * gl.expand_dims(gl.convert_layout(alpha, o_rows), 1)
     else:
         for j in range(1, n_blocks):
             prev = (j - 1) % NUM_STAGES
             mbarrier.wait(v_ready.index(prev), ((j - 1) // NUM_STAGES) & 1)
-            acc = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_bufs.index(prev), acc, is_async=True)
-            acc = warpgroup_mma_wait(0, deps=(acc, v_bufs.index(prev)))[0]
+            v_tile = tile_of(v_bufs, prev, BLOCK_N, HEAD_D, STRIDED)
+            acc = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_tile, acc, is_async=True)
+            acc = warpgroup_mma_wait(0, deps=(acc, v_tile))[0]
             mbarrier.arrive(empty.index(prev), count=1)
-            s = warpgroup_mma_wait(0, deps=(scores(q_smem, k_bufs, k_ready, j, zero, NUM_STAGES), q_smem))[0]
+            s = warpgroup_mma_wait(0, deps=(scores(q_smem, k_bufs, k_ready, j, zero, BLOCK_N, HEAD_D,
+                                                      NUM_STAGES, STRIDED), q_smem))[0]
             s = masked(s * qk_scale, j, rows, n_k, n_q, clear_to, BLOCK_N, CAUSAL, s_layout)
             m_new = gl.maximum(m_i, gl.max(s, axis=1))
             alpha = gl.exp2(m_i - m_new)
@@ -172,8 +200,9 @@ def mma_partition(out, so0, so1, so2, q_bufs, k_bufs, v_bufs, q_ready, k_ready, 
             acc = acc * gl.expand_dims(gl.convert_layout(alpha, o_rows), 1)
     last = (n_blocks - 1) % NUM_STAGES
     mbarrier.wait(v_ready.index(last), ((n_blocks - 1) // NUM_STAGES) & 1)
-    acc = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_bufs.index(last), acc, is_async=True)
-    acc = warpgroup_mma_wait(0, deps=(acc, v_bufs.index(last)))[0]
+    v_tile = tile_of(v_bufs, last, BLOCK_N, HEAD_D, STRIDED)
+    acc = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_tile, acc, is_async=True)
+    acc = warpgroup_mma_wait(0, deps=(acc, v_tile))[0]
     mbarrier.arrive(empty.index(last), count=1)
     acc = acc / gl.expand_dims(gl.convert_layout(l_i, o_rows), 1)
     out_rows = first + gl.arange(0, BLOCK_M, layout=o_rows)
@@ -187,13 +216,18 @@ def mma_partition(out, so0, so1, so2, q_bufs, k_bufs, v_bufs, q_ready, k_ready, 
 def attention_kernel(q_desc, k_desc, v_desc, out, qk_scale, so0, so1, so2, n_q, n_k, n_tiles, hq, group,
                      BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr,
                      CONSUMERS: gl.constexpr, CONSUMER_WARPS: gl.constexpr, CAUSAL: gl.constexpr,
-                     REVERSE: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr):
+                     REVERSE: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, STRIDED: gl.constexpr):
     """Shared memory and mbarriers for every role, then the roles: consumer 0 in this kernel's own warps, the
     other consumer and the producer in warps of their own."""
     dtype: gl.constexpr = q_desc.dtype
-    q_bufs = gl.allocate_shared_memory(dtype, [CONSUMERS, BLOCK_M, HEAD_D], q_desc.layout)
-    k_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_D], k_desc.layout)
-    v_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_D], v_desc.layout)
+    if STRIDED:  # the slots take the 4-d descriptors' blocks [1, 1, rows, HEAD_D]
+        q_bufs = gl.allocate_shared_memory(dtype, [CONSUMERS, 1, 1, BLOCK_M, HEAD_D], q_desc.layout)
+        k_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_N, HEAD_D], k_desc.layout)
+        v_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_N, HEAD_D], v_desc.layout)
+    else:
+        q_bufs = gl.allocate_shared_memory(dtype, [CONSUMERS, BLOCK_M, HEAD_D], q_desc.layout)
+        k_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_D], k_desc.layout)
+        v_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_D], v_desc.layout)
     q_ready = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
@@ -218,11 +252,11 @@ def _partitions(consumers: int) -> str:
     producer."""
     loader = ("(load_partition, (q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, q_ready, k_ready, v_ready, empty,\n"
               "                         n_q, n_k, n_tiles, hq, group, BLOCK_M, BLOCK_N, NUM_STAGES, CONSUMERS,\n"
-              "                         CAUSAL, REVERSE))")
+              "                         CAUSAL, REVERSE, STRIDED))")
     mma = [("(mma_partition, (out, so0, so1, so2, q_bufs, k_bufs, v_bufs, q_ready, k_ready, v_ready, empty,\n"
             "                        turns, qk_scale, n_q, n_k, n_tiles, hq, group, BLOCK_M, BLOCK_N, HEAD_D,\n"
             f"                        NUM_STAGES, {i}, CONSUMERS, {'CONSUMER_WARPS' if i == 0 else 4}, CAUSAL,\n"
-            "                        REVERSE, OVERLAP, PINGPONG))")
+            "                        REVERSE, OVERLAP, PINGPONG, STRIDED))")
            for i in range(consumers)]
     warps = [4] * (consumers - 1) + [1]
     regs = ["CONSUMER_REGS"] * (consumers - 1) + ["PRODUCER_REGS"]

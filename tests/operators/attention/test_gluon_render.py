@@ -63,3 +63,25 @@ def test_the_gluon_seeds_compile_for_hopper(tmp_path):
     bad = [r for r in results if r["status"] != "ok"]
     assert not bad, bad
     assert all(0 < r["shared"] <= HOPPER.smem_bytes for r in results)
+
+
+def test_the_plan_reads_a_models_strided_tensors_in_place_and_copies_only_what_tma_cannot_read():
+    """A transposed [B, L, H, D] q and K/V-cache slices: 4-d descriptors over the tensors as given (no copies);
+    contiguous tensors: 2-d descriptors over [B x H x L, D]; a row stride TMA cannot take: copied."""
+    torch = pytest.importorskip("torch")
+    from evo.evaluate.modules import load_source
+
+    pytest.importorskip("triton.experimental.gluon")
+    module = load_source(_module("attention", (2, 32, 8, 1000, 1500, 128), BLOCK_M=64, BLOCK_N=128, num_warps=4,
+                                 num_stages=2))
+    meta = dict(device="meta", dtype=torch.bfloat16)
+    q = torch.empty(2, 1000, 32, 128, **meta).transpose(1, 2)
+    cache = torch.empty(2, 2, 8, 2048, 128, **meta)
+    run = module._plan(q, cache[0, :, :, :1500], cache[1, :, :, :1500], None)
+    shapes = {pos: spec[0] for pos, spec in run.kernel.descriptors}
+    assert run.strided and shapes == {0: [2, 32, 1000, 128], 1: [2, 8, 1500, 128], 2: [2, 8, 1500, 128]}
+    kv = torch.empty(2, 8, 1500, 128, **meta)
+    run = module._plan(torch.empty(2, 32, 1000, 128, **meta), kv, kv, None)
+    assert not run.strided and {pos: spec[0] for pos, spec in run.kernel.descriptors}[0] == [64000, 128]
+    odd = torch.empty(2, 1000, 32 * 128 + 4, **meta)[..., :32 * 128].view(2, 1000, 32, 128).transpose(1, 2)
+    assert not module._plan(odd, kv, kv, None).strided  # a row of 4100 bf16 is no 16-byte multiple: copied
