@@ -72,8 +72,8 @@ def key_blocks(g: dict[str, Any], problem: Problem) -> int:
 
 
 def _structure(g: dict[str, Any], r: Any) -> float:
-    if g.get("backend", "triton") == "gluon":  # stored genomes from before the gene hold Triton's
-        return 4.0 + (g["consumers"] == 2) + bool(g.get("pingpong", False))
+    if g["backend"] == "gluon":
+        return 4.0 + (g["consumers"] == 2) + g["pingpong"]
     return float(g["pack_gqa"]) + 2.0 * (g["kv_split"] > 1)
 
 

@@ -57,7 +57,7 @@ STRUCTURES = ("pointer", "pointer+persistent", "TMA", "TMA+persistent", "TMA+war
 def _structure(g: Mapping[str, Any], resources: Any) -> float:
     """Cell of the memory path and grid: in-kernel and host descriptors get their own cells (appended after
     the older ones, whose values stay put), so an archive keeps the best of each; so do Gluon's two schedules."""
-    if g.get("backend", "triton") == "gluon":  # stored genomes from before the gene hold Triton's
+    if g["backend"] == "gluon":
         return 8.0 + (g["consumers"] == 2)
     if g["warp_specialize"]:
         return 4.0

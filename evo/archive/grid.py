@@ -112,17 +112,21 @@ def make_axes(family: GenomeFamily, specs: Sequence[DescriptorSpec]) -> tuple[Ax
     return tuple(axes)
 
 
-def _genome_of(canonical: str) -> Genome:
+def _genome_of(canonical: str, complete: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None) -> Genome:
     # Descriptors read gene values only; skipping the family's domain check lets an archive place genomes
     # stored under other gene overrides (a resumed run whose experiment restricted a gene differently).
+    # `complete` (the family's) gives genomes stored before a gene was added that gene at its implied value.
     d = json.loads(canonical)
-    return Genome(d["family"], tuple(sorted(d["genes"].items())))
+    genes = complete(d["genes"]) if complete is not None else d["genes"]
+    return Genome(d["family"], tuple(sorted(genes.items())))
 
 
 class GridArchive:
     """Fastest correct kernel per cell of a grid over `axes`, for one problem."""
 
-    def __init__(self, axes: Sequence[Axis], objective: Objective, noise_margin: float = 0.01) -> None:
+    def __init__(self, axes: Sequence[Axis], objective: Objective, noise_margin: float = 0.01,
+                 complete: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None) -> None:
+        """`complete` (GenomeFamily.complete) fills in the genes a stored genome predates before it is placed."""
         if not axes:
             raise ValueError("an archive needs at least one descriptor axis")
         if not 0.0 <= noise_margin < 1.0:
@@ -139,11 +143,13 @@ class GridArchive:
         self.status_counts: dict[str, int] = {}
         self.best_index = 0  # evaluation count at which the best last rose beyond the noise margin
         self.history = History()
+        self._complete = complete
 
     @classmethod
     def for_problem(cls, operator: Any, problem: Problem, descriptors: Sequence[DescriptorSpec] = (),
                     noise_margin: float = 0.01) -> GridArchive:
-        return cls(make_axes(operator.family, descriptors), throughput_objective(operator, problem), noise_margin)
+        return cls(make_axes(operator.family, descriptors), throughput_objective(operator, problem), noise_margin,
+                   complete=operator.family.complete)
 
     @classmethod
     def from_store(cls, store: Any, problem: Problem, operator: Any, descriptors: Sequence[DescriptorSpec] = (),
@@ -180,7 +186,7 @@ class GridArchive:
         if value is None:
             return AddResult(AddStatus.NOT_ADDED, reason=f"status {ev.status}")
         try:
-            cell, desc = self.place(_genome_of(ev.genome), ev.resources)
+            cell, desc = self.place(_genome_of(ev.genome, self._complete), ev.resources)
         except (ValueError, KeyError, TypeError) as e:
             return AddResult(AddStatus.NOT_ADDED, objective=value, reason=f"cannot place: {e}")
         current = self._elites.get(cell)

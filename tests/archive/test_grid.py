@@ -151,3 +151,20 @@ def test_rebuild_from_store_is_identical(tmp_path):
     assert (rebuilt.best, rebuilt.best_index, rebuilt.status_counts) == (live.best, live.best_index,
                                                                          live.status_counts)
     assert rebuilt.qd_score == live.qd_score
+
+
+def test_a_genome_stored_before_a_gene_existed_is_placed_with_its_implied_value():
+    """A Triton genome encoded without `backend` (as every genome stored before the Gluon genes is) lands in its
+    structure cell through the family's `complete`, which an archive made for a problem holds; without it, the
+    structure descriptor cannot read it."""
+    import operators
+
+    specs = (DescriptorSpec("structure"),)
+    genome = base(persistent=True, memory="host_descriptor")
+    assert "backend" not in genome.canonical()  # implied: left out of the encoding
+    [result] = GridArchive(make_axes(FAMILY, specs), objective, complete=FAMILY.complete).add([ev(genome, 0.5)])
+    assert result.status is AddStatus.NEW
+    [result] = GridArchive(make_axes(FAMILY, specs), objective).add([ev(genome, 0.5)])
+    assert result.status is AddStatus.NOT_ADDED and "cannot place" in result.reason
+    live = GridArchive.for_problem(operators.get("gemm"), PROBLEM, specs)
+    assert live.add([ev(genome, 0.5)])[0].status is AddStatus.NEW

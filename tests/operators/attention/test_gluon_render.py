@@ -26,8 +26,8 @@ def test_the_module_names_its_roles_and_constants():
                    num_stages=3, consumers=2, overlap=True, pingpong=True, q_order="reverse")
     ast.parse(text)
     for line in ("CAUSAL = True", "BLOCK_M = 64", "NUM_STAGES = 3", "CONSUMERS = 2", "REVERSE = True",
-                 "OVERLAP = True", "PINGPONG = True", "HEAD_D = 128", "gl.warp_specialize(", "mbarrier.init(empty.index(i), "
-                 "count=CONSUMERS)", "def attention(q: torch.Tensor"):
+                 "OVERLAP = True", "PINGPONG = True", "HEAD_D = 128", "gl.warp_specialize(",
+                 "mbarrier.init(empty.index(i), count=CONSUMERS)", "def attention(q: torch.Tensor"):
         assert line in text, line
     assert text.count("(mma_partition, (") == 2 and "(load_partition, (" in text
     single = _module("attention", (1, 8, 8, 512, 512, 64), BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=2)
