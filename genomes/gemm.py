@@ -319,6 +319,9 @@ class GemmFamily(GenomeFamily):
             self.base(**gluon, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_stages=4, num_warps=8),
             self.base(**gluon, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_stages=4, num_warps=4, consumers=2),
             self.base(**gluon, BLOCK_M=64, BLOCK_N=256, BLOCK_K=64, num_stages=3, num_warps=4, consumers=2),
+            # 192-wide Gluon tiles (two column blocks): cuBLAS's width where 128 and 256 leave a wave part-empty
+            self.base(**gluon, BLOCK_M=128, BLOCK_N=192, BLOCK_K=64, num_stages=4, num_warps=8),
+            self.base(**gluon, BLOCK_M=64, BLOCK_N=192, BLOCK_K=64, num_stages=4, num_warps=4, consumers=2),
             # long K over few tiles: K ranges of a tile as work items, partials summed by a second launch
             self.base(**gluon, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_stages=4, num_warps=8, split_k=3),
             self.base(**gluon, BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, num_stages=5, num_warps=4, split_k=4),

@@ -12,9 +12,10 @@ registers and a second launch sums the partials (and applies the fused epilogue)
 A Gluon genome holds the structure genes of the Triton rendering at fixed values (GLUON_FIXED: its memory
 path is always host tensor descriptors, its grid always persistent), so one kernel has one genome. The tile,
 launch and swizzle genes keep their meaning. Not rendered with Gluon (refused, named): other targets than sm_90
-(wgmma is Hopper's), fp32 (tf32 wgmma), rows that are not 16-byte multiples (TMA), tiles wider than one wgmma
-(BLOCK_N a power of two up to 256: Gluon tensors have power-of-two shapes), SwiGLU (two accumulators per
-tile). Other fused epilogues (scale, bias, activation, residual) are applied to the accumulator in registers.
+(wgmma is Hopper's), fp32 (tf32 wgmma), rows that are not 16-byte multiples (TMA), SwiGLU (two accumulators per
+tile). The wide tiles (BLOCK_N 96 and 192, which quantise better on 132 SMs) are two column blocks (64 + 32,
+128 + 64: Gluon tensors have power-of-two shapes), each its own accumulator, wgmma and TMA store on one A tile.
+Other fused epilogues (scale, bias, activation, residual) are applied to the accumulator in registers.
 """
 
 from __future__ import annotations
@@ -61,8 +62,6 @@ def gluon_violations(g: Mapping[str, Any], problem: Problem, target: Target, ref
     if refusal:
         out.append(f"the Gluon rendering {refusal}")
     out += [f"the Gluon rendering holds {name}={value}" for name, value in GLUON_FIXED.items() if g[name] != value]
-    if g["BLOCK_N"] & (g["BLOCK_N"] - 1):
-        out.append(f"the Gluon rendering needs a power-of-two BLOCK_N, not {g['BLOCK_N']}")
     if g["num_warps"] not in (4, 8):
         out.append(f"a Gluon consumer is one or two warp groups: num_warps=4 or 8, not {g['num_warps']}")
     if g["split_k"] * problem.dims["M"] * problem.dims["N"] >= 2**31:
@@ -85,8 +84,6 @@ def gluon_repair(family: Any, g: dict[str, Any], problem: Problem, target: Targe
     if not cannot:
         for name, value in GLUON_FIXED.items():
             cannot = cannot or not family._set(g, name, value)
-    while not cannot and g["BLOCK_N"] & (g["BLOCK_N"] - 1):
-        cannot = not family._step_down(g, "BLOCK_N")
     if not cannot and g["consumers"] == 2 and not family._set(g, "num_warps", 4):
         cannot = not family._set(g, "consumers", 1)
     if not cannot and g["num_warps"] < 4:

@@ -88,7 +88,7 @@ class Surrogate:
             if ev.status == "invalid":  # rejected before compiling: costs nothing, teaches little
                 continue
             try:
-                values = json.loads(ev.genome)["genes"]
+                values = self.family.complete(json.loads(ev.genome)["genes"])  # genes added since: implied values
                 problem = Problem.from_json(ev.problem)
             except (ValueError, KeyError, TypeError):
                 continue

@@ -114,14 +114,16 @@ class Epilogue:
                       "                other=0.0).to(tl.float32)"]
         return "\n".join(lines) + "\n" if lines else ""
 
-    def gluon_lines(self, x: str) -> str:
-        """Lines of a Gluon consumer that apply the epilogue to its fp32 accumulator `x` (layout `acc_layout`) of
-        the tile at (pid_m, pid_n); rows >= M and columns >= N are read as zeros (the TMA store drops them)."""
+    def gluon_lines(self, x: str, layout: str = "acc_layout", width: str = "BLOCK_N", offset: str = "") -> str:
+        """Lines of a Gluon consumer that apply the epilogue to its fp32 accumulator `x` (layout `layout`) of the
+        tile at (pid_m, pid_n), `width` columns starting `offset` into the tile (a wide tile's second column
+        block); rows >= M and columns >= N are read as zeros (the TMA store drops them)."""
         lines = []
         if self.bias or self.residual:
-            lines.append("offs_en = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, acc_layout))")
+            lines.append(f"offs_en = pid_n * BLOCK_N{offset} + gl.arange(0, {width}, "
+                         f"layout=gl.SliceLayout(0, {layout}))")
         if self.residual:
-            lines.append("offs_em = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, acc_layout))")
+            lines.append(f"offs_em = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, {layout}))")
         if self.scale:
             lines.append(f"{x} = {x} * scale")
         if self.bias:

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from evo.launch import runtime_source
+from genomes.gemm_resources import column_blocks
 from operators._template import block as _block
 from operators.gemm.header import constants_table
 from operators.gemm.header import summary as _summary
@@ -55,9 +56,9 @@ tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
 
 _PARTITIONS = '''
 @gluon.jit
-def load_partition(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, BLOCK_M: gl.constexpr,
+def load_partition(a_desc, b_desc,B1_DESC a_bufs, b_bufs,B1_BUFS ready, empty, M, N, K, BLOCK_M: gl.constexpr,
                    BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
-                   NUM_STAGES: gl.constexprSPLIT_PARAM):
+                   NUM_STAGES: gl.constexprSPLIT_PARAMWIDE_PARAM):
     """The producer: every K step of every tile of this program, in order, into the next slot of the ring."""
     num_pid_m = gl.cdiv(M, BLOCK_M)
     num_pid_n = gl.cdiv(N, BLOCK_N)
@@ -69,22 +70,20 @@ LOAD_LOOP
             slot = step % NUM_STAGES
             # wait for the slot's previous tile to be consumed (a fresh barrier passes the first round)
             mbarrier.wait(empty.index(slot), ((step // NUM_STAGES) & 1) ^ 1)
-            mbarrier.expect(ready.index(slot), a_desc.block_type.nbytes + b_desc.block_type.nbytes)
+            mbarrier.expect(ready.index(slot), a_desc.block_type.nbytes + b_desc.block_type.nbytesB1_BYTES)
             tma_load(a_desc, [pid_m * BLOCK_M, kk * BLOCK_K], ready.index(slot), a_bufs.index(slot))
             tma_load(b_desc, [kk * BLOCK_K, pid_n * BLOCK_N], ready.index(slot), b_bufs.index(slot))
-            step += 1
+B1_LOAD            step += 1
 
 
 @gluon.jit
-def mma_partition(c_desc,EPILOGUE_PARAMS
-                  a_bufs, b_bufs, c_bufs, ready, empty, turns, M, N, K, BLOCK_M: gl.constexpr,
+def mma_partition(c_desc,C1_DESCEPILOGUE_PARAMS
+                  a_bufs, b_bufs,B1_BUFS c_bufs,C1_BUFS ready, empty, turns, M, N, K, BLOCK_M: gl.constexpr,
                   BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr, NUM_STAGES: gl.constexpr,
-                  CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr, WARPS: gl.constexprSPLIT_PARAM):
+                  CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr, WARPS: gl.constexprSPLIT_PARAMWIDE_PARAM):
     """A consumer: tiles CONSUMER, CONSUMER + CONSUMERS, ... of this program, by asynchronous wgmma."""
-    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
-                                                         instr_shape=[16, BLOCK_N, 16])
-    c_smem = c_bufs.index(CONSUMER)
-    num_pid_m = gl.cdiv(M, BLOCK_M)
+ACC_LAYOUTS    c_smem = c_bufs.index(CONSUMER)
+C1_SMEM    num_pid_m = gl.cdiv(M, BLOCK_M)
     num_pid_n = gl.cdiv(N, BLOCK_N)
     k_tiles = gl.cdiv(K, BLOCK_K)
     pid = gl.program_id(0)
@@ -98,35 +97,30 @@ MMA_LOOP
             # for all of its own (a slot's parity names one of two rounds, so the ring's reader must never be more
             # than a round ahead of it); consumer 0's first wait passes at once
             mbarrier.wait(turns.index(CONSUMER), (mine & 1) ^ (1 - CONSUMER))
-        acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, acc_layout)
-        for kk in range(MMA_STEPS):
+ACC_INIT        for kk in range(MMA_STEPS):
             slot = step % NUM_STAGES
             mbarrier.wait(ready.index(slot), (step // NUM_STAGES) & 1)
-            acc = warpgroup_mma(a_bufs.index(slot), b_bufs.index(slot), acc, is_async=True)
-            # at most one wgmma in flight: the previous step's has retired, so its slot is free again
-            acc = warpgroup_mma_wait(1, deps=(acc, a_bufs.index(slot), b_bufs.index(slot)))[0]
-            mbarrier.arrive(empty.index((step + NUM_STAGES - 1) % NUM_STAGES), count=1, pred=kk > 0)
+MMA_ISSUE            mbarrier.arrive(empty.index((step + NUM_STAGES - 1) % NUM_STAGES), count=1, pred=kk > 0)
             step += 1
         if CONSUMERS > 1:
             mbarrier.arrive(turns.index(1 - CONSUMER), count=1)  # the other consumer's turn at the ring
         mine += 1
-        acc = warpgroup_mma_wait(0, deps=(acc,))
-        mbarrier.arrive(empty.index((step + NUM_STAGES - 1) % NUM_STAGES), count=1)
+ACC_DRAIN        mbarrier.arrive(empty.index((step + NUM_STAGES - 1) % NUM_STAGES), count=1)
 TILE_END    tma.store_wait(0)
 
 
 @gluon.jit
 def KERNEL(
-        a_desc, b_desc, c_desc,EPILOGUE_PARAMS
+        a_desc, b_desc,B1_DESC c_desc,C1_DESCEPILOGUE_PARAMS
         M, N, K, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
-        NUM_STAGES: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_WARPS: gl.constexprSPLIT_PARAM):
+        NUM_STAGES: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_WARPS: gl.constexprSPLIT_PARAMWIDE_PARAM):
     """Shared memory and mbarriers for every role, then the roles: consumer 0 in this kernel's own warps, the
     other consumer and the producer in warps of their own."""
     dtype: gl.constexpr = a_desc.dtype
     a_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_M, BLOCK_K], a_desc.layout)
-    b_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_K, BLOCK_N], b_desc.layout)
-    c_bufs = gl.allocate_shared_memory(dtype, [CONSUMERS, BLOCK_M, BLOCK_N], c_desc.layout)
-    ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    b_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_K, B_WIDTH], b_desc.layout)
+    c_bufs = gl.allocate_shared_memory(dtype, [CONSUMERS, BLOCK_M, B_WIDTH], c_desc.layout)
+WIDE_BUFS    ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # ping-pong's order
     for i in gl.static_range(NUM_STAGES):
@@ -145,12 +139,20 @@ def _coords_call(g: Mapping[str, Any]) -> str:
 
 def _partitions(g: Mapping[str, Any]) -> str:
     """The gl.warp_specialize call: consumer 0 (the default partition), consumer 1 if any, the producer."""
-    loader = ("(load_partition, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, BLOCK_M, BLOCK_N,\n"
-              "                         BLOCK_K, GROUP_M, NUM_STAGESSPLIT_ARG))")
-    consumers = [("(mma_partition, (c_desc,EPILOGUE_PARAMS a_bufs, b_bufs, c_bufs, ready, empty, turns,\n"
-                  "                        M, N, K, BLOCK_M, BLOCK_N, "
-                  f"BLOCK_K, GROUP_M, NUM_STAGES, {i}, CONSUMERS, "
-                  f"{'CONSUMER_WARPS' if i == 0 else 4}SPLIT_ARG))") for i in range(g["consumers"])]
+    if len(column_blocks(g["BLOCK_N"])) == 1:
+        loader = ("(load_partition, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, BLOCK_M, BLOCK_N,\n"
+                  "                         BLOCK_K, GROUP_M, NUM_STAGESSPLIT_ARG))")
+        consumers = [("(mma_partition, (c_desc,EPILOGUE_PARAMS a_bufs, b_bufs, c_bufs, ready, empty, turns,\n"
+                      "                        M, N, K, BLOCK_M, BLOCK_N, "
+                      f"BLOCK_K, GROUP_M, NUM_STAGES, {i}, CONSUMERS, "
+                      f"{'CONSUMER_WARPS' if i == 0 else 4}SPLIT_ARG))") for i in range(g["consumers"])]
+    else:  # two column blocks: their B and C descriptors and buffers, and the blocks' widths
+        loader = ("(load_partition, (a_desc, b_desc, b1_desc, a_bufs, b_bufs, b1_bufs, ready, empty, M, N, K,\n"
+                  "                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_STAGES, BLOCK_N0, BLOCK_N1))")
+        consumers = [("(mma_partition, (c_desc, c1_desc,EPILOGUE_PARAMS a_bufs, b_bufs, b1_bufs, c_bufs, c1_bufs,\n"
+                      "                        ready, empty, turns, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, "
+                      f"NUM_STAGES, {i},\n                        CONSUMERS, "
+                      f"{'CONSUMER_WARPS' if i == 0 else 4}, BLOCK_N0, BLOCK_N1))") for i in range(g["consumers"])]
     warps = [4] * (g["consumers"] - 1) + [1]
     regs = ["CONSUMER_REGS"] * (g["consumers"] - 1) + ["PRODUCER_REGS"]
     items = "".join(f"        {p},\n" for p in consumers + [loader])
@@ -191,10 +193,69 @@ _SPLIT_LOOPS = {
 }
 
 
+_LAYOUT = """\
+    {acc}_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
+    {pad}instr_shape=[16, {width}, 16])
+"""
+# a tile of one column block (a power of two), or of two (BLOCK_N0 + BLOCK_N1 = 96 or 192: wgmma takes such
+# widths, Gluon tensors do not, so each K step issues a wgmma per block on the same A tile)
+_ONE_BLOCK = {
+    "B1_DESC": "", "B1_BUFS": "", "C1_DESC": "", "C1_BUFS": "", "B1_BYTES": "", "B1_LOAD": "", "WIDE_PARAM": "",
+    "C1_SMEM": "", "WIDE_BUFS": "", "B_WIDTH": "BLOCK_N",
+    "ACC_LAYOUTS": _LAYOUT.format(acc="acc", pad=" " * 53, width="BLOCK_N"),
+    "ACC_INIT": "        acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, acc_layout)\n",
+    "MMA_ISSUE": """\
+            acc = warpgroup_mma(a_bufs.index(slot), b_bufs.index(slot), acc, is_async=True)
+            # at most one wgmma in flight: the previous step's has retired, so its slot is free again
+            acc = warpgroup_mma_wait(1, deps=(acc, a_bufs.index(slot), b_bufs.index(slot)))[0]
+""",
+    "ACC_DRAIN": "        acc = warpgroup_mma_wait(0, deps=(acc,))\n",
+}
+_TWO_BLOCKS = {
+    "B1_DESC": " b1_desc,", "B1_BUFS": " b1_bufs,", "C1_DESC": " c1_desc,", "C1_BUFS": " c1_bufs,",
+    "B1_BYTES": " + b1_desc.block_type.nbytes",
+    "B1_LOAD": "            tma_load(b1_desc, [kk * BLOCK_K, pid_n * BLOCK_N + BLOCK_N0], ready.index(slot),\n"
+               "                     b1_bufs.index(slot))\n",
+    "WIDE_PARAM": ", BLOCK_N0: gl.constexpr,\n        BLOCK_N1: gl.constexpr",
+    "C1_SMEM": "    c1_smem = c1_bufs.index(CONSUMER)\n", "B_WIDTH": "BLOCK_N0",
+    "WIDE_BUFS": """\
+    b1_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_K, BLOCK_N1], b1_desc.layout)
+    c1_bufs = gl.allocate_shared_memory(dtype, [CONSUMERS, BLOCK_M, BLOCK_N1], c1_desc.layout)
+""",
+    "ACC_LAYOUTS": _LAYOUT.format(acc="acc", pad=" " * 53, width="BLOCK_N0")
+                   + _LAYOUT.format(acc="acc1", pad=" " * 54, width="BLOCK_N1"),
+    "ACC_INIT": "        acc = gl.zeros([BLOCK_M, BLOCK_N0], gl.float32, acc_layout)\n"
+                "        acc1 = gl.zeros([BLOCK_M, BLOCK_N1], gl.float32, acc1_layout)\n",
+    "MMA_ISSUE": """\
+            acc = warpgroup_mma(a_bufs.index(slot), b_bufs.index(slot), acc, is_async=True)
+            acc1 = warpgroup_mma(a_bufs.index(slot), b1_bufs.index(slot), acc1, is_async=True)
+            # at most one step's two wgmma in flight: the previous step's have retired, so its slot is free again
+            done = warpgroup_mma_wait(2, deps=(acc, acc1, a_bufs.index(slot), b_bufs.index(slot),
+                                               b1_bufs.index(slot)))
+            acc = done[0]
+            acc1 = done[1]
+""",
+    "ACC_DRAIN": """\
+        done = warpgroup_mma_wait(0, deps=(acc, acc1))
+        acc = done[0]
+        acc1 = done[1]
+""",
+}
+_STORE_SECOND = """\
+        c1_smem.store(acc1.to(c1_desc.dtype))
+        fence_async_shared()
+        tma_store(c1_desc, [pid_m * BLOCK_M, pid_n * BLOCK_N + BLOCK_N0], c1_smem)
+"""
+
+
 def _kernel(g: Mapping[str, Any]) -> str:
-    ep, split = g.get("epilogue"), g["split_k"] > 1
+    ep, split, wide = g.get("epilogue"), g["split_k"] > 1, len(column_blocks(g["BLOCK_N"])) > 1
     params = f" {ep.kernel_params()}," if ep and ep.operands and not split else " partials," if split else ""
-    lines = ep.gluon_lines("acc") if ep and not split else ""  # split-K: the reduction applies the epilogue
+    lines = ""
+    if ep and not split:  # split-K: the reduction applies the epilogue
+        lines = ep.gluon_lines("acc", width="BLOCK_N0" if wide else "BLOCK_N")
+        if wide:
+            lines += ep.gluon_lines("acc1", layout="acc1_layout", width="BLOCK_N1", offset=" + BLOCK_N0")
     epilogue = _block(f"# Fused epilogue: {ep.text}, in fp32 before the cast.\n" + lines, 2) if lines else ""
     regs = f"CONSUMER_REGS: gl.constexpr = {CONSUMER_REGS}\n    PRODUCER_REGS: gl.constexpr = {PRODUCER_REGS}\n"
     specialize = "    " + regs + "    gl.warp_specialize(" + _partitions(g) + ")"
@@ -202,6 +263,11 @@ def _kernel(g: Mapping[str, Any]) -> str:
             .replace("    gl.warp_specialize(PARTITIONS)", specialize))
     for marker, (plain, with_split) in _SPLIT_LOOPS.items():
         text = text.replace(marker, with_split if split else plain)
+    if wide:
+        text = text.replace("        tma_store(c_desc, [pid_m * BLOCK_M, pid_n * BLOCK_N], c_smem)\n",
+                            "        tma_store(c_desc, [pid_m * BLOCK_M, pid_n * BLOCK_N], c_smem)\n" + _STORE_SECOND)
+    for marker, value in (_TWO_BLOCKS if wide else _ONE_BLOCK).items():
+        text = text.replace(marker, value)
     text = text.replace("EPILOGUE_PARAMS", params).replace("EPILOGUE_LINES", epilogue)
     return text.strip("\n") + "\n"
 
@@ -230,6 +296,10 @@ def split_k_reduce(partials, c_ptr, {params}M, N, SPLIT_K: tl.constexpr, REDUCE_
 def _constants(g: Mapping[str, Any]) -> str:
     rows = [("BLOCK_M", g["BLOCK_M"], "rows of C per tile"), ("BLOCK_N", g["BLOCK_N"], "columns of C per tile"),
             ("BLOCK_K", g["BLOCK_K"], "depth of one K step")]
+    blocks = column_blocks(g["BLOCK_N"])
+    if len(blocks) > 1:
+        rows.append(("BLOCK_N0, BLOCK_N1", f"{blocks[0]}, {blocks[1]}",
+                     "the tile's two column blocks (a wgmma and a TMA store each)"))
     unit = "rows" if g["raster"] == "row" else "columns"
     rows.append(("GROUP_M", g["GROUP_M"], f"tile-{unit} per swizzle group" if g["GROUP_M"] > 1 else "no grouping"))
     rows += [("NUM_STAGES", g["num_stages"], "slots of the producer's ring of A and B tiles"),

@@ -39,7 +39,7 @@ def _gluon_grid(op: Any, problem: Any, target: Any, consumers: tuple[int, ...] =
     from genomes.gemm_gluon import GLUON_FIXED
 
     out = []
-    grid = itertools.product((64, 128, 256), (128, 256), (64,), (3, 4, 5), (4, 8), consumers, splits)
+    grid = itertools.product((64, 128, 256), (128, 192, 256), (64,), (3, 4, 5), (4, 8), consumers, splits)
     for bm, bn, bk, st, w, c, sk in grid:
         values = {**op.family.base(), **GLUON_FIXED, "backend": "gluon", "BLOCK_M": bm, "BLOCK_N": bn,
                   "BLOCK_K": bk, "num_stages": st, "num_warps": w, "consumers": c, "split_k": sk}

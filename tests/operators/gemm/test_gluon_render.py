@@ -33,7 +33,8 @@ def test_gluon_is_valid_on_hopper_for_fp16_and_bf16_with_aligned_rows_only():
     assert any("sm_80" in r for r in FAMILY.violations(g, SQUARE, ampere))
     assert any("16-byte" in r for r in FAMILY.violations(g, OP.problem((4096, 4095, 4096), "bf16"), HOPPER))
     assert any("holds persistent=True" in r for r in FAMILY.violations(g.replace(persistent=False), SQUARE, HOPPER))
-    assert any("power-of-two" in r for r in FAMILY.violations(g.replace(BLOCK_N=192), SQUARE, HOPPER))
+    assert FAMILY.violations(g.replace(BLOCK_N=192, num_stages=4), SQUARE, HOPPER) == []  # two column blocks
+    assert any("split-K" in r for r in FAMILY.violations(g.replace(BLOCK_N=192, split_k=3), SQUARE, HOPPER))
     assert any("num_warps=4" in r for r in FAMILY.violations(g.replace(consumers=2), SQUARE, HOPPER))
     assert FAMILY.violations(g.replace(consumers=2, num_warps=4, BLOCK_N=128, num_stages=4), SQUARE, HOPPER) == []
     assert any("shared memory" in r for r in FAMILY.violations(g.replace(num_stages=5), SQUARE, HOPPER))
@@ -53,7 +54,8 @@ def test_repair_moves_a_genome_into_the_gluon_region_or_back_to_triton():
     raw = FAMILY.make(FAMILY.base(backend="gluon", BLOCK_M=32, BLOCK_N=192, num_warps=2, split_k=4, consumers=2))
     fixed = FAMILY.repair(raw, SQUARE, HOPPER, rng)
     assert fixed["backend"] == "gluon" and fixed["consumers"] == 2 and fixed["num_warps"] == 4
-    assert all(fixed[k] == v for k, v in GLUON_FIXED.items()) and fixed["BLOCK_N"] == 128 and fixed["BLOCK_M"] >= 64
+    assert all(fixed[k] == v for k, v in GLUON_FIXED.items()) and fixed["BLOCK_M"] >= 64
+    assert FAMILY.violations(fixed, SQUARE, HOPPER) == [] and fixed["BLOCK_N"] in (128, 192)
     for problem in (OP.problem((4096, 4096, 4096), "fp32"), OP.problem((16, 4096, 4096), "bf16")):
         back = FAMILY.repair(raw, problem, HOPPER, rng)
         assert back["backend"] == "triton" and back["consumers"] == 1
@@ -78,7 +80,7 @@ def test_genes_added_later_keep_stored_genomes_and_their_hashes():
 def test_the_structure_cell_names_the_gluon_schedule():
     structure = FAMILY.descriptors()["structure"]
     assert structure.fn(gluon(num_warps=8), {}) == 8.0 and structure.fn(gluon(consumers=2), {}) == 9.0
-    assert structure.fn(json.loads(FAMILY.make(FAMILY.base()).canonical())["genes"], {}) == 0.0
+    assert structure.fn(FAMILY.complete(json.loads(FAMILY.make(FAMILY.base()).canonical())["genes"]), {}) == 0.0
 
 
 @pytest.mark.parametrize("consumers, warps", [(1, 8), (2, 4)])
@@ -104,6 +106,21 @@ def test_a_fused_epilogue_is_applied_to_each_consumers_accumulator():
     assert source.count("(mma_partition, (c_desc, bias_ptr, residual_ptr, scale,") == 2
 
 
+def test_a_wide_tile_is_two_column_blocks_each_with_its_wgmma_store_and_epilogue():
+    op = operators.get("gemm+bias+relu")
+    source = op.render(gluon(BLOCK_M=128, BLOCK_N=192, num_warps=8, num_stages=4), SQUARE, HOPPER)
+    compile(source, "gluon_gemm_wide.py", "exec")
+    assert "BLOCK_N0, BLOCK_N1 = 128, 64" in source
+    assert source.count("= warpgroup_mma(a_bufs.index(slot), b") == 2 and "b1_bufs.index(slot)" in source
+    assert "tma_load(b1_desc, [kk * BLOCK_K, pid_n * BLOCK_N + BLOCK_N0]" in source
+    assert "tma_store(c1_desc, [pid_m * BLOCK_M, pid_n * BLOCK_N + BLOCK_N0], c1_smem)" in source
+    assert "offs_en = pid_n * BLOCK_N + BLOCK_N0 + gl.arange(0, BLOCK_N1, layout=gl.SliceLayout(0, acc1_layout))" \
+        in source
+    assert "kernel(a, b, b, c, c, bias, M, N, K" in source
+    plain = op.render(gluon(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=4), SQUARE, HOPPER)
+    assert "b1_desc" not in plain and "BLOCK_N0" not in plain
+
+
 def test_every_gluon_seed_compiles_for_hopper_within_its_shared_memory_estimate(tmp_path):
     cases, estimates = [], []
     for name in ("gemm", "gemm+residual", "gemm+scale+bias+gelu_tanh+residual"):
@@ -111,7 +128,8 @@ def test_every_gluon_seed_compiles_for_hopper_within_its_shared_memory_estimate(
         for g in (g for g in family.seeds(SQUARE, HOPPER) if g["backend"] == "gluon"):
             cases.append((name, g.as_dict(), SQUARE.sizes, "bf16"))
             estimates.append(gluon_smem(g.as_dict(), "bf16"))
-    assert len(cases) == 18 and sum(c[1]["split_k"] > 1 for c in cases) == 6
+    assert len(cases) == 24 and sum(c[1]["split_k"] > 1 for c in cases) == 6
+    assert sum(c[1]["BLOCK_N"] == 192 for c in cases) == 6
     results = compile_for_hopper(cases, tmp_path, timeout_s=900)
     for estimate, r in zip(estimates, results, strict=True):
         assert r["status"] == "ok", (r["name"], r["genome"], r["reason"])
