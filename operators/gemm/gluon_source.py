@@ -13,6 +13,9 @@ whose roles are warp groups of their own.
   ring is filled in tile order, so one consumer's main loop runs while the other converts and stores. The two
   take turns at the ring through a pair of mbarriers: without them the second consumer waited on a slot's
   parity a whole round early, took the first tile's data for its own and faulted (seen on an H100).
+- A wide tile (BLOCK_N 96 or 192) is two column blocks, BLOCK_N0 + BLOCK_N1 (powers of two): the producer loads
+  a B tile of each per K step, the consumer issues a wgmma on each into an accumulator of its own and stores each
+  through its own staging buffer and descriptor.
 Every index into the ring follows from the step's position in the program's sequence of K steps, the same
 count in the producer and the consumers, so the mbarrier phases need no other shared state.
 """
