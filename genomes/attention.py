@@ -250,13 +250,15 @@ class AttentionFamily(GenomeFamily):
             gluon = dict(GLUON_FIXED, backend="gluon")
             order = "reverse" if "causal" in problem.operator.split("+") else "forward"  # longest rows first
             raw = [self.base(**gluon, BLOCK_M=m, BLOCK_N=n, num_warps=w, num_stages=s, consumers=c, overlap=o,
-                             pingpong=pp, q_order=order)
+                             pingpong=pp, persistent=ps, q_order=order)
                    # (measured on an H100 at 8k tokens, head dim 128: the first was the best of 30 Gluon genomes;
-                   # ping-pong came after that measurement)
-                   for m, n, w, s, c, o, pp in ((64, 128, 4, 3, 2, True, False), (64, 128, 4, 3, 2, True, True),
-                                                (64, 128, 4, 2, 2, True, False), (64, 128, 4, 2, 2, False, False),
-                                                (128, 128, 8, 2, 1, False, False), (64, 64, 4, 4, 2, True, True),
-                                                (128, 64, 8, 3, 1, False, False))] + raw
+                   # ping-pong and the persistent grid came after that measurement)
+                   for m, n, w, s, c, o, pp, ps in (
+                       (64, 128, 4, 3, 2, True, False, 0), (64, 128, 4, 3, 2, True, True, 0),
+                       (64, 128, 4, 3, 2, True, False, 1), (64, 128, 4, 3, 2, True, True, 1),
+                       (64, 128, 4, 2, 2, True, False, 0), (64, 128, 4, 2, 2, False, False, 0),
+                       (128, 128, 8, 2, 1, False, False, 0), (64, 64, 4, 4, 2, True, True, 0),
+                       (128, 64, 8, 3, 1, False, False, 0))] + raw
         return self._repaired_seeds(raw, problem, target)
 
     def descriptors(self) -> dict[str, Descriptor]:

@@ -12,8 +12,10 @@ consumers, overlap) makes the consumers take turns issuing those products, so th
 other's products hold the tensor cores (FlashAttention-3's inter-warp-group schedule).
 
 A Gluon genome holds the structure genes of the Triton rendering at fixed values (GLUON_FIXED: K and V always
-by TMA, one program per query tile, no key split, no packing of GQA heads: the decode forms stay Triton's), so
-one kernel has one genome. Not rendered with Gluon (refused, named): other targets than sm_90, the CPU
+by TMA, no key split, no packing of GQA heads: the decode forms stay Triton's), so one kernel has one genome;
+`persistent` keeps its meaning (programs per SM of a grid that loops over the (query tile, head) work items in
+issue order, the longest causal rows first with `q_order: reverse`), as do the tiles, warps and stages. Not
+rendered with Gluon (refused, named): other targets than sm_90, the CPU
 interpreter, fp32, head dims other than 64 and 128 (Gluon tensors are powers of two; wider heads do not fit the
 registers), short queries (decode: a 64-row wgmma over a few rows wastes most of it).
 """
@@ -29,7 +31,7 @@ __all__ = ["GLUON_FIXED", "GLUON_HEAD_DIMS", "gluon_smem", "gluon_live", "gluon_
            "MIN_GLUON_ROWS"]
 
 GLUON_FIXED = {"pack_gqa": False, "kv_split": 1, "reduce": "launch", "mask_loop": "split", "grid": "tiles_first",
-               "kv_load": "tma", "persistent": 0}
+               "kv_load": "tma"}
 GLUON_HEAD_DIMS = (64, 128)
 MIN_GLUON_ROWS = 128  # query rows per head below which the Gluon rendering is not tried (decode is Triton's)
 _ELEM_BYTES = {"fp16": 2, "bf16": 2}
@@ -81,6 +83,9 @@ def gluon_violations(g: Mapping[str, Any], problem: Problem, target: Target) -> 
     smem = gluon_smem(g, problem)
     if smem > target.smem_bytes:
         out.append(f"the Gluon rendering needs ~{smem} bytes of shared memory (> {target.smem_bytes})")
+    elif g["persistent"] * smem > target.smem_bytes:
+        out.append(f"persistent {g['persistent']}: that many programs of ~{smem} bytes of shared memory do not fit "
+                   "one SM together")
     return out
 
 
@@ -118,6 +123,8 @@ def gluon_repair(family: Any, g: dict[str, Any], problem: Problem, target: Targe
             family._step_down(g, name)
     if g["pingpong"] and not (g["consumers"] == 2 and g["overlap"]):
         family._set(g, "pingpong", False)
+    while g["persistent"] * gluon_smem(g, problem) > target.smem_bytes and family._step_down(g, "persistent"):
+        pass
     if cannot or gluon_smem(g, problem) > target.smem_bytes:
         family._set(g, "backend", "triton")
         family._set(g, "consumers", 1)

@@ -44,41 +44,43 @@ tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 
 _COMMON = '''
 @gluon.jit
-def work_item(n_q, n_k, n_tiles, hq, group, ROWS: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
-              REVERSE: gl.constexpr):
-    """This program's query tile (of ROWS rows), its (batch, head), the first row of its queries and of its KV
-    head's keys in the flattened tensors, and the number of key blocks its rows see."""
-    tile = gl.program_id(0)
+def work_item(tile, bh, n_q, n_k, n_tiles, hq, group, ROWS: gl.constexpr, BLOCK_N: gl.constexpr,
+              CAUSAL: gl.constexpr, REVERSE: gl.constexpr):
+    """Work item (query tile `tile` of ROWS rows, batch and head `bh`): the tile in issue order, the first row of
+    its queries and of its KV head's keys in the flattened tensors, and the number of key blocks its rows see."""
     if REVERSE:  # the last tiles (with a causal mask, the longest rows) first
         tile = n_tiles - 1 - tile
-    bh = gl.program_id(1)
     q_row = bh * n_q + tile * ROWS
     kv_row = (bh // hq * (hq // group) + bh % hq // group) * n_k
     hi = n_k
     if CAUSAL:  # bottom-right: query i sees keys up to i + n_k - n_q
         hi = gl.minimum(n_k, (tile + 1) * ROWS + n_k - n_q)
-    return tile, bh, q_row, kv_row, gl.cdiv(hi, BLOCK_N)
+    return tile, q_row, kv_row, gl.cdiv(hi, BLOCK_N)
 
 
 @gluon.jit
-def load_partition(q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, q_ready, k_ready, v_ready, empty, n_q, n_k,
-                   n_tiles, hq, group, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
-                   CONSUMERS: gl.constexpr, CAUSAL: gl.constexpr, REVERSE: gl.constexpr, STRIDED: gl.constexpr):
-    """The producer: the consumers' query tiles, then every key block of the tile into the next slot."""
-    tile, bh, q_row, kv_row, n_blocks = work_item(n_q, n_k, n_tiles, hq, group, BLOCK_M * CONSUMERS, BLOCK_N,
-                                                  CAUSAL, REVERSE)
+def produce(q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, empty, tile, bh,
+            step, item, n_q, n_k, n_tiles, hq, group, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+            NUM_STAGES: gl.constexpr, CONSUMERS: gl.constexpr, CAUSAL: gl.constexpr, REVERSE: gl.constexpr,
+            STRIDED: gl.constexpr, PERSISTENT: gl.constexpr):
+    """One work item's loads: the consumers' query tiles, then every key block the tile sees into the ring, from
+    the program's `step`-th slot on (its `item`-th item). Returns the step after its last block."""
+    tile, q_row, kv_row, n_blocks = work_item(tile, bh, n_q, n_k, n_tiles, hq, group, BLOCK_M * CONSUMERS,
+                                              BLOCK_N, CAUSAL, REVERSE)
     b = bh // hq
     h = bh % hq
     for c in gl.static_range(CONSUMERS):
+        if PERSISTENT:  # the consumer is done with its previous query tile (a fresh barrier passes the first round)
+            mbarrier.wait(q_empty.index(c), (item & 1) ^ 1)
         mbarrier.expect(q_ready.index(c), q_desc.block_type.nbytes)
         if STRIDED:  # 4-d descriptors over the tensors as given: [batch, head, row, 0]
             tma_load(q_desc, [b, h, (tile * CONSUMERS + c) * BLOCK_M, 0], q_ready.index(c), q_bufs.index(c))
         else:
             tma_load(q_desc, [q_row + c * BLOCK_M, 0], q_ready.index(c), q_bufs.index(c))
     for j in range(n_blocks):
-        slot = j % NUM_STAGES
+        slot = (step + j) % NUM_STAGES
         # wait until every consumer is done with the slot's last blocks (a fresh barrier passes the first round)
-        mbarrier.wait(empty.index(slot), ((j // NUM_STAGES) & 1) ^ 1)
+        mbarrier.wait(empty.index(slot), (((step + j) // NUM_STAGES) & 1) ^ 1)
         mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
         mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
         if STRIDED:
@@ -87,6 +89,27 @@ def load_partition(q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, q_ready, k_re
         else:
             tma_load(k_desc, [kv_row + j * BLOCK_N, 0], k_ready.index(slot), k_bufs.index(slot))
             tma_load(v_desc, [kv_row + j * BLOCK_N, 0], v_ready.index(slot), v_bufs.index(slot))
+    return step + n_blocks
+
+
+@gluon.jit
+def load_partition(q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, empty, n_q,
+                   n_k, n_tiles, hq, group, bhs, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                   NUM_STAGES: gl.constexpr, CONSUMERS: gl.constexpr, CAUSAL: gl.constexpr, REVERSE: gl.constexpr,
+                   STRIDED: gl.constexpr, PERSISTENT: gl.constexpr):
+    """The producer: this program's work item, or with a persistent grid every one of its items in turn."""
+    if PERSISTENT:  # items in issue order (a tile's heads together), dealt out to the programs in turn
+        step = 0
+        item = 0
+        for w in range(gl.program_id(0), n_tiles * bhs, gl.num_programs(0)):
+            step = produce(q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready,
+                           empty, w // bhs, w % bhs, step, item, n_q, n_k, n_tiles, hq, group, BLOCK_M, BLOCK_N,
+                           NUM_STAGES, CONSUMERS, CAUSAL, REVERSE, STRIDED, PERSISTENT)
+            item += 1
+    else:
+        produce(q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, empty,
+                gl.program_id(0), gl.program_id(1), 0, 0, n_q, n_k, n_tiles, hq, group, BLOCK_M, BLOCK_N, NUM_STAGES,
+                CONSUMERS, CAUSAL, REVERSE, STRIDED, PERSISTENT)
 
 
 @gluon.jit
@@ -101,7 +124,8 @@ def tile_of(bufs, i, ROWS: gl.constexpr, HEAD_D: gl.constexpr, STRIDED: gl.const
 @gluon.jit
 def scores(q_smem, k_bufs, k_ready, j, zero, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr,
            STRIDED: gl.constexpr):
-    """Issue S = Q K_j^T for key block j (asynchronous wgmma, both operands in shared memory)."""
+    """Issue S = Q K^T for the key block in the program's `j`-th ring step (asynchronous wgmma, both operands in
+    shared memory)."""
     slot = j % NUM_STAGES
     mbarrier.wait(k_ready.index(slot), (j // NUM_STAGES) & 1)
     k_tile = tile_of(k_bufs, slot, BLOCK_N, HEAD_D, STRIDED)
@@ -122,12 +146,14 @@ def masked(s, j, rows, n_k, n_q, clear_to, BLOCK_N: gl.constexpr, CAUSAL: gl.con
 
 
 @gluon.jit
-def mma_partition(out, so0, so1, so2, q_bufs, k_bufs, v_bufs, q_ready, k_ready, v_ready, empty, turns, qk_scale, n_q,
-                  n_k, n_tiles, hq, group, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr,
-                  NUM_STAGES: gl.constexpr, CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr, WARPS: gl.constexpr,
-                  CAUSAL: gl.constexpr, REVERSE: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr,
-                  STRIDED: gl.constexpr):
-    """A consumer: BLOCK_M query rows of the tile against every key block it sees, by asynchronous wgmma."""
+def attend(out, so0, so1, so2, q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, empty, turns, qk_scale,
+           tile, bh, step, turn, item, n_q, n_k, n_tiles, hq, group, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+           HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr,
+           WARPS: gl.constexpr, CAUSAL: gl.constexpr, REVERSE: gl.constexpr, OVERLAP: gl.constexpr,
+           PINGPONG: gl.constexpr, STRIDED: gl.constexpr, PERSISTENT: gl.constexpr):
+    """One work item of a consumer: its BLOCK_M query rows of the tile against every key block they see, by
+    asynchronous wgmma, from the program's `step`-th ring slot and `turn`-th ping-pong turn on (its `item`-th
+    item). Returns the step and the turn after the item."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
@@ -135,8 +161,8 @@ def mma_partition(out, so0, so1, so2, q_bufs, k_bufs, v_bufs, q_ready, k_ready, 
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
     dtype: gl.constexpr = q_bufs.dtype
-    tile, bh, q_row, kv_row, n_blocks = work_item(n_q, n_k, n_tiles, hq, group, BLOCK_M * CONSUMERS, BLOCK_N,
-                                                  CAUSAL, REVERSE)
+    tile, q_row, kv_row, n_blocks = work_item(tile, bh, n_q, n_k, n_tiles, hq, group, BLOCK_M * CONSUMERS,
+                                              BLOCK_N, CAUSAL, REVERSE)
     first = tile * BLOCK_M * CONSUMERS + CONSUMER * BLOCK_M  # this consumer's first query of the head
     rows = first + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
     clear_to = n_k  # key blocks ending at or before this need no mask
@@ -145,9 +171,9 @@ def mma_partition(out, so0, so1, so2, q_bufs, k_bufs, v_bufs, q_ready, k_ready, 
     q_smem = tile_of(q_bufs, CONSUMER, BLOCK_M, HEAD_D, STRIDED)
     zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
     acc = gl.zeros([BLOCK_M, HEAD_D], gl.float32, o_layout)
-    mbarrier.wait(q_ready.index(CONSUMER), 0)
+    mbarrier.wait(q_ready.index(CONSUMER), item & 1)
     # block 0: every row sees key 0, so the running max is finite from here on
-    s = warpgroup_mma_wait(0, deps=(scores(q_smem, k_bufs, k_ready, 0, zero, BLOCK_N, HEAD_D, NUM_STAGES,
+    s = warpgroup_mma_wait(0, deps=(scores(q_smem, k_bufs, k_ready, step, zero, BLOCK_N, HEAD_D, NUM_STAGES,
                                               STRIDED), q_smem))[0]
     s = masked(s * qk_scale, 0, rows, n_k, n_q, clear_to, BLOCK_N, CAUSAL, s_layout)
     m_i = gl.max(s, axis=1)
@@ -155,18 +181,18 @@ def mma_partition(out, so0, so1, so2, q_bufs, k_bufs, v_bufs, q_ready, k_ready, 
     l_i = gl.sum(p, axis=1)
     if OVERLAP:
         for j in range(1, n_blocks):
-            slot = j % NUM_STAGES
-            prev = (j - 1) % NUM_STAGES
-            mbarrier.wait(k_ready.index(slot), (j // NUM_STAGES) & 1)
+            slot = (step + j) % NUM_STAGES
+            prev = (step + j - 1) % NUM_STAGES
+            mbarrier.wait(k_ready.index(slot), ((step + j) // NUM_STAGES) & 1)
             if PINGPONG:
                 # the consumers take turns at the tensor cores: this one's two products, then the other's, whose
                 # softmax ran under them (consumer 0's first wait passes at once)
-                mbarrier.wait(v_ready.index(prev), ((j - 1) // NUM_STAGES) & 1)
-                mbarrier.wait(turns.index(CONSUMER), ((j - 1) & 1) ^ (1 - CONSUMER))
+                mbarrier.wait(v_ready.index(prev), ((step + j - 1) // NUM_STAGES) & 1)
+                mbarrier.wait(turns.index(CONSUMER), ((turn + j - 1) & 1) ^ (1 - CONSUMER))
             s_next = warpgroup_mma(q_smem, tile_of(k_bufs, slot, BLOCK_N, HEAD_D, STRIDED).permute((1, 0)), zero,
                                    use_acc=False, is_async=True)
             if not PINGPONG:
-                mbarrier.wait(v_ready.index(prev), ((j - 1) // NUM_STAGES) & 1)
+                mbarrier.wait(v_ready.index(prev), ((step + j - 1) // NUM_STAGES) & 1)
             v_tile = tile_of(v_bufs, prev, BLOCK_N, HEAD_D, STRIDED)
             acc = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_tile, acc, is_async=True)
             if PINGPONG:
@@ -183,13 +209,13 @@ def mma_partition(out, so0, so1, so2, q_bufs, k_bufs, v_bufs, q_ready, k_ready, 
             acc = acc * gl.expand_dims(gl.convert_layout(alpha, o_rows), 1)
     else:
         for j in range(1, n_blocks):
-            prev = (j - 1) % NUM_STAGES
-            mbarrier.wait(v_ready.index(prev), ((j - 1) // NUM_STAGES) & 1)
+            prev = (step + j - 1) % NUM_STAGES
+            mbarrier.wait(v_ready.index(prev), ((step + j - 1) // NUM_STAGES) & 1)
             v_tile = tile_of(v_bufs, prev, BLOCK_N, HEAD_D, STRIDED)
             acc = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_tile, acc, is_async=True)
             acc = warpgroup_mma_wait(0, deps=(acc, v_tile))[0]
             mbarrier.arrive(empty.index(prev), count=1)
-            s = warpgroup_mma_wait(0, deps=(scores(q_smem, k_bufs, k_ready, j, zero, BLOCK_N, HEAD_D,
+            s = warpgroup_mma_wait(0, deps=(scores(q_smem, k_bufs, k_ready, step + j, zero, BLOCK_N, HEAD_D,
                                                       NUM_STAGES, STRIDED), q_smem))[0]
             s = masked(s * qk_scale, j, rows, n_k, n_q, clear_to, BLOCK_N, CAUSAL, s_layout)
             m_new = gl.maximum(m_i, gl.max(s, axis=1))
@@ -198,8 +224,10 @@ def mma_partition(out, so0, so1, so2, q_bufs, k_bufs, v_bufs, q_ready, k_ready, 
             l_i = l_i * alpha + gl.sum(p, axis=1)
             m_i = m_new
             acc = acc * gl.expand_dims(gl.convert_layout(alpha, o_rows), 1)
-    last = (n_blocks - 1) % NUM_STAGES
-    mbarrier.wait(v_ready.index(last), ((n_blocks - 1) // NUM_STAGES) & 1)
+    if PERSISTENT:  # every score of the item is in: the producer may load the next item's queries
+        mbarrier.arrive(q_empty.index(CONSUMER), count=1)
+    last = (step + n_blocks - 1) % NUM_STAGES
+    mbarrier.wait(v_ready.index(last), ((step + n_blocks - 1) // NUM_STAGES) & 1)
     v_tile = tile_of(v_bufs, last, BLOCK_N, HEAD_D, STRIDED)
     acc = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_tile, acc, is_async=True)
     acc = warpgroup_mma_wait(0, deps=(acc, v_tile))[0]
@@ -210,13 +238,41 @@ def mma_partition(out, so0, so1, so2, q_bufs, k_bufs, v_bufs, q_ready, k_ready, 
     at = (bh // hq).to(gl.int64) * so0 + (bh % hq).to(gl.int64) * so1 + gl.expand_dims(out_rows, 1).to(gl.int64) * so2
     inside = gl.expand_dims(out_rows < n_q, 1) & gl.expand_dims(out_cols < HEAD_D, 0)
     gl.store(out + at + gl.expand_dims(out_cols, 0), acc.to(dtype), mask=inside)
+    return step + n_blocks, turn + n_blocks - 1
 
 
 @gluon.jit
-def attention_kernel(q_desc, k_desc, v_desc, out, qk_scale, so0, so1, so2, n_q, n_k, n_tiles, hq, group,
+def mma_partition(out, so0, so1, so2, q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, empty, turns,
+                  qk_scale, n_q, n_k, n_tiles, hq, group, bhs, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                  HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr,
+                  WARPS: gl.constexpr, CAUSAL: gl.constexpr, REVERSE: gl.constexpr, OVERLAP: gl.constexpr,
+                  PINGPONG: gl.constexpr, STRIDED: gl.constexpr, PERSISTENT: gl.constexpr):
+    """A consumer: its rows of this program's work item, or with a persistent grid of each of its items in turn
+    (in the producer's order, so the ring's steps and the mbarrier phases agree)."""
+    if PERSISTENT:
+        step = 0
+        turn = 0
+        item = 0
+        for w in range(gl.program_id(0), n_tiles * bhs, gl.num_programs(0)):
+            step, turn = attend(out, so0, so1, so2, q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, empty,
+                                turns, qk_scale, w // bhs, w % bhs, step, turn, item, n_q, n_k, n_tiles, hq, group,
+                                BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CONSUMER, CONSUMERS, WARPS, CAUSAL, REVERSE,
+                                OVERLAP, PINGPONG, STRIDED, PERSISTENT)
+            item += 1
+    else:
+        attend(out, so0, so1, so2, q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, empty, turns, qk_scale,
+               gl.program_id(0), gl.program_id(1), 0, 0, 0, n_q, n_k, n_tiles, hq, group, BLOCK_M, BLOCK_N, HEAD_D,
+               NUM_STAGES, CONSUMER, CONSUMERS, WARPS, CAUSAL, REVERSE, OVERLAP, PINGPONG, STRIDED, PERSISTENT)
+
+
+
+
+@gluon.jit
+def attention_kernel(q_desc, k_desc, v_desc, out, qk_scale, so0, so1, so2, n_q, n_k, n_tiles, hq, group, bhs,
                      BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr,
                      CONSUMERS: gl.constexpr, CONSUMER_WARPS: gl.constexpr, CAUSAL: gl.constexpr,
-                     REVERSE: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, STRIDED: gl.constexpr):
+                     REVERSE: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, STRIDED: gl.constexpr,
+                     PERSISTENT: gl.constexpr):
     """Shared memory and mbarriers for every role, then the roles: consumer 0 in this kernel's own warps, the
     other consumer and the producer in warps of their own."""
     dtype: gl.constexpr = q_desc.dtype
@@ -229,6 +285,7 @@ def attention_kernel(q_desc, k_desc, v_desc, out, qk_scale, so0, so1, so2, n_q, 
         k_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_D], k_desc.layout)
         v_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_D], v_desc.layout)
     q_ready = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())  # persistent grid
     k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
@@ -237,6 +294,7 @@ def attention_kernel(q_desc, k_desc, v_desc, out, qk_scale, so0, so1, so2, n_q, 
         mbarrier.init(turns.index(i), count=1)
     for i in gl.static_range(CONSUMERS):
         mbarrier.init(q_ready.index(i), count=1)
+        mbarrier.init(q_empty.index(i), count=1)
     for i in gl.static_range(NUM_STAGES):
         mbarrier.init(k_ready.index(i), count=1)
         mbarrier.init(v_ready.index(i), count=1)
@@ -250,13 +308,13 @@ def attention_kernel(q_desc, k_desc, v_desc, out, qk_scale, so0, so1, so2, n_q, 
 def _partitions(consumers: int) -> str:
     """The gl.warp_specialize call's arguments: consumer 0 (the default partition), consumer 1 if any, the
     producer."""
-    loader = ("(load_partition, (q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, q_ready, k_ready, v_ready, empty,\n"
-              "                         n_q, n_k, n_tiles, hq, group, BLOCK_M, BLOCK_N, NUM_STAGES, CONSUMERS,\n"
-              "                         CAUSAL, REVERSE, STRIDED))")
-    mma = [("(mma_partition, (out, so0, so1, so2, q_bufs, k_bufs, v_bufs, q_ready, k_ready, v_ready, empty,\n"
-            "                        turns, qk_scale, n_q, n_k, n_tiles, hq, group, BLOCK_M, BLOCK_N, HEAD_D,\n"
-            f"                        NUM_STAGES, {i}, CONSUMERS, {'CONSUMER_WARPS' if i == 0 else 4}, CAUSAL,\n"
-            "                        REVERSE, OVERLAP, PINGPONG, STRIDED))")
+    loader = ("(load_partition, (q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready,\n"
+              "                         v_ready, empty, n_q, n_k, n_tiles, hq, group, bhs, BLOCK_M, BLOCK_N,\n"
+              "                         NUM_STAGES, CONSUMERS, CAUSAL, REVERSE, STRIDED, PERSISTENT))")
+    mma = [("(mma_partition, (out, so0, so1, so2, q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready,\n"
+            "                        empty, turns, qk_scale, n_q, n_k, n_tiles, hq, group, bhs, BLOCK_M, BLOCK_N,\n"
+            f"                        HEAD_D, NUM_STAGES, {i}, CONSUMERS, {'CONSUMER_WARPS' if i == 0 else 4},\n"
+            "                        CAUSAL, REVERSE, OVERLAP, PINGPONG, STRIDED, PERSISTENT))")
            for i in range(consumers)]
     warps = [4] * (consumers - 1) + [1]
     regs = ["CONSUMER_REGS"] * (consumers - 1) + ["PRODUCER_REGS"]

@@ -194,7 +194,8 @@ def _gluon_header(name: str, g: dict, causal: bool, problem: Problem, target: Ta
         "Rendered with Gluon: a one-warp TMA producer streams K and V through a ring of NUM_STAGES shared-memory",
         "slots;",
         f"{consumers} run the wgmma products and the online softmax in base 2",
-        "(FlashAttention-3's roles)" + ("; a block's softmax runs under the previous block's P V" if g["overlap"]
+        "(FlashAttention-3's roles)" + ("; a persistent grid loops over the work items" if g["persistent"] else "")
+        + ("; a block's softmax runs under the previous block's P V" if g["overlap"]
                                         else "") + ("; the consumers take turns at the tensor cores (ping-pong)."
                                                     if g["pingpong"] else "."),
         f"Call attention(q, k, v, out=None, scale=None) with fp16 or bf16 tensors of head dim {shape['head_dim']} "
@@ -218,6 +219,8 @@ def _gluon_header(name: str, g: dict, causal: bool, problem: Problem, target: Ta
         f"NUM_WARPS = {g['num_warps']}  # warps of the first consumer (the producer's warp is added)",
         f"REVERSE = {g['q_order'] == 'reverse'}  # query tiles issued last first",
         f"OVERLAP = {bool(g['overlap'])}",
+        *([f"PROGRAMS = {g['persistent'] * target.num_sms}  # persistent grid: {g['persistent']} per SM of "
+           f"{target.num_sms}, looping over the work items"] if g["persistent"] else []),
         f"PINGPONG = {bool(g['pingpong'])}  # the two consumers take turns issuing their products",
         f"LOG2E = {LOG2E!r}",
         "_GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}",
@@ -226,7 +229,7 @@ def _gluon_header(name: str, g: dict, causal: bool, problem: Problem, target: Ta
     ]
 
 
-def _gluon_plan() -> list[str]:
+def _gluon_plan(persistent: bool) -> list[str]:
     return _PLAN_HEAD + [
         "    if q.dtype not in _GL_DTYPES or d != HEAD_D:",
         "        raise ValueError(f\"this kernel was rendered for fp16 or bf16 with head_dim {HEAD_D}; got \"",
@@ -252,7 +255,8 @@ def _gluon_plan() -> list[str]:
         "        specs = {0: ([b * hq * n_q, d], [d, 1], [BLOCK_M, d], layout(BLOCK_M)),",
         "                 1: ([b * hkv * n_k, d], [d, 1], [BLOCK_N, d], layout(BLOCK_N)),",
         "                 2: ([b * hkv * n_k, d], [d, 1], [BLOCK_N, d], layout(BLOCK_N))}",
-        "    kernel = BoundKernel(attention_kernel, (n_tiles, b * hq), {\"num_warps\": NUM_WARPS}, descriptors=specs)",
+        f"    grid = {'(min(PROGRAMS, n_tiles * b * hq),)' if persistent else '(n_tiles, b * hq)'}",
+        "    kernel = BoundKernel(attention_kernel, grid, {\"num_warps\": NUM_WARPS}, descriptors=specs)",
         "",
         "    def run(q, k, v, out, scale):",
         "        if copies[0] or copies[1] or copies[2]:",
@@ -263,8 +267,8 @@ def _gluon_plan() -> list[str]:
         "            out = torch.empty(q.shape, dtype=q.dtype, device=q.device)",
         "        qk_scale = (1.0 / math.sqrt(d) if scale is None else scale) * LOG2E",
         "        kernel(q, k, v, out, qk_scale, out.stride(0), out.stride(1), out.stride(2), n_q, n_k, n_tiles, hq,",
-        "               group, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CONSUMERS, NUM_WARPS, CAUSAL, REVERSE, OVERLAP,",
-        "               PINGPONG, strided)",
+        "               group, b * hq, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CONSUMERS, NUM_WARPS, CAUSAL, REVERSE,",
+        f"               OVERLAP, PINGPONG, strided, {persistent})",
         "        if given is not None and not direct:",
         "            return given.copy_(out)",
         "        return out",
@@ -280,7 +284,7 @@ def _gluon_plan() -> list[str]:
 def render_module(name: str, g: dict, causal: bool, problem: Problem, target: Target) -> str:
     if g["backend"] == "gluon":
         lines = (_gluon_header(name, g, causal, problem, target) + gluon_kernel_source(g) + ["", ""]
-                 + _gluon_plan() + _entry(causal))
+                 + _gluon_plan(g["persistent"] > 0) + _entry(causal))
         return "\n".join(lines) + "\n"
     f = KernelFacts(g, causal, problem.dims["head_dim"], head_dim_pad(problem))
     lines = _header(name, f, problem, target) + kernel_source(f) + ["", ""]

@@ -30,6 +30,8 @@ def test_gluon_is_valid_on_hopper_for_16_bit_head_dims_64_and_128_only():
     assert any("sm_80" in r for r in FAMILY.violations(g, PREFILL, ampere))
     assert any("interpreter" in r for r in FAMILY.violations(g, PREFILL, INTERPRETED_HOPPER))
     assert any("holds kv_split=1" in r for r in FAMILY.violations(g.replace(kv_split=4), PREFILL, HOPPER))
+    assert FAMILY.violations(g.replace(persistent=1), PREFILL, HOPPER) == []
+    assert any("persistent 2" in r for r in FAMILY.violations(g.replace(persistent=2), PREFILL, HOPPER))
     assert any("num_warps=4" in r for r in FAMILY.violations(g.replace(num_warps=8, BLOCK_M=128), PREFILL, HOPPER))
     assert any("num_stages >= 2" in r for r in FAMILY.violations(g.replace(num_stages=1), PREFILL, HOPPER))
     assert any("shared memory" in r for r in FAMILY.violations(g.replace(num_stages=4), PREFILL, HOPPER))
@@ -67,7 +69,9 @@ def test_repair_moves_a_genome_into_the_gluon_region_or_back_to_triton():
 def test_seeds_lead_with_gluon_for_prefill_and_leave_it_out_of_decode_and_the_interpreter():
     seeds = FAMILY.seeds(PREFILL, HOPPER)
     assert seeds[0]["backend"] == "gluon" and seeds[0]["consumers"] == 2 and seeds[0]["overlap"]
-    assert sum(s["backend"] == "gluon" for s in seeds) == 7 and any(s["pingpong"] for s in seeds)
+    gluon_seeds = [s for s in seeds if s["backend"] == "gluon"]
+    assert len(gluon_seeds) == 9 and any(s["pingpong"] for s in gluon_seeds)
+    assert {s["persistent"] for s in gluon_seeds} == {0, 1}
     causal = operators.get("attention+causal").family.seeds(
         operators.get("attention+causal").problem((1, 32, 8, 4096, 4096, 128), "bf16"), HOPPER)
     assert all(s["q_order"] == "reverse" for s in causal if s["backend"] == "gluon")

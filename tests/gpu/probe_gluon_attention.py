@@ -2,11 +2,11 @@
 rendering.
 
 For each problem (operator:BxHqxHkvxLqxLkxD:dtype), in one process on one GPU: every valid Gluon genome of a small
-grid (tiles, ring depth, warps, one or two consumers, overlap, ping-pong) checked on a NaN-poisoned output against
-the fp32 reference, and timed interleaved with SDPA's cuDNN backend (evo.evaluate.timing: L2 flushed, CUDA events,
-medians); then the best three Gluon kernels, the committed attention bench's elite where it is a Triton kernel (else
-the family's first Triton seed), and SDPA with the cuDNN and the flash backends timed together. Writes
-$EVO_OUT/probe_gluon_attention.json after every kernel and prints a table last.
+grid (tiles, ring depth, warps, one or two consumers, overlap, ping-pong, persistent) checked on a NaN-poisoned
+output against the fp32 reference, and timed interleaved with SDPA's cuDNN backend (evo.evaluate.timing: L2
+flushed, CUDA events, medians); then the best three Gluon kernels, the committed attention bench's elite where it
+is a Triton kernel (else the family's first Triton seed), and SDPA with the cuDNN and the flash backends timed
+together. Writes $EVO_OUT/probe_gluon_attention.json after every kernel and prints a table last.
 
     python tests/gpu/probe_gluon_attention.py [--quick] [operator:shape:dtype ...]
 
@@ -38,10 +38,12 @@ def _grid(op: Any, problem: Any, target: Any) -> list[dict[str, Any]]:
 
     causal = "causal" in problem.operator
     out = []
-    for bm, bn, st, w, c, ov, pp in itertools.product((64, 128), (64, 128), (2, 3, 4), (4, 8), (1, 2), (False, True),
-                                                      (False, True)):
+    for bm, bn, st, w, c, ov, pp, ps in itertools.product((64, 128), (64, 128), (2, 3, 4), (4, 8), (1, 2),
+                                                          (False, True), (False, True), (0, 1)):
+        if ps and not (c == 2 and ov):  # the persistent grid is swept on the schedules that won without it
+            continue
         values = {**op.family.base(), **GLUON_FIXED, "backend": "gluon", "BLOCK_M": bm, "BLOCK_N": bn,
-                  "num_stages": st, "num_warps": w, "consumers": c, "overlap": ov, "pingpong": pp,
+                  "num_stages": st, "num_warps": w, "consumers": c, "overlap": ov, "pingpong": pp, "persistent": ps,
                   "q_order": "reverse" if causal else "forward"}
         if not op.family.violations(op.family.make(values), problem, target):
             out.append(values)
@@ -100,7 +102,7 @@ def probe(key: str, quick: bool, out_path: Path, results: list[dict[str, Any]]) 
             calls[genome.hash] = fn
         g = genome.as_dict()
         print(f"   {kind:6s} {g['BLOCK_M']}x{g['BLOCK_N']} st{g['num_stages']} w{g['num_warps']} c{g['consumers']} "
-              f"ov{int(g['overlap'])} pp{int(g['pingpong'])}: {entry['status'][:140]} "
+              f"ov{int(g['overlap'])} pp{int(g['pingpong'])} ps{g['persistent']}: {entry['status'][:140]} "
               f"{entry.get('vs_cudnn', 0):.3f}", file=sys.stderr, flush=True)
         rows.append(entry)
         out_path.write_text(json.dumps(results, indent=1))
@@ -145,7 +147,8 @@ def main(argv: list[str]) -> int:
                 if best:
                     g = best[0]["genome"]
                     print(f"   best {kind}: {g['BLOCK_M']}x{g['BLOCK_N']} st{g['num_stages']} w{g['num_warps']} "
-                          f"c{g['consumers']} ov{int(g['overlap'])} pp{int(g['pingpong'])} {g['backend']}")
+                          f"c{g['consumers']} ov{int(g['overlap'])} pp{int(g['pingpong'])} ps{g['persistent']} "
+                          f"{g['backend']}")
         for e in wrong[:6]:
             print(f"   not ok: {e['status'][:160]}")
     return 0

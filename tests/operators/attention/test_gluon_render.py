@@ -32,6 +32,10 @@ def test_the_module_names_its_roles_and_constants():
     assert text.count("(mma_partition, (") == 2 and "(load_partition, (" in text
     single = _module("attention", (1, 8, 8, 512, 512, 64), BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=2)
     assert single.count("(mma_partition, (") == 1 and "CAUSAL = False" in single and "OVERLAP = False" in single
+    assert "grid = (n_tiles, b * hq)" in single and "PROGRAMS" not in single
+    looping = _module("attention", (1, 8, 8, 512, 512, 64), BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=2,
+                      persistent=1)
+    assert f"PROGRAMS = {HOPPER.num_sms}" in looping and "grid = (min(PROGRAMS, n_tiles * b * hq),)" in looping
 
 
 def test_the_plan_checks_arguments_before_it_launches():
@@ -59,7 +63,7 @@ def test_the_gluon_seeds_compile_for_hopper(tmp_path):
         cases += [(name, s.as_dict(), shape, "bf16") for s in op.family.seeds(problem, HOPPER)
                   if s["backend"] == "gluon"]
     results = compile_for_hopper(cases, tmp_path, timeout_s=900)
-    assert len(results) == 14
+    assert len(results) == 18
     bad = [r for r in results if r["status"] != "ok"]
     assert not bad, bad
     assert all(0 < r["shared"] <= HOPPER.smem_bytes for r in results)
