@@ -6,7 +6,9 @@ timed interleaved with cuBLAS (evo.evaluate.timing: L2 flushed, CUDA events, med
 Gluon kernels, evo's Triton seeds that won large shapes before (persistent host-TMA 128x256) and cuBLAS timed
 together. Writes $EVO_OUT/probe_gluon.json after every shape and prints a table last.
 
-    python tests/gpu/probe_gluon.py [--consumers=1|2] [--split=1,3,4] [MxNxK[:dtype] ...]
+    python tests/gpu/probe_gluon.py [--consumers=1|2] [--split=1,3,4] [--jobs=N] [MxNxK[:dtype] ...]
+
+The kernels are compiled ahead in N processes (default: the machine's CPUs, at most 16), as a search does.
 
 A kernel that faults leaves the CUDA context unusable for the rest of the process: run the two schedules
 (--consumers=1, --consumers=2) as separate processes.
@@ -48,7 +50,8 @@ def _gluon_grid(op: Any, problem: Any, target: Any, consumers: tuple[int, ...] =
     return out
 
 
-def probe(spec: str, consumers: tuple[int, ...] = (1, 2), splits: tuple[int, ...] = (1,)) -> dict[str, Any]:
+def probe(spec: str, consumers: tuple[int, ...] = (1, 2), splits: tuple[int, ...] = (1,), jobs: int = 1
+          ) -> dict[str, Any]:
     import torch
 
     import operators
@@ -68,6 +71,11 @@ def probe(spec: str, consumers: tuple[int, ...] = (1, 2), splits: tuple[int, ...
     modules: dict[str, Any] = {}
     candidates = [("gluon", v) for v in _gluon_grid(op, problem, target, consumers, splits)]
     candidates += [("triton", {**op.family.base(), **v}) for v in TRITON_SEEDS]
+    if jobs > 1:  # compile ahead in a process pool: the checks below then load each kernel from Triton's cache
+        from tests.gpu.precompile import precompile
+
+        precompile([("gemm", problem.sizes, problem.dtype, op.family.make(v).canonical(), target)
+                    for _, v in candidates], jobs)
     for kind, values in candidates:
         genome = op.family.make(values)
         entry: dict[str, Any] = {"kind": kind, "genome": genome.as_dict(), "hash": genome.hash}
@@ -113,8 +121,9 @@ def main(argv: list[str]) -> int:
     results = []
     consumers = tuple(int(a.split("=")[1]) for a in argv if a.startswith("--consumers=")) or (1, 2)
     splits = next((tuple(int(x) for x in a.split("=")[1].split(",")) for a in argv if a.startswith("--split=")), (1,))
+    jobs = next((int(a.split("=")[1]) for a in argv if a.startswith("--jobs=")), min(16, os.cpu_count() or 1))
     for spec in [a for a in argv if not a.startswith("--")] or DEFAULT_SHAPES:
-        results.append(probe(spec, consumers, splits))
+        results.append(probe(spec, consumers, splits, jobs))
         (out / "probe_gluon.json").write_text(json.dumps(results, indent=1))
     for r in results:
         print(f"{r['problem']:28s} " + "  ".join(f"{k}={v:.3f}" for k, v in r["final_vs_cublas"].items())

@@ -8,7 +8,9 @@ flushed, CUDA events, medians); then the best three Gluon kernels, the committed
 is a Triton kernel (else the family's first Triton seed), and SDPA with the cuDNN and the flash backends timed
 together. Writes $EVO_OUT/probe_gluon_attention.json after every kernel and prints a table last.
 
-    python tests/gpu/probe_gluon_attention.py [--quick] [operator:shape:dtype ...]
+    python tests/gpu/probe_gluon_attention.py [--quick] [--jobs=N] [operator:shape:dtype ...]
+
+The kernels are compiled ahead in N processes (default: the machine's CPUs, at most 16), as a search does.
 
 --quick checks correctness only (no timing), for small problems: a kernel that deadlocks hangs the process, so
 run small shapes first under `timeout`.
@@ -19,6 +21,7 @@ from __future__ import annotations
 import itertools
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +63,7 @@ def _triton_elite(op: Any, problem: Any, target: Any) -> dict[str, Any]:
     return next(s for s in op.family.seeds(problem, target) if s["backend"] == "triton").as_dict()
 
 
-def probe(key: str, quick: bool, out_path: Path, results: list[dict[str, Any]]) -> dict[str, Any]:
+def probe(key: str, quick: bool, out_path: Path, results: list[dict[str, Any]], jobs: int = 1) -> dict[str, Any]:
     import torch
 
     import operators
@@ -82,6 +85,13 @@ def probe(key: str, quick: bool, out_path: Path, results: list[dict[str, Any]]) 
     results.append(entry_of)
     rows, calls = entry_of["rows"], {}
     candidates = [("gluon", g) for g in _grid(op, problem, target)] + [("triton", _triton_elite(op, problem, target))]
+    if jobs > 1:  # compile ahead in a process pool: the checks below then load each kernel from Triton's cache
+        from tests.gpu.precompile import precompile
+
+        started = time.time()
+        items = [(name, problem.sizes, dtype, op.family.make(v).canonical(), target) for _, v in candidates]
+        done = precompile(items, jobs)
+        print(f"   compiled {len(done)} kernels ahead in {time.time() - started:.0f} s", file=sys.stderr, flush=True)
     for kind, values in candidates:
         genome = op.family.make(values)
         entry: dict[str, Any] = {"kind": kind, "genome": genome.as_dict(), "hash": genome.hash}
@@ -133,10 +143,11 @@ def main(argv: list[str]) -> int:
     out = Path(os.environ.get("EVO_OUT") or "/tmp")
     out.mkdir(parents=True, exist_ok=True)
     quick = "--quick" in argv
+    jobs = next((int(a.split("=")[1]) for a in argv if a.startswith("--jobs=")), min(16, os.cpu_count() or 1))
     path = out / ("probe_gluon_attention_quick.json" if quick else "probe_gluon_attention.json")
     results: list[dict[str, Any]] = []
     for key in [a for a in argv if not a.startswith("--")] or DEFAULT:
-        probe(key, quick, path, results)
+        probe(key, quick, path, results, jobs)
     for r in results:
         wrong = [e for e in r["rows"] if e["status"] != "ok"]
         print(f"{r['problem']}: {len(r['rows']) - len(wrong)} of {len(r['rows'])} ok")

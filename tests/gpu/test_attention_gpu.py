@@ -56,35 +56,18 @@ def _genomes(op: Any, problem: Any, target: Any, n_random: int) -> list[tuple[st
     return [(label, g) for label, g in out if not (g.hash in seen or seen.add(g.hash))]
 
 
-def _compile_one(item: tuple[str, tuple[int, ...], str, str, Any]) -> tuple[str, str, str, dict[str, Any]]:
-    """In a compile process: the search's own ahead-of-time compile of one genome (fills Triton's cache)."""
-    import operators
-    from evo.evaluate.candidate import Candidate
-    from evo.evaluate.compiler import compile_candidate
-
-    name, sizes, dtype, genome_json, target = item
-    op = operators.get(name)
-    problem = op.problem(sizes, dtype)
-    genome = op.family.from_canonical(genome_json)
-    result = compile_candidate(Candidate(problem, genome, op, source=op.render(genome, problem, target)), target)
-    return f"{problem.key}/{genome.hash}", result.status, result.reason[:200], dict(result.resources)
-
-
 def precompile(problems: tuple, n_random: int, target: Any, workers: int) -> dict[str, tuple[str, str, dict]]:
     """Compile every genome of the sample ahead, in `workers` processes, as a search's compile pool does: the checks
     then load the kernels from Triton's cache. (problem key)/(genome hash) -> (status, reason, resources)."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
     import operators
+    from tests.gpu.precompile import precompile as pool_compile
 
     items = []
     for name, sizes, dtype in problems:
         op = operators.get(name)
         problem = op.problem(sizes, dtype)
         items += [(name, sizes, dtype, g.canonical(), target) for _, g in _genomes(op, problem, target, n_random)]
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return {key: (status, reason, res) for key, status, reason, res in pool.map(_compile_one, items)}
+    return pool_compile(items, workers)
 
 
 def child_sample(problems: tuple, n_random: int, time_kernels: bool, budget_s: float, device: str = "cuda",
