@@ -26,6 +26,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from evo.problem import Problem, Target
+from genomes.gluon_rules import (
+    ROWS_PER_WARP,
+    consumer_violations,
+    fixed_violations,
+    move_to_consumers,
+    set_fixed,
+    target_violations,
+)
 
 __all__ = ["GLUON_FIXED", "GLUON_HEAD_DIMS", "gluon_smem", "gluon_live", "gluon_violations", "gluon_repair",
            "MIN_GLUON_ROWS"]
@@ -35,7 +43,6 @@ GLUON_FIXED = {"pack_gqa": False, "kv_split": 1, "reduce": "launch", "mask_loop"
 GLUON_HEAD_DIMS = (64, 128)
 MIN_GLUON_ROWS = 128  # query rows per head below which the Gluon rendering is not tried (decode is Triton's)
 _ELEM_BYTES = {"fp16": 2, "bf16": 2}
-_ROWS_PER_WARP = 16  # a wgmma warp group owns 64 rows: BLOCK_M >= 16 x a consumer's warps
 _MAX_LIVE = 160  # fp32 values a consumer thread may keep (scores, output, and with overlap the next scores)
 
 
@@ -55,23 +62,10 @@ def gluon_live(g: Mapping[str, Any], problem: Problem) -> int:
 
 def gluon_violations(g: Mapping[str, Any], problem: Problem, target: Target) -> list[str]:
     """Why the Gluon rendering cannot run `problem` on `target` with genome values `g` (empty when it can)."""
-    out = []
-    if target.arch != 90:
-        out.append(f"the Gluon rendering is Hopper's (wgmma, sm_90), not sm_{target.arch}")
-    if target.interpreted:
-        out.append("the Gluon rendering does not run in Triton's CPU interpreter")
-    if problem.dtype not in _ELEM_BYTES:
-        out.append(f"the Gluon rendering takes fp16 and bf16, not {problem.dtype}")
+    out = target_violations(problem, target)
     if problem.dims["head_dim"] not in GLUON_HEAD_DIMS:
         out.append(f"the Gluon rendering takes head dims {GLUON_HEAD_DIMS}, not {problem.dims['head_dim']}")
-    out += [f"the Gluon rendering holds {name}={value}" for name, value in GLUON_FIXED.items() if g[name] != value]
-    if g["num_warps"] not in (4, 8):
-        out.append(f"a Gluon consumer is one or two warp groups: num_warps=4 or 8, not {g['num_warps']}")
-    if g["consumers"] == 2 and g["num_warps"] != 4:
-        out.append("two Gluon consumers are one warp group each: num_warps=4")
-    if g["BLOCK_M"] < _ROWS_PER_WARP * g["num_warps"]:
-        out.append(f"BLOCK_M={g['BLOCK_M']} is under the {_ROWS_PER_WARP * g['num_warps']} rows that "
-                   f"{g['num_warps']} wgmma warps own")
+    out += fixed_violations(g, GLUON_FIXED) + consumer_violations(g)
     if g["pingpong"] and not (g["consumers"] == 2 and g["overlap"]):
         out.append("pingpong: the consumers take turns with their overlapped products: consumers=2 and overlap")
     if g["num_stages"] < 2:
@@ -92,18 +86,9 @@ def gluon_violations(g: Mapping[str, Any], problem: Problem, target: Target) -> 
 def gluon_repair(family: Any, g: dict[str, Any], problem: Problem, target: Target) -> None:
     """Move `g` (backend=gluon) into the Gluon region in place, with `family`'s moves; back to the Triton
     rendering (one consumer, no overlap) when the problem or target rules Gluon out."""
-    cannot = (target.arch != 90 or target.interpreted or problem.dtype not in _ELEM_BYTES
-              or problem.dims["head_dim"] not in GLUON_HEAD_DIMS or problem.dims["q_len"] < MIN_GLUON_ROWS)
-    if not cannot:
-        for name, value in GLUON_FIXED.items():
-            cannot = cannot or not family._set(g, name, value)
-    if not cannot and g["consumers"] == 2 and not family._set(g, "num_warps", 4):
-        cannot = not family._set(g, "consumers", 1)
-    if not cannot and g["num_warps"] not in (4, 8):
-        cannot = not family._set(g, "num_warps", 4 if g["num_warps"] < 4 else 8)
-    while not cannot and g["BLOCK_M"] < _ROWS_PER_WARP * g["num_warps"]:
-        if not (g["num_warps"] == 8 and family._set(g, "num_warps", 4)) and not family._step_up(g, "BLOCK_M"):
-            cannot = True
+    cannot = (bool(target_violations(problem, target)) or problem.dims["head_dim"] not in GLUON_HEAD_DIMS
+              or problem.dims["q_len"] < MIN_GLUON_ROWS or not set_fixed(family, g, GLUON_FIXED)
+              or not move_to_consumers(family, g))
     while not cannot and g["num_stages"] < 2:
         cannot = not family._step_up(g, "num_stages")
     while not cannot and gluon_live(g, problem) > _MAX_LIVE:
@@ -113,7 +98,7 @@ def gluon_repair(family: Any, g: dict[str, Any], problem: Problem, target: Targe
             family._set(g, "overlap", False)
         elif g["consumers"] == 1 and g["num_warps"] == 4 and g["BLOCK_M"] >= 128:
             family._set(g, "num_warps", 8)
-        elif g["BLOCK_M"] > _ROWS_PER_WARP * g["num_warps"]:
+        elif g["BLOCK_M"] > ROWS_PER_WARP * g["num_warps"]:
             family._step_down(g, "BLOCK_M")
         else:
             cannot = True
