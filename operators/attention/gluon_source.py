@@ -146,6 +146,16 @@ def masked(s, j, rows, n_k, n_q, clear_to, BLOCK_N: gl.constexpr, CAUSAL: gl.con
 
 
 @gluon.jit
+def online_softmax(s, m_i, l_i):
+    """One key block's step of the online softmax in base 2: the block's probabilities against the new running
+    max, the running max and sum, and the factor that rescales what was summed before."""
+    m_new = gl.maximum(m_i, gl.max(s, axis=1))
+    alpha = gl.exp2(m_i - m_new)
+    p = gl.exp2(s - gl.expand_dims(m_new, 1))
+    return p, m_new, l_i * alpha + gl.sum(p, axis=1), alpha
+
+
+@gluon.jit
 def attend(out, so0, so1, so2, q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, empty, turns, qk_scale,
            tile, bh, step, turn, item, n_q, n_k, n_tiles, hq, group, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
            HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr,
@@ -199,11 +209,7 @@ def attend(out, so0, so1, so2, q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready
                 mbarrier.arrive(turns.index(1 - CONSUMER), count=1)
             s = warpgroup_mma_wait(1, deps=(s_next, q_smem))[0]  # the scores are done; P V is still in flight
             s = masked(s * qk_scale, j, rows, n_k, n_q, clear_to, BLOCK_N, CAUSAL, s_layout)
-            m_new = gl.maximum(m_i, gl.max(s, axis=1))
-            alpha = gl.exp2(m_i - m_new)
-            p = gl.exp2(s - gl.expand_dims(m_new, 1))
-            l_i = l_i * alpha + gl.sum(p, axis=1)
-            m_i = m_new
+            p, m_i, l_i, alpha = online_softmax(s, m_i, l_i)
             acc = warpgroup_mma_wait(0, deps=(acc, v_tile))[0]
             mbarrier.arrive(empty.index(prev), count=1)
             acc = acc * gl.expand_dims(gl.convert_layout(alpha, o_rows), 1)
@@ -218,11 +224,7 @@ def attend(out, so0, so1, so2, q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready
             s = warpgroup_mma_wait(0, deps=(scores(q_smem, k_bufs, k_ready, step + j, zero, BLOCK_N, HEAD_D,
                                                       NUM_STAGES, STRIDED), q_smem))[0]
             s = masked(s * qk_scale, j, rows, n_k, n_q, clear_to, BLOCK_N, CAUSAL, s_layout)
-            m_new = gl.maximum(m_i, gl.max(s, axis=1))
-            alpha = gl.exp2(m_i - m_new)
-            p = gl.exp2(s - gl.expand_dims(m_new, 1))
-            l_i = l_i * alpha + gl.sum(p, axis=1)
-            m_i = m_new
+            p, m_i, l_i, alpha = online_softmax(s, m_i, l_i)
             acc = acc * gl.expand_dims(gl.convert_layout(alpha, o_rows), 1)
     if PERSISTENT:  # every score of the item is in: the producer may load the next item's queries
         mbarrier.arrive(q_empty.index(CONSUMER), count=1)
