@@ -20,10 +20,18 @@ __all__ = ["render_module"]
 LOG2E = 1.4426950408889634
 
 
+def _title(name: str, causal: bool, problem: Problem, target: Target) -> str:
+    """The module docstring's first line: what the kernel computes, for which problem and target."""
+    shape, kind = problem.dims, "causal (bottom-right) " if causal else ""
+    return (f'"""evo kernel: {kind}attention, rendered for {problem.key} on {target.name} '
+            f'({name}: {shape["heads"]} query heads on {shape["kv_heads"]} KV heads, head dim {shape["head_dim"]}).')
+
+
+_IMPORTS = ["import math", "", "import torch", "import triton"]
+
+
 def _header(name: str, f: KernelFacts, problem: Problem, target: Target) -> list[str]:
     g = f.g
-    shape = problem.dims
-    kind = "causal (bottom-right) " if f.causal else ""
     structure = []
     if f.pack:
         structure.append("query heads sharing a KV head packed into one tile")
@@ -35,17 +43,13 @@ def _header(name: str, f: KernelFacts, problem: Problem, target: Target) -> list
         how = "a second launch" if g["reduce"] == "launch" else "the last program of each tile"
         structure.append(f"keys split over {f.split} programs per tile, combined by {how}")
     return [
-        f'"""evo kernel: {kind}attention, rendered for {problem.key} on {target.name} '
-        f'({name}: {shape["heads"]} query heads on {shape["kv_heads"]} KV heads, head dim {shape["head_dim"]}).',
+        _title(name, f.causal, problem, target),
         "",
         f"FlashAttention-style online softmax in base 2, {g['BLOCK_M']}x{g['BLOCK_N']} tiles"
         + (f"; {'; '.join(structure)}." if structure else "."),
         '"""',
         "",
-        "import math",
-        "",
-        "import torch",
-        "import triton",
+        *_IMPORTS,
         "import triton.language as tl",
         "",
         runtime_source(),
@@ -184,28 +188,25 @@ def _plan(f: KernelFacts) -> list[str]:
 
 def _gluon_header(name: str, g: dict, causal: bool, problem: Problem, target: Target) -> list[str]:
     shape = problem.dims
-    kind = "causal (bottom-right) " if causal else ""
     consumers = ("one consumer of NUM_WARPS warps" if g["consumers"] == 1 else
                  "two one-warp-group consumers, each with its own BLOCK_M rows,")
+    clauses = ["(FlashAttention-3's roles)"]
+    clauses += [text for on, text in ((g["persistent"], "a persistent grid loops over the work items"),
+                                      (g["overlap"], "a block's softmax runs under the previous block's P V"),
+                                      (g["pingpong"], "the consumers take turns at the tensor cores (ping-pong)"))
+                if on]
     return [
-        f'"""evo kernel: {kind}attention, rendered for {problem.key} on {target.name} '
-        f'({name}: {shape["heads"]} query heads on {shape["kv_heads"]} KV heads, head dim {shape["head_dim"]}).',
+        _title(name, causal, problem, target),
         "",
         "Rendered with Gluon: a one-warp TMA producer streams K and V through a ring of NUM_STAGES shared-memory",
         "slots;",
         f"{consumers} run the wgmma products and the online softmax in base 2",
-        "(FlashAttention-3's roles)" + ("; a persistent grid loops over the work items" if g["persistent"] else "")
-        + ("; a block's softmax runs under the previous block's P V" if g["overlap"]
-                                        else "") + ("; the consumers take turns at the tensor cores (ping-pong)."
-                                                    if g["pingpong"] else "."),
+        "; ".join(clauses) + ".",
         f"Call attention(q, k, v, out=None, scale=None) with fp16 or bf16 tensors of head dim {shape['head_dim']} "
         "on an sm_90 GPU.",
         '"""',
         "",
-        "import math",
-        "",
-        "import torch",
-        "import triton",
+        *_IMPORTS,
         *GLUON_IMPORTS.rstrip("\n").split("\n"),
         "",
         runtime_source(),
