@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from evo.bench import helion_progress
 from evo.bench.search_results import merge_search_docs, reach, search_report_path, write_search_report
 from evo.experiment.spec import Budget, EmitterSpec, Experiment, MemorySpec
 from evo.problem import Problem
@@ -180,14 +181,31 @@ def bench_search(exp: Experiment, problems: list[Problem], methods: list[str], *
     for i, problem in enumerate(problems if on_gpu else []):
         print(f"[bench-search] {problem.key}: side by side (torch.compile, Helion {helion or 'not run'}, "
               f"each method's best)", flush=True)
-        with fresh_caches(work / "alternatives" / str(i)):
-            entries[i]["alternatives"] = _side_by_side(operator, problem, elites[i], target,
-                                                       (helion, helion_budget_s), seed, reps)
+        root = work / "alternatives" / str(i)
+        with fresh_caches(root), helion_progress.logging_to(root / "helion-autotune") as log:
+            with helion_progress.watch(log, _progress_note(doc, entries[i], operator, problem, checkpoint)):
+                entries[i]["alternatives"] = _side_by_side(operator, problem, elites[i], target,
+                                                           (helion, helion_budget_s), seed, reps)
         entries[i]["alternatives_note"] = ""
         doc["partial"] = i + 1 < len(problems)
         if checkpoint is not None:
             checkpoint(doc)
     return doc
+
+
+def _progress_note(doc: dict[str, Any], entry: dict[str, Any], operator: Any, problem: Problem,
+                   checkpoint: Callable[[dict[str, Any]], Any] | None) -> Callable[[dict[str, Any]], None]:
+    """What to do with each summary of Helion's tuning log: keep it in the problem's entry (with the throughput
+    of Helion's best so far, by Helion's own timer) and write the report again, so a run stopped mid-tuning
+    keeps how far Helion got."""
+    def note(summary: dict[str, Any]) -> None:
+        if summary.get("best_ms"):
+            summary["best_throughput"] = float(operator.throughput(problem, summary["best_ms"]))
+        entry["helion_progress"] = summary
+        if checkpoint is not None:
+            checkpoint(doc)
+
+    return note
 
 
 @contextlib.contextmanager

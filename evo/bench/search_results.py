@@ -96,11 +96,24 @@ def search_markdown(doc: dict[str, Any]) -> str:
                              f"| {_f(a.get('throughput'), 4)} | {_f(a.get('setup_s'))} |")
         else:
             lines += ["", f"Alternatives: {p['alternatives_note']}."]
+        lines += _helion_progress_lines(p.get("helion_progress"), doc["unit"])
         g = goals(p)
         if g:
             lines += ["", "Goals: " + "; ".join(f"{k} {_f(v)}" for k, v in g.items())]
         lines.append("")
     return "\n".join(lines) + "\n"
+
+
+def _helion_progress_lines(progress: dict[str, Any] | None, unit: str) -> list[str]:
+    """How far Helion's tuning got, from its own log (evo.bench.helion_progress): what a run stopped mid-tuning
+    still knows of it."""
+    if not progress:
+        return []
+    best = (f"its best so far {_f(progress['best_ms'], 4)} ms = {_f(progress.get('best_throughput'), 4)} {unit} by "
+            f"Helion's own timer (not the side-by-side clock), first reached at {_f(progress['best_at_s'])} s"
+            if progress.get("best_ms") else "no configuration ran correctly yet")
+    return ["", f"Helion's tuning log: {progress['configs']} configurations finished ({progress['failed']} failed "
+                f"or timed out) in {progress['generations']} generations over {_f(progress['elapsed_s'])} s; {best}."]
 
 
 def _helion_line(helion: dict[str, Any], smoke: bool = False) -> list[str]:
