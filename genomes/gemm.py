@@ -19,7 +19,7 @@ import numpy as np
 from evo.problem import Problem, Target
 from genomes import labels
 from genomes.base import Descriptor, Genome, GenomeFamily
-from genomes.gemm_gluon import GLUON_FIXED, gluon_repair, gluon_smem, gluon_violations
+from genomes.gemm_gluon import GLUON_FIXED, gluon_repair, gluon_smem, gluon_violations, rows_repair
 from genomes.gemm_resources import (
     DESCRIPTOR_MEMORY,
     ELEM_BYTES,
@@ -51,14 +51,14 @@ TUTORIAL_CONFIGS = (
 
 
 STRUCTURES = ("pointer", "pointer+persistent", "TMA", "TMA+persistent", "TMA+warp-specialized", "host TMA",
-              "host TMA+persistent", "persistent+stream-K", "Gluon cooperative", "Gluon ping-pong")
+              "host TMA+persistent", "persistent+stream-K", "Gluon cooperative", "Gluon ping-pong", "Gluon row-split")
 
 
 def _structure(g: Mapping[str, Any], resources: Any) -> float:
     """Cell of the memory path and grid: in-kernel and host descriptors get their own cells (appended after
     the older ones, whose values stay put), so an archive keeps the best of each; so do Gluon's two schedules."""
     if g["backend"] == "gluon":
-        return 8.0 + (g["consumers"] == 2)
+        return 10.0 if g["consumer_split"] == "rows" else 8.0 + (g["consumers"] == 2)
     if g["warp_specialize"]:
         return 4.0
     if g["stream_k"]:
@@ -97,7 +97,8 @@ class GemmFamily(GenomeFamily):
 
     def _genes(self) -> list[Gene]:
         return [
-            PowerOfTwo("BLOCK_M", 16, 256, group="tile", doc="rows of C per program"),
+            IntChoice("BLOCK_M", (16, 32, 64, 128, 192, 256), group="tile",
+                      doc="rows of C per program (192: three Gluon consumers of 64 rows each)"),
             IntChoice("BLOCK_N", (16, 32, 64, 96, 128, 192, 256), group="tile",
                       doc="columns of C per program (96 and 192 as two power-of-two blocks)"),
             PowerOfTwo("BLOCK_K", 16, 256, group="tile", doc="depth of one K step"),
@@ -124,8 +125,11 @@ class GemmFamily(GenomeFamily):
                     doc="host descriptors over padded copies of operands whose rows are not 16-byte multiples"),
             Categorical("backend", ("triton", "gluon"), group="structure", implied=("triton",),
                         doc="rendered with Triton's tl, or with Gluon: TMA producer and wgmma consumer warp groups"),
-            IntChoice("consumers", (1, 2), group="loop", implied=(1,),
-                      doc="Gluon MMA consumers: 1 on each tile (cooperative), 2 on alternate tiles (ping-pong)"),
+            IntChoice("consumers", (1, 2, 3), group="loop", implied=(1,),
+                      doc="Gluon MMA consumers: 1 on each tile (cooperative), or 2-3 that share the work"),
+            Categorical("consumer_split", ("tiles", "rows"), group="loop", implied=("tiles",),
+                        doc="how 2-3 Gluon consumers share the work: alternate tiles (ping-pong), or 64 rows "
+                            "each of every tile (one B tile for all: a 192-row tile's operand traffic)"),
         ]
 
     # -- validity -------------------------------------------------------------------------------------
@@ -140,8 +144,12 @@ class GemmFamily(GenomeFamily):
             out.append(f"split_k={g['split_k']} exceeds the {-(-d['K'] // g['BLOCK_K'])} K steps")
         if g["backend"] == "gluon":
             out += gluon_violations(g, problem, target, self._gluon_refusal(), unaligned_rows(problem))
-        elif g["consumers"] != 1:
-            out.append("consumers is a gene of the Gluon rendering: 1 under backend=triton")
+        else:
+            if g["consumers"] != 1 or g["consumer_split"] != "tiles":
+                out.append("consumers and consumer_split are genes of the Gluon rendering: 1 and tiles under "
+                           "backend=triton")
+            if g["BLOCK_M"] == 192:
+                out.append("BLOCK_M=192 is three Gluon consumers of 64 rows (backend=gluon, consumer_split=rows)")
         if g["split_k"] > 1 and g["persistent"] and g["backend"] == "triton":
             out.append("split_k > 1 is not combined with a persistent grid")
         if g["stream_k"] and not g["persistent"]:
@@ -211,6 +219,9 @@ class GemmFamily(GenomeFamily):
             gluon_repair(self, g, problem, target, self._gluon_refusal(), unaligned_rows(problem))
         if g["backend"] == "triton":
             self._set(g, "consumers", 1)
+            self._set(g, "consumer_split", "tiles")
+            if g["BLOCK_M"] == 192:
+                self._step_down(g, "BLOCK_M")
         if self.b_tiles > 1:  # SwiGLU's two accumulators: first, so later rules see the result
             for gene, off, _ in TWO_TILE_REFUSALS:
                 self._set(g, gene, off)
@@ -269,6 +280,11 @@ class GemmFamily(GenomeFamily):
         if g["split_k"] > -(-d["K"] // g["BLOCK_K"]):
             while g["split_k"] > -(-d["K"] // g["BLOCK_K"]) and self._step_down(g, "split_k"):
                 pass
+        if g["backend"] == "gluon":  # the smem steps above may have moved BLOCK_M under a row split
+            rows_repair(self, g)
+        refused = g["split_k"] > 1 or g["stream_k"] or g["warp_specialize"] or g["epilogue_subtile"]
+        while refused and len(column_blocks(g["BLOCK_N"])) > 1 and self._step_down(g, "BLOCK_N"):
+            pass  # the smem steps above may have made a wide tile of one that carries a feature it refuses
         if g["epilogue_subtile"] and g["BLOCK_N"] < 32:
             self._set(g, "epilogue_subtile", False)
         return self._repaired(g, genome, problem, target)
@@ -282,7 +298,7 @@ class GemmFamily(GenomeFamily):
         g = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 4, "num_stages": 3, "GROUP_M": 8,
              "raster": "row", "loop_stages": 0, "loop_unroll": 1, "warp_specialize": False,
              "persistent": False, "stream_k": False, "memory": "pointer", "split_k": 1, "epilogue_subtile": False,
-             "pad_rows": False, "backend": "triton", "consumers": 1}
+             "pad_rows": False, "backend": "triton", "consumers": 1, "consumer_split": "tiles"}
         g.update(values)
         return g
 
@@ -322,6 +338,14 @@ class GemmFamily(GenomeFamily):
             # 192-wide Gluon tiles (two column blocks): cuBLAS's width where 128 and 256 leave a wave part-empty
             self.base(**gluon, BLOCK_M=128, BLOCK_N=192, BLOCK_K=64, num_stages=4, num_warps=8),
             self.base(**gluon, BLOCK_M=64, BLOCK_N=192, BLOCK_K=64, num_stages=4, num_warps=4, consumers=2),
+            # consumers that split every tile's rows (64 each) around one B tile: 192x192 is cuBLAS's tile on
+            # 3000^3-class squares (1.94 waves of 132 SMs), with 20% fewer operand bytes per FLOP than 128x192
+            self.base(**gluon, BLOCK_M=192, BLOCK_N=192, BLOCK_K=64, num_stages=3, num_warps=4, consumers=3,
+                      consumer_split="rows"),
+            self.base(**gluon, BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_stages=3, num_warps=4, consumers=2,
+                      consumer_split="rows"),
+            self.base(**gluon, BLOCK_M=128, BLOCK_N=192, BLOCK_K=64, num_stages=4, num_warps=4, consumers=2,
+                      consumer_split="rows"),
             # long K over few tiles: K ranges of a tile as work items, partials summed by a second launch
             self.base(**gluon, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_stages=4, num_warps=8, split_k=3),
             self.base(**gluon, BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, num_stages=5, num_warps=4, split_k=4),
@@ -353,7 +377,7 @@ class GemmFamily(GenomeFamily):
                                     "0 pointer, 1 pointer+persistent, 2 TMA, 3 TMA+persistent, "
                                     "4 TMA+warp-specialized, 5 host TMA, 6 host TMA+persistent, "
                                     "7 persistent+stream-K (any memory path), 8 Gluon cooperative, "
-                                    "9 Gluon ping-pong", label=labels.categories(STRUCTURES)),
+                                    "9 Gluon ping-pong, 10 Gluon row-split", label=labels.categories(STRUCTURES)),
             "smem_kib": Descriptor("smem_kib", lambda g, r: r["shared"] / 1024,
                                    (0.0, 32.0, 64.0, 96.0, 128.0, 160.0, 192.0), "shared memory (KiB)",
                                    needs_resources=True),

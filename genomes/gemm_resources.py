@@ -69,7 +69,10 @@ def smem_estimate(g: Mapping[str, Any], dtype: str, b_tiles: int = 1, reads_tile
 
 
 def acc_regs_per_thread(g: Mapping[str, Any], b_tiles: int = 1) -> int:
-    return b_tiles * g["BLOCK_M"] * g["BLOCK_N"] // (32 * g["num_warps"])
+    """fp32 accumulator registers per thread of a consumer (row-split Gluon consumers each hold BLOCK_M / consumers
+    rows)."""
+    rows = g["BLOCK_M"] // g["consumers"] if g["consumer_split"] == "rows" else g["BLOCK_M"]
+    return b_tiles * rows * g["BLOCK_N"] // (32 * g["num_warps"])
 
 
 def descriptor_ok(g: Mapping[str, Any], problem: Problem, target: Target) -> bool:

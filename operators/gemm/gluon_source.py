@@ -13,6 +13,11 @@ whose roles are warp groups of their own.
   ring is filled in tile order, so one consumer's main loop runs while the other converts and stores. The two
   take turns at the ring through a pair of mbarriers: without them the second consumer waited on a slot's
   parity a whole round early, took the first tile's data for its own and faulted (seen on an H100).
+- `consumer_split = rows`: 2 or 3 one-warp-group consumers take 64 rows each (ROWS) of every tile around one B
+  tile, so BLOCK_M is 128 or 192 (a 192-row tile without non-power-of-two tensors: each consumer's A box and
+  accumulator are its own). The producer loads one A box per consumer into the slot; a slot's `empty` barrier
+  counts one arrival per consumer; no turns are needed, since every consumer reads every slot in ring order. Each
+  warp group then synchronises only with itself (Triton puts a warp-group barrier before every mbarrier arrive).
 - A wide tile (BLOCK_N 96 or 192) is two column blocks, BLOCK_N0 + BLOCK_N1 (powers of two): the producer loads
   a B tile of each per K step, the consumer issues a wgmma on each into an accumulator of its own and stores each
   through its own staging buffer and descriptor.
@@ -38,6 +43,8 @@ __all__ = ["gluon_source", "PRODUCER_REGS", "CONSUMER_REGS"]
 
 PRODUCER_REGS = 40  # registers per thread of the producer warp: it holds only indices and barrier phases
 CONSUMER_REGS = 232  # of a second consumer warp group (the first gets what the kernel's budget leaves)
+# of the second and third of three consumers: 16 warps share the 64K registers (4 x 128 x 152 + the producer's)
+THREE_CONSUMER_REGS = 152
 
 _IMPORTS = """\
 import torch
@@ -61,7 +68,7 @@ _PARTITIONS = '''
 @gluon.jit
 def load_partition(a_desc, b_desc,B1_DESC a_bufs, b_bufs,B1_BUFS ready, empty, M, N, K, BLOCK_M: gl.constexpr,
                    BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
-                   NUM_STAGES: gl.constexprSPLIT_PARAMWIDE_PARAM):
+                   NUM_STAGES: gl.constexprSPLIT_PARAMWIDE_PARAMLOAD_ROWS_PARAM):
     """The producer: every K step of every tile of this program, in order, into the next slot of the ring."""
     num_pid_m = gl.cdiv(M, BLOCK_M)
     num_pid_n = gl.cdiv(N, BLOCK_N)
@@ -83,7 +90,7 @@ B1_LOAD            step += 1
 def mma_partition(c_desc,C1_DESCEPILOGUE_PARAMS
                   a_bufs, b_bufs,B1_BUFS c_bufs,C1_BUFS ready, empty, turns, M, N, K, BLOCK_M: gl.constexpr,
                   BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr, NUM_STAGES: gl.constexpr,
-                  CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr, WARPS: gl.constexprSPLIT_PARAMWIDE_PARAM):
+                  CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr, WARPS: gl.constexprSPLIT_PARAMWIDE_PARAMROWS_PARAM):
     """A consumer: tiles CONSUMER, CONSUMER + CONSUMERS, ... of this program, by asynchronous wgmma."""
 ACC_LAYOUTS    c_smem = c_bufs.index(CONSUMER)
 C1_SMEM    num_pid_m = gl.cdiv(M, BLOCK_M)
@@ -116,7 +123,7 @@ TILE_END    tma.store_wait(0)
 def KERNEL(
         a_desc, b_desc,B1_DESC c_desc,C1_DESCEPILOGUE_PARAMS
         M, N, K, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
-        NUM_STAGES: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_WARPS: gl.constexprSPLIT_PARAMWIDE_PARAM):
+        NUM_STAGES: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_WARPS: gl.constexprSPLIT_PARAMWIDE_PARAMROWS_PARAM):
     """Shared memory and mbarriers for every role, then the roles: consumer 0 in this kernel's own warps, the
     other consumer and the producer in warps of their own."""
     dtype: gl.constexpr = a_desc.dtype
@@ -156,6 +163,9 @@ def _partitions(g: Mapping[str, Any]) -> str:
                       "                        ready, empty, turns, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, "
                       f"NUM_STAGES, {i},\n                        CONSUMERS, "
                       f"{'CONSUMER_WARPS' if i == 0 else 4}, BLOCK_N0, BLOCK_N1))") for i in range(g["consumers"])]
+    if g["consumer_split"] == "rows":
+        consumers = [c.replace("))", ", ROWS))") for c in consumers]
+        loader = loader.replace("))", ", CONSUMERS, ROWS))")
     warps = [4] * (g["consumers"] - 1) + [1]
     regs = ["CONSUMER_REGS"] * (g["consumers"] - 1) + ["PRODUCER_REGS"]
     items = "".join(f"        {p},\n" for p in consumers + [loader])
@@ -251,6 +261,42 @@ _STORE_SECOND = """\
 """
 
 
+# consumer_split=rows: every consumer (one warp group) takes ROWS = 64 rows of every tile; the producer loads the
+# tile's A rows as one TMA box per consumer and one B tile for all, and a slot is free once each consumer released
+# it (its `empty` barrier counts CONSUMERS arrivals). Edits of the rendering above, (old, new) in order; each
+# must change something, but for the residual epilogue's rows.
+_ROW_SPLIT = (
+    ("LOAD_ROWS_PARAM", ", CONSUMERS: gl.constexpr, ROWS: gl.constexpr"),
+    ("ROWS_PARAM", ", ROWS: gl.constexpr"),
+    ("mbarrier.expect(ready.index(slot), a_desc.block_type.nbytes",
+     "mbarrier.expect(ready.index(slot), CONSUMERS * a_desc.block_type.nbytes"),
+    ("            tma_load(a_desc, [pid_m * BLOCK_M, kk * BLOCK_K], ready.index(slot), a_bufs.index(slot))\n",
+     "            for r in gl.static_range(CONSUMERS):  # a box of ROWS rows per consumer\n"
+     "                tma_load(a_desc, [pid_m * BLOCK_M + r * ROWS, kk * BLOCK_K], ready.index(slot),\n"
+     "                         a_bufs.index(slot * CONSUMERS + r))\n"),
+    ("range(pid + CONSUMER * programs, num_pid_m * num_pid_n, CONSUMERS * programs):",
+     "range(pid, num_pid_m * num_pid_n, programs):  # every tile, ROWS rows of it"),
+    ("""        if CONSUMERS > 1:
+            # take turns at the ring: a consumer's K steps start only once the other's previous tile has waited
+            # for all of its own (a slot's parity names one of two rounds, so the ring's reader must never be more
+            # than a round ahead of it); consumer 0's first wait passes at once
+            mbarrier.wait(turns.index(CONSUMER), (mine & 1) ^ (1 - CONSUMER))
+""", ""),
+    ("""        if CONSUMERS > 1:
+            mbarrier.arrive(turns.index(1 - CONSUMER), count=1)  # the other consumer's turn at the ring
+""", ""),
+    ("a_bufs.index(slot), b", "a_bufs.index(slot * CONSUMERS + CONSUMER), b"),
+    ("gl.zeros([BLOCK_M, ", "gl.zeros([ROWS, "),
+    ("[pid_m * BLOCK_M, pid_n", "[pid_m * BLOCK_M + CONSUMER * ROWS, pid_n"),
+    ("offs_em = pid_m * BLOCK_M + gl.arange(0, BLOCK_M,",  # a residual epilogue's rows (absent without one)
+     "offs_em = pid_m * BLOCK_M + CONSUMER * ROWS + gl.arange(0, ROWS,"),
+    ("gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_M, BLOCK_K]",
+     "gl.allocate_shared_memory(dtype, [NUM_STAGES * CONSUMERS, ROWS, BLOCK_K]"),
+    ("gl.allocate_shared_memory(dtype, [CONSUMERS, BLOCK_M, ", "gl.allocate_shared_memory(dtype, [CONSUMERS, ROWS, "),
+    ("mbarrier.init(empty.index(i), count=1)", "mbarrier.init(empty.index(i), count=CONSUMERS)"),
+)
+
+
 def _kernel(g: Mapping[str, Any]) -> str:
     ep, split, wide = g.get("epilogue"), g["split_k"] > 1, len(column_blocks(g["BLOCK_N"])) > 1
     params = f" {ep.kernel_params()}," if ep and ep.operands and not split else " partials," if split else ""
@@ -260,7 +306,8 @@ def _kernel(g: Mapping[str, Any]) -> str:
         if wide:
             lines += ep.gluon_lines("acc1", layout="acc1_layout", width="BLOCK_N1", offset=" + BLOCK_N0")
     epilogue = _block(f"# Fused epilogue: {ep.text}, in fp32 before the cast.\n" + lines, 2) if lines else ""
-    regs = f"CONSUMER_REGS: gl.constexpr = {CONSUMER_REGS}\n    PRODUCER_REGS: gl.constexpr = {PRODUCER_REGS}\n"
+    budget = THREE_CONSUMER_REGS if g["consumers"] == 3 else CONSUMER_REGS
+    regs = f"CONSUMER_REGS: gl.constexpr = {budget}\n    PRODUCER_REGS: gl.constexpr = {PRODUCER_REGS}\n"
     specialize = "    " + regs + "    gl.warp_specialize(" + _partitions(g) + ")"
     text = (_PARTITIONS.replace("KERNEL", KERNEL_NAME).replace("CALL_COORDS", _coords_call(g))
             .replace("    gl.warp_specialize(PARTITIONS)", specialize))
@@ -272,6 +319,10 @@ def _kernel(g: Mapping[str, Any]) -> str:
     for marker, value in (_TWO_BLOCKS if wide else _ONE_BLOCK).items():
         text = text.replace(marker, value)
     text = text.replace("EPILOGUE_PARAMS", params).replace("EPILOGUE_LINES", epilogue)
+    for old, new in _ROW_SPLIT if g["consumer_split"] == "rows" else (("LOAD_ROWS_PARAM", ""), ("ROWS_PARAM", "")):
+        if old not in text and not old.startswith("offs_em"):
+            raise AssertionError(f"the row split's edit {old[:60]!r} found nothing to change")
+        text = text.replace(old, new)
     return text.strip("\n") + "\n"
 
 
@@ -305,9 +356,13 @@ def _constants(g: Mapping[str, Any]) -> str:
                      "the tile's two column blocks (a wgmma and a TMA store each)"))
     unit = "rows" if g["raster"] == "row" else "columns"
     rows.append(("GROUP_M", g["GROUP_M"], f"tile-{unit} per swizzle group" if g["GROUP_M"] > 1 else "no grouping"))
+    split = g["consumer_split"] == "rows"
     rows += [("NUM_STAGES", g["num_stages"], "slots of the producer's ring of A and B tiles"),
-             ("CONSUMERS", g["consumers"], "MMA consumers: 1 on every tile, 2 on alternate tiles (ping-pong)"),
+             ("CONSUMERS", g["consumers"], "MMA consumers, one warp group each, splitting every tile's rows" if split
+              else "MMA consumers: 1 on every tile, 2 on alternate tiles (ping-pong)"),
              ("NUM_WARPS", g["num_warps"], "warps of the first consumer (the producer's warp is added)")]
+    if split:
+        rows.append(("ROWS", g["BLOCK_M"] // g["consumers"], "rows of each tile per consumer (its A box and C store)"))
     if g["split_k"] > 1:
         rows += [("SPLIT_K", g["split_k"], "K ranges per tile: fp32 partials, then a reducing launch"),
                  ("REDUCE_R, REDUCE_C", "32, 128", "rows and columns per program of the reduction")]
@@ -324,7 +379,8 @@ def gluon_source(g: Mapping[str, Any], title: str, epilogue: Any = None) -> str:
     roles = textwrap.fill(
         "Rendered with Gluon: a one-warp TMA producer fills a ring of shared-memory slots guarded by mbarriers; "
         + ("one consumer of NUM_WARPS warps runs every tile's wgmma" if g["consumers"] == 1 else
-           "two one-warp-group consumers take alternate tiles (ping-pong)")
+           f"{g['consumers']} one-warp-group consumers take ROWS rows each of every tile, sharing its B tile"
+           if g["consumer_split"] == "rows" else "two one-warp-group consumers take alternate tiles (ping-pong)")
         + "; each tile's TMA store overlaps the next tile's main loop.", 100)
     args = ", ".join(["a", "b", *(epilogue.operands if epilogue else ()), "out=None"])
     header = (f'"""{title}\n\n{what}\n{roles}\nCall {ENTRY_NAME}({args}) for fp16 or bf16 operands whose '

@@ -138,21 +138,22 @@ def gluon_launcher_source(g: Mapping[str, Any]) -> str:
     ''', 0)
     out += "\n\n" + _PLAN_HEAD.replace("fp16, bf16, fp32", "fp16, bf16") + _descriptor_checks(g)
     split, wide = g["split_k"] > 1, len(column_blocks(g["BLOCK_N"])) > 1
+    rows = "ROWS" if g.get("consumer_split") == "rows" else "BLOCK_M"  # the A box and C store of one consumer
     out += _block(f"""
         num_tiles = triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N)
         grid = (min(_num_sms(device), num_tiles{' * SPLIT_K' if split else ''}),)
     """, 1)
     if wide:  # a descriptor of B and one of C per column block of the tile
         out += _block(f"""
-            blocks = ([BLOCK_M, BLOCK_K], [BLOCK_K, BLOCK_N0], [BLOCK_K, BLOCK_N1], [BLOCK_M, BLOCK_N0],
-                      [BLOCK_M, BLOCK_N1])
+            blocks = ([{rows}, BLOCK_K], [BLOCK_K, BLOCK_N0], [BLOCK_K, BLOCK_N1], [{rows}, BLOCK_N0],
+                      [{rows}, BLOCK_N1])
             specs = {{i: (shape, [shape[1], 1], block, _layout(block, dtype))
                      for i, (shape, block) in enumerate(zip(([M, K], [K, N], [K, N], [M, N], [M, N]), blocks))}}
             kernel = BoundKernel({KERNEL_NAME}, grid, {{"num_warps": NUM_WARPS}}, descriptors=specs)
         """, 1)
     else:
         out += _block(f"""
-            blocks = ([BLOCK_M, BLOCK_K], [BLOCK_K, BLOCK_N], [BLOCK_M, BLOCK_N])
+            blocks = ([{rows}, BLOCK_K], [BLOCK_K, BLOCK_N], [{rows}, BLOCK_N])
             specs = {{0: ([M, K], [K, 1], blocks[0], _layout(blocks[0], dtype)),
                      1: ([K, N], [N, 1], blocks[1], _layout(blocks[1], dtype)),
                      2: ([M, N], [N, 1], blocks[2], _layout(blocks[2], dtype))}}
@@ -171,6 +172,8 @@ def gluon_launcher_source(g: Mapping[str, Any]) -> str:
               "       CONSUMERS, NUM_WARPS, BLOCK_N0, BLOCK_N1)" if wide else
               "kernel(a, b, c, EPILOGUE_OPERANDSM, N, K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_STAGES, CONSUMERS,\n"
               "       NUM_WARPS)")
+    if rows == "ROWS":  # the kernel's last argument under a row split
+        launch = launch[:-1] + ", ROWS)"
     run = (["def run(a, b, EPILOGUE_ARGSout):", "    c = out = new_out() if out is None else out"]
            + ["    " + line for line in launch.splitlines()]
            + ["    return out", "", "run.kernel = kernel  # for inspection"]

@@ -30,7 +30,7 @@ def genome(**values):
 
 
 def test_genes_and_groups():
-    assert len(FAMILY.genes) == 18
+    assert len(FAMILY.genes) == 19
     groups = FAMILY.groups()
     assert groups["tile"] == ["BLOCK_M", "BLOCK_N", "BLOCK_K"]
     assert set(groups["structure"]) == {"persistent", "stream_k", "memory", "split_k", "epilogue_subtile", "pad_rows",
@@ -139,7 +139,7 @@ def test_canonical_encoding_and_hash_are_stable():
 def test_neighbours_of_each_gene():
     g = genome()
     genes = FAMILY.genes
-    assert genes["BLOCK_M"].neighbours(g["BLOCK_M"]) == (64, 256)
+    assert genes["BLOCK_M"].neighbours(g["BLOCK_M"]) == (64, 192)  # 192: three row-split Gluon consumers
     assert genes["num_warps"].neighbours(g["num_warps"]) == (2, 8)
     assert genes["split_k"].neighbours(1) == (2,)
     assert genes["raster"].neighbours("row") == ("col",)
@@ -199,7 +199,9 @@ def test_smem_estimate_and_descriptors():
                   genome(memory="host_descriptor", persistent=True),
                   genome(memory="host_descriptor", persistent=True, stream_k=True),
                   genome(memory="host_descriptor", persistent=True, backend="gluon", num_warps=8),
-                  genome(memory="host_descriptor", persistent=True, backend="gluon", consumers=2)]
+                  genome(memory="host_descriptor", persistent=True, backend="gluon", consumers=2),
+                  genome(memory="host_descriptor", persistent=True, backend="gluon", BLOCK_M=192, consumers=3,
+                         consumer_split="rows")]
     values = [d["structure"](x) for x in structures]
     # each structure has its own cell, one per edge; the cells older archives used keep their values
     assert values[:4] == [1.0, 2.0, 3.0, 4.0]

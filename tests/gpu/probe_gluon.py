@@ -6,7 +6,10 @@ timed interleaved with cuBLAS (evo.evaluate.timing: L2 flushed, CUDA events, med
 Gluon kernels, evo's Triton seeds that won large shapes before (persistent host-TMA 128x256) and cuBLAS timed
 together. Writes $EVO_OUT/probe_gluon.json after every shape and prints a table last.
 
-    python tests/gpu/probe_gluon.py [--consumers=1|2] [--split=1,3,4] [--jobs=N] [MxNxK[:dtype] ...]
+    python tests/gpu/probe_gluon.py [--consumers=1|2] [--split=1,3,4] [--rows] [--jobs=N] [MxNxK[:dtype] ...]
+
+--rows probes the consumers that split every tile's rows (consumer_split=rows: 128 or 192 rows, 64 per consumer)
+against the one-consumer 128x192 and 128x256 kernels instead of the default grid.
 
 The kernels are compiled ahead in N processes (default: the machine's CPUs, at most 16), as a search does.
 
@@ -37,10 +40,19 @@ TRITON_SEEDS = [dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_stages=3, num_war
 
 
 def _gluon_grid(op: Any, problem: Any, target: Any, consumers: tuple[int, ...] = (1, 2),
-                splits: tuple[int, ...] = (1,)) -> list[dict[str, Any]]:
+                splits: tuple[int, ...] = (1,), rows: bool = False) -> list[dict[str, Any]]:
     from genomes.gemm_gluon import GLUON_FIXED
 
     out = []
+    if rows:  # consumers that split every tile's rows, and the one-consumer 128x192 and 128x256 they compete with
+        grid = [(bm, bn, st, 4, bm // 64, "rows") for bm in (128, 192) for bn in (128, 192, 256) for st in (3, 4)]
+        grid += [(128, bn, st, 8, 1, "tiles") for bn in (192, 256) for st in (3, 4)]
+        for bm, bn, st, w, c, split in grid:
+            values = {**op.family.base(), **GLUON_FIXED, "backend": "gluon", "BLOCK_M": bm, "BLOCK_N": bn,
+                      "BLOCK_K": 64, "num_stages": st, "num_warps": w, "consumers": c, "consumer_split": split}
+            if not op.family.violations(op.family.make(values), problem, target):
+                out.append(values)
+        return out
     grid = itertools.product((64, 128, 256), (128, 192, 256), (64,), (3, 4, 5), (4, 8), consumers, splits)
     for bm, bn, bk, st, w, c, sk in grid:
         values = {**op.family.base(), **GLUON_FIXED, "backend": "gluon", "BLOCK_M": bm, "BLOCK_N": bn,
@@ -50,8 +62,8 @@ def _gluon_grid(op: Any, problem: Any, target: Any, consumers: tuple[int, ...] =
     return out
 
 
-def probe(spec: str, consumers: tuple[int, ...] = (1, 2), splits: tuple[int, ...] = (1,), jobs: int = 1
-          ) -> dict[str, Any]:
+def probe(spec: str, consumers: tuple[int, ...] = (1, 2), splits: tuple[int, ...] = (1,), jobs: int = 1,
+          rows: bool = False) -> dict[str, Any]:
     import torch
 
     import operators
@@ -67,9 +79,9 @@ def probe(spec: str, consumers: tuple[int, ...] = (1, 2), splits: tuple[int, ...
     cublas = lambda: torch.matmul(a, b)  # noqa: E731
     tflops = lambda ms: op.flops(problem) / ms / 1e9  # noqa: E731
     print(f"== {problem.key}", file=sys.stderr, flush=True)
-    rows: list[dict[str, Any]] = []
+    entries: list[dict[str, Any]] = []
     modules: dict[str, Any] = {}
-    candidates = [("gluon", v) for v in _gluon_grid(op, problem, target, consumers, splits)]
+    candidates = [("gluon", v) for v in _gluon_grid(op, problem, target, consumers, splits, rows)]
     candidates += [("triton", {**op.family.base(), **v}) for v in TRITON_SEEDS]
     if jobs > 1:  # compile ahead in a process pool: the checks below then load each kernel from Triton's cache
         from tests.gpu.precompile import precompile
@@ -92,10 +104,11 @@ def probe(spec: str, consumers: tuple[int, ...] = (1, 2), splits: tuple[int, ...
             modules[genome.hash] = fn
         g = genome.as_dict()
         print(f"   {kind:6s} {g['BLOCK_M']}x{g['BLOCK_N']}x{g['BLOCK_K']} st{g['num_stages']} w{g['num_warps']} "
-              f"c{g['consumers']} sk{g['split_k']}: {entry['status'][:120]} {entry.get('vs_cublas', 0):.3f}",
+              f"c{g['consumers']}{'r' if g['consumer_split'] == 'rows' else ''} sk{g['split_k']}: "
+              f"{entry['status'][:120]} {entry.get('vs_cublas', 0):.3f}",
               file=sys.stderr, flush=True)
-        rows.append(entry)
-    ranked = {k: sorted((e for e in rows if "ms" in e and e["kind"] == k), key=lambda e: e["ms"])
+        entries.append(entry)
+    ranked = {k: sorted((e for e in entries if "ms" in e and e["kind"] == k), key=lambda e: e["ms"])
               for k in ("gluon", "triton")}
     final = {"cublas": cublas}
     for kind, best in ranked.items():
@@ -107,8 +120,8 @@ def probe(spec: str, consumers: tuple[int, ...] = (1, 2), splits: tuple[int, ...
             "final_ms": {k: t.median_ms for k, t in zip(final, timings, strict=True)},
             "final_tflops": {k: round(tflops(t.median_ms), 1) for k, t in zip(final, timings, strict=True)},
             "final_vs_cublas": {k: round(base / t.median_ms, 3) for k, t in zip(final, timings, strict=True)},
-            "best": {k: v[:3] for k, v in ranked.items()}, "tried": len(rows),
-            "wrong": [e for e in rows if e["status"] not in ("ok",)], "rows": rows}
+            "best": {k: v[:3] for k, v in ranked.items()}, "tried": len(entries),
+            "wrong": [e for e in entries if e["status"] not in ("ok",)], "rows": entries}
 
 
 def main(argv: list[str]) -> int:
@@ -123,7 +136,7 @@ def main(argv: list[str]) -> int:
     splits = next((tuple(int(x) for x in a.split("=")[1].split(",")) for a in argv if a.startswith("--split=")), (1,))
     jobs = next((int(a.split("=")[1]) for a in argv if a.startswith("--jobs=")), min(16, os.cpu_count() or 1))
     for spec in [a for a in argv if not a.startswith("--")] or DEFAULT_SHAPES:
-        results.append(probe(spec, consumers, splits, jobs))
+        results.append(probe(spec, consumers, splits, jobs, rows="--rows" in argv))
         (out / "probe_gluon.json").write_text(json.dumps(results, indent=1))
     for r in results:
         print(f"{r['problem']:28s} " + "  ".join(f"{k}={v:.3f}" for k, v in r["final_vs_cublas"].items())
@@ -132,7 +145,7 @@ def main(argv: list[str]) -> int:
             if best:
                 g = best[0]["genome"]
                 print(f"   best {kind}: {g['BLOCK_M']}x{g['BLOCK_N']}x{g['BLOCK_K']} st{g['num_stages']} "
-                      f"w{g['num_warps']} c{g['consumers']}")
+                      f"w{g['num_warps']} c{g['consumers']} {g['consumer_split']}")
     return 0
 
 

@@ -63,7 +63,9 @@ def test_repair_moves_a_genome_into_the_gluon_region_or_back_to_triton():
         g = FAMILY.random(rng, SQUARE, HOPPER)
         assert FAMILY.violations(g, SQUARE, HOPPER) == []
     seeds = FAMILY.seeds(SQUARE, HOPPER)
-    assert {(g["consumers"], g["num_warps"]) for g in seeds if g["backend"] == "gluon"} == {(1, 8), (2, 4), (1, 4)}
+    assert {(g["consumers"], g["num_warps"]) for g in seeds if g["backend"] == "gluon"} == {(1, 8), (2, 4), (1, 4),
+                                                                                          (3, 4)}
+    assert {g["consumer_split"] for g in seeds if g["consumers"] == 3} == {"rows"}
 
 
 def test_genes_added_later_keep_stored_genomes_and_their_hashes():
@@ -80,6 +82,7 @@ def test_genes_added_later_keep_stored_genomes_and_their_hashes():
 def test_the_structure_cell_names_the_gluon_schedule():
     structure = FAMILY.descriptors()["structure"]
     assert structure.fn(gluon(num_warps=8), {}) == 8.0 and structure.fn(gluon(consumers=2), {}) == 9.0
+    assert structure.fn(gluon(BLOCK_M=192, num_warps=4, consumers=3, consumer_split="rows"), {}) == 10.0
     assert structure.fn(FAMILY.complete(json.loads(FAMILY.make(FAMILY.base()).canonical())["genes"]), {}) == 0.0
 
 
@@ -106,6 +109,43 @@ def test_a_fused_epilogue_is_applied_to_each_consumers_accumulator():
     assert source.count("(mma_partition, (c_desc, bias_ptr, residual_ptr, scale,") == 2
 
 
+def test_row_split_consumers_are_valid_only_as_64_rows_each_and_repair_keeps_them_so():
+    rows = gluon(BLOCK_M=192, BLOCK_N=192, num_warps=4, num_stages=3, consumers=3, consumer_split="rows")
+    assert FAMILY.violations(rows, SQUARE, HOPPER) == []
+    assert any("needs ~" in r for r in FAMILY.violations(rows.replace(num_stages=4), SQUARE, HOPPER))
+    assert any("64 rows each" in r for r in FAMILY.violations(rows.replace(BLOCK_M=256), SQUARE, HOPPER))
+    assert any("split a tile's rows" in r for r in FAMILY.violations(rows.replace(consumer_split="tiles"), SQUARE,
+                                                                       HOPPER))
+    assert any("BLOCK_M=192 is three Gluon consumers" in r
+               for r in FAMILY.violations(FAMILY.make(FAMILY.base(BLOCK_M=192)), SQUARE, HOPPER))
+    rng = np.random.default_rng(1)
+    moved = FAMILY.repair(rows.replace(BLOCK_M=128, consumers=3), SQUARE, HOPPER, rng)  # a BLOCK_M mutation
+    assert (moved["BLOCK_M"], moved["consumers"], moved["consumer_split"]) == (128, 2, "rows")
+    to_192 = FAMILY.repair(gluon(BLOCK_M=192, BLOCK_N=192, num_warps=8, num_stages=4), SQUARE, HOPPER, rng)
+    assert (to_192["consumers"], to_192["num_warps"], to_192["consumer_split"]) == (3, 4, "rows")
+    assert FAMILY.violations(to_192, SQUARE, HOPPER) == [] and to_192["num_stages"] == 3  # 4 stages overflow
+    triton = FAMILY.repair(FAMILY.make(FAMILY.base(BLOCK_M=192)), SQUARE, HOPPER, rng)
+    assert triton["backend"] == "triton" and triton["BLOCK_M"] == 128
+
+
+def test_row_split_consumers_each_take_their_rows_of_every_tile():
+    op = operators.get("gemm+bias+relu+residual")
+    g = gluon(BLOCK_M=192, BLOCK_N=192, num_warps=4, num_stages=3, consumers=3, consumer_split="rows")
+    source = op.render(g, SQUARE, HOPPER)
+    compile(source, "gluon_gemm_rows.py", "exec")
+    assert "ROWS = 64" in source and source.count("(mma_partition, (") == 3 and "turns.index(CONSUMER)" not in source
+    assert "for r in gl.static_range(CONSUMERS):" in source and "a_bufs.index(slot * CONSUMERS + r)" in source
+    assert source.count("a_bufs.index(slot * CONSUMERS + CONSUMER), b") == 3  # two wgmma and their wait
+    assert "mbarrier.init(empty.index(i), count=CONSUMERS)" in source
+    assert "for tile_id in range(pid, num_pid_m * num_pid_n, programs):" in source
+    assert "tma_store(c_desc, [pid_m * BLOCK_M + CONSUMER * ROWS, pid_n * BLOCK_N], c_smem)" in source
+    assert "offs_em = pid_m * BLOCK_M + CONSUMER * ROWS + gl.arange(0, ROWS," in source  # the residual's rows
+    assert "blocks = ([ROWS, BLOCK_K]" in source and source.count("CONSUMER_WARPS, BLOCK_N0, BLOCK_N1, ROWS))") == 1
+    assert "CONSUMER_REGS: gl.constexpr = 152" in source
+    plain = OP.render(gluon(BLOCK_M=128, BLOCK_N=128, num_warps=4, num_stages=4, consumers=2), SQUARE, HOPPER)
+    assert "ROWS" not in plain  # the other schedules render as before
+
+
 def test_a_wide_tile_is_two_column_blocks_each_with_its_wgmma_store_and_epilogue():
     op = operators.get("gemm+bias+relu")
     source = op.render(gluon(BLOCK_M=128, BLOCK_N=192, num_warps=8, num_stages=4), SQUARE, HOPPER)
@@ -128,8 +168,8 @@ def test_every_gluon_seed_compiles_for_hopper_within_its_shared_memory_estimate(
         for g in (g for g in family.seeds(SQUARE, HOPPER) if g["backend"] == "gluon"):
             cases.append((name, g.as_dict(), SQUARE.sizes, "bf16"))
             estimates.append(gluon_smem(g.as_dict(), "bf16"))
-    assert len(cases) == 24 and sum(c[1]["split_k"] > 1 for c in cases) == 6
-    assert sum(c[1]["BLOCK_N"] == 192 for c in cases) == 6
+    assert len(cases) == 33 and sum(c[1]["split_k"] > 1 for c in cases) == 6
+    assert sum(c[1]["BLOCK_N"] == 192 for c in cases) == 12 and sum(c[1]["consumers"] == 3 for c in cases) == 3
     results = compile_for_hopper(cases, tmp_path, timeout_s=900)
     for estimate, r in zip(estimates, results, strict=True):
         assert r["status"] == "ok", (r["name"], r["genome"], r["reason"])

@@ -51,8 +51,10 @@ def test_sample_is_large_and_covers_every_gene_value():
         seen = {name: {g[name] for _, g, _ in cases} for name in FAMILY.genes}
         if dtype == "fp32":  # warp specialization is invalid for fp32 (see GemmFamily.violations)
             seen["warp_specialize"].add(True)
-        seen["backend"].add("gluon")  # Gluon renderings run on GPUs only (see sample.cpu_cases)
-        seen["consumers"].add(2)
+        seen["backend"].add("gluon")  # Gluon renderings run on GPUs only (see sample.cpu_cases), and so do
+        seen["consumers"] |= {2, 3}  # their consumers, the row split and its 192-row tile
+        seen["consumer_split"].add("rows")
+        seen["BLOCK_M"].add(192)
         for name, gene in FAMILY.genes.items():
             assert seen[name] == set(gene.values), f"{dtype}: {name} never takes {set(gene.values) - seen[name]}"
         # split-K on a ragged problem and both kinds of descriptors on an aligned one are among the checks
