@@ -7,7 +7,8 @@ and streams K and V through a ring of `num_stages` shared-memory slots (ready an
 (Q K^T) and the output update (P V) as asynchronous wgmma, and keep the online softmax in registers; the
 probabilities go to the P V wgmma from registers, never through shared memory. `overlap` pipelines a
 consumer's steps as FlashAttention-3 does within a warp group: the scores of key block j are issued before the
-P V product of block j - 1, and the softmax of block j runs while that product is in flight; `pingpong` (two
+P V product of block j - 1, and the softmax of block j runs while that product is in flight (three consumers are
+FlashAttention-3's head-dim-64 form, 192 query rows per K/V tile, within a smaller register budget); `pingpong` (two
 consumers, overlap) makes the consumers take turns issuing those products, so that one's softmax runs while the
 other's products hold the tensor cores (FlashAttention-3's inter-warp-group schedule).
 
@@ -44,6 +45,13 @@ GLUON_HEAD_DIMS = (64, 128)
 MIN_GLUON_ROWS = 128  # query rows per head below which the Gluon rendering is not tried (decode is Triton's)
 _ELEM_BYTES = {"fp16": 2, "bf16": 2}
 _MAX_LIVE = 160  # fp32 values a consumer thread may keep (scores, output, and with overlap the next scores)
+# the same under three consumers' 160-register budget (sm_90, Triton 3.6: 112 compiled without spills at head dim
+# 128, 128 spilled 813 load/store instructions at head dim 64)
+_MAX_LIVE_THREE = 112
+
+
+def _max_live(g: Mapping[str, Any]) -> int:
+    return _MAX_LIVE_THREE if g["consumers"] == 3 else _MAX_LIVE
 
 
 def gluon_smem(g: Mapping[str, Any], problem: Problem) -> int:
@@ -72,8 +80,9 @@ def gluon_violations(g: Mapping[str, Any], problem: Problem, target: Target) -> 
         out.append("the Gluon rendering's K/V ring needs num_stages >= 2 (a consumer holds one slot while it "
                    "waits for the next)")
     live = gluon_live(g, problem)
-    if live > _MAX_LIVE:
-        out.append(f"a Gluon consumer thread would keep ~{live} fp32 values (> {_MAX_LIVE})")
+    if live > _max_live(g):
+        out.append(f"a Gluon consumer thread would keep ~{live} fp32 values (> {_max_live(g)} with "
+                   f"{g['consumers']} consumers)")
     smem = gluon_smem(g, problem)
     if smem > target.smem_bytes:
         out.append(f"the Gluon rendering needs ~{smem} bytes of shared memory (> {target.smem_bytes})")
@@ -91,11 +100,13 @@ def gluon_repair(family: Any, g: dict[str, Any], problem: Problem, target: Targe
               or not move_to_consumers(family, g))
     while not cannot and g["num_stages"] < 2:
         cannot = not family._step_up(g, "num_stages")
-    while not cannot and gluon_live(g, problem) > _MAX_LIVE:
+    while not cannot and gluon_live(g, problem) > _max_live(g):
         if g["BLOCK_N"] > 64:
             family._step_down(g, "BLOCK_N")
         elif g["overlap"]:
             family._set(g, "overlap", False)
+        elif g["consumers"] == 3:
+            family._set(g, "consumers", 2)
         elif g["consumers"] == 1 and g["num_warps"] == 4 and g["BLOCK_M"] >= 128:
             family._set(g, "num_warps", 8)
         elif g["BLOCK_M"] > ROWS_PER_WARP * g["num_warps"]:

@@ -34,13 +34,13 @@ def fixed_violations(g: Mapping[str, Any], fixed: Mapping[str, Any]) -> list[str
 
 
 def consumer_violations(g: Mapping[str, Any], two: str = "") -> list[str]:
-    """The consumers' warps: one or two warp groups each, one warp group each when there are two (`two` names
-    that schedule in the message), and at least 16 rows of BLOCK_M per warp."""
+    """The consumers' warps: one or two warp groups each, one warp group each when there are several (`two` names
+    the two-consumer schedule in the message), and at least 16 rows of BLOCK_M per warp."""
     out = []
     if g["num_warps"] not in (4, 8):
         out.append(f"a Gluon consumer is one or two warp groups: num_warps=4 or 8, not {g['num_warps']}")
-    if g["consumers"] == 2 and g["num_warps"] != 4:
-        out.append(f"two Gluon consumers{two} are one warp group each: num_warps=4")
+    if g["consumers"] >= 2 and g["num_warps"] != 4:
+        out.append(f"{g['consumers']} Gluon consumers{two} are one warp group each: num_warps=4")
     if g["BLOCK_M"] < ROWS_PER_WARP * g["num_warps"]:
         out.append(f"BLOCK_M={g['BLOCK_M']} is under the {ROWS_PER_WARP * g['num_warps']} rows that "
                    f"{g['num_warps']} wgmma warps own")
@@ -55,7 +55,7 @@ def set_fixed(family: Any, g: dict[str, Any], fixed: Mapping[str, Any]) -> bool:
 def move_to_consumers(family: Any, g: dict[str, Any]) -> bool:
     """Move `g`'s warps and BLOCK_M inside consumer_violations' rules, in place, with `family`'s moves; False
     when they cannot be (the caller then renders with Triton)."""
-    if g["consumers"] == 2 and not family._set(g, "num_warps", 4) and not family._set(g, "consumers", 1):
+    if g["consumers"] >= 2 and not family._set(g, "num_warps", 4) and not family._set(g, "consumers", 1):
         return False
     if g["num_warps"] not in (4, 8) and not family._set(g, "num_warps", 4 if g["num_warps"] < 4 else 8):
         return False

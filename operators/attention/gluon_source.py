@@ -32,6 +32,9 @@ __all__ = ["gluon_kernel_source", "GLUON_IMPORTS", "PRODUCER_REGS", "CONSUMER_RE
 
 PRODUCER_REGS = 24  # registers per thread of the producer warp: indices and barrier phases
 CONSUMER_REGS = 240  # of the second consumer warp group (the first gets what the kernel's budget leaves)
+# of the second and third of three consumers (head dim 64, FlashAttention-3's 192 query rows): 16 warps share the
+# 64K registers, 4 x 128 x 160 with the producer's warp group and what the first consumer keeps
+THREE_CONSUMER_REGS = 160
 
 GLUON_IMPORTS = """\
 from triton.experimental import gluon
@@ -326,7 +329,8 @@ def _partitions(consumers: int) -> str:
 
 def gluon_kernel_source(g: Mapping[str, Any]) -> list[str]:
     """The @gluon.jit functions of genome values `g` (backend=gluon), as lines."""
-    text = (_COMMON.replace("CONSUMER_REGS_VALUE", str(CONSUMER_REGS))
+    budget = THREE_CONSUMER_REGS if g["consumers"] == 3 else CONSUMER_REGS
+    text = (_COMMON.replace("CONSUMER_REGS_VALUE", str(budget))
             .replace("PRODUCER_REGS_VALUE", str(PRODUCER_REGS))
             .replace("PARTITIONS", _partitions(g["consumers"])))
     return text.strip("\n").splitlines()

@@ -63,14 +63,15 @@ def test_repair_moves_a_genome_into_the_gluon_region_or_back_to_triton():
         g = FAMILY.random(rng, PREFILL, HOPPER)
         assert FAMILY.violations(g, PREFILL, HOPPER) == []
         kinds.add((g["backend"], g["consumers"]))
-    assert kinds == {("triton", 1), ("gluon", 1), ("gluon", 2)}
+    assert kinds == {("triton", 1), ("gluon", 1), ("gluon", 2), ("gluon", 3)}
 
 
 def test_seeds_lead_with_gluon_for_prefill_and_leave_it_out_of_decode_and_the_interpreter():
     seeds = FAMILY.seeds(PREFILL, HOPPER)
     assert seeds[0]["backend"] == "gluon" and seeds[0]["consumers"] == 2 and seeds[0]["overlap"]
     gluon_seeds = [s for s in seeds if s["backend"] == "gluon"]
-    assert len(gluon_seeds) == 9 and any(s["pingpong"] for s in gluon_seeds)
+    assert len(gluon_seeds) == 11 and any(s["pingpong"] for s in gluon_seeds)
+    assert any(s["consumers"] == 3 for s in gluon_seeds)
     assert {s["persistent"] for s in gluon_seeds} == {0, 1}
     causal = operators.get("attention+causal").family.seeds(
         operators.get("attention+causal").problem((1, 32, 8, 4096, 4096, 128), "bf16"), HOPPER)
@@ -96,3 +97,20 @@ def test_the_structure_cell_names_the_gluon_consumers():
     assert structure.fn(gluon(consumers=2, num_warps=4, BLOCK_M=64), {}) == 5.0
     assert structure.fn(gluon(consumers=2, num_warps=4, BLOCK_M=64, overlap=True, pingpong=True), {}) == 6.0
     assert structure.fn(FAMILY.make(FAMILY.base(pack_gqa=True)), {}) == 1.0
+
+
+def test_three_consumers_keep_fewer_values_in_their_smaller_register_budget():
+    """Three consumers (FlashAttention-3's 192 query rows at head dim 64) share 16 warps' registers: 160 per
+    thread of a worker, so they keep at most 112 fp32 values (sm_90 compiles: 128 spilled)."""
+    d64 = OP.problem((4, 32, 32, 1024, 1024, 64), "bf16")
+    three = FAMILY.make(FAMILY.base(**GLUON_FIXED, backend="gluon", BLOCK_M=64, BLOCK_N=64, num_warps=4,
+                                    num_stages=3, consumers=3, overlap=True))
+    assert FAMILY.violations(three, d64, HOPPER) == []
+    assert any("(> 112 with 3 consumers)" in r for r in FAMILY.violations(three.replace(BLOCK_N=128), d64, HOPPER))
+    assert FAMILY.violations(three.replace(BLOCK_N=128, overlap=False), d64, HOPPER) == []
+    assert any("num_warps=4" in r for r in FAMILY.violations(three.replace(num_warps=8), d64, HOPPER))
+    moved = FAMILY.repair(three.replace(BLOCK_N=256), d64, HOPPER, np.random.default_rng(0))
+    assert moved["consumers"] == 3 and FAMILY.violations(moved, d64, HOPPER) == []
+    assert FAMILY.descriptors()["structure"].fn(three, {}) == 7.0
+    source = OP.render(three, d64, HOPPER)
+    assert source.count("(mma_partition, (") == 3 and "CONSUMER_REGS: gl.constexpr = 160" in source

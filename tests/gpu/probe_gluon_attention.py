@@ -41,7 +41,7 @@ def _grid(op: Any, problem: Any, target: Any) -> list[dict[str, Any]]:
 
     causal = "causal" in problem.operator
     out = []
-    for bm, bn, st, w, c, ov, pp, ps in itertools.product((64, 128), (64, 128), (2, 3, 4), (4, 8), (1, 2),
+    for bm, bn, st, w, c, ov, pp, ps in itertools.product((64, 128), (64, 128), (2, 3, 4), (4, 8), (1, 2, 3),
                                                           (False, True), (False, True), (0, 1)):
         if ps and not (c == 2 and ov):  # the persistent grid is swept on the schedules that won without it
             continue

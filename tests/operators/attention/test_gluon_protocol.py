@@ -82,8 +82,9 @@ def attention_roles(m: Machine, items: list[int], stages: int, consumers: int, o
     return {"producer": producer(), **{f"consumer {c}": consumer(c) for c in range(consumers)}}
 
 
-CONFIGS = [(s, c, ov, pp, ps) for s, c, ov, pp, ps in itertools.product((2, 3, 4), (1, 2), (False, True), (False, True),
-                                                                        (False, True)) if not pp or (c == 2 and ov)]
+CONFIGS = [(s, c, ov, pp, ps) for s, c, ov, pp, ps in itertools.product((2, 3, 4), (1, 2, 3), (False, True),
+                                                                        (False, True), (False, True))
+           if not pp or (c == 2 and ov)]
 
 
 @pytest.mark.parametrize("stages, consumers, overlap, pingpong, persistent", CONFIGS)
