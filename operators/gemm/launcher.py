@@ -138,7 +138,7 @@ def gluon_launcher_source(g: Mapping[str, Any]) -> str:
     ''', 0)
     out += "\n\n" + _PLAN_HEAD.replace("fp16, bf16, fp32", "fp16, bf16") + _descriptor_checks(g)
     split, wide = g["split_k"] > 1, len(column_blocks(g["BLOCK_N"])) > 1
-    rows = "ROWS" if g.get("consumer_split") == "rows" else "BLOCK_M"  # the A box and C store of one consumer
+    rows = "ROWS" if g["consumer_split"] == "rows" else "BLOCK_M"  # the A box and C store of one consumer
     out += _block(f"""
         num_tiles = triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N)
         grid = (min(_num_sms(device), num_tiles{' * SPLIT_K' if split else ''}),)
