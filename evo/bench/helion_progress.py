@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import os
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["LOG_VARIABLE", "autotune_progress", "logging_to", "watch"]
+__all__ = ["LOG_VARIABLE", "autotune_progress", "watch"]
 
 LOG_VARIABLE = "HELION_AUTOTUNE_LOG"  # Helion appends ".csv" (the rows) and ".log" (its messages) to this path
 
@@ -44,38 +43,22 @@ def autotune_progress(csv_path: str | Path) -> dict[str, Any] | None:
 
 
 @contextlib.contextmanager
-def logging_to(base: Path) -> Iterator[Path]:
-    """HELION_AUTOTUNE_LOG set to `base` while the block runs (as it was afterwards); yields the CSV's path."""
-    saved = os.environ.get(LOG_VARIABLE)
-    base.parent.mkdir(parents=True, exist_ok=True)
-    os.environ[LOG_VARIABLE] = str(base)
-    try:
-        yield base.with_name(base.name + ".csv")
-    finally:
-        if saved is None:
-            os.environ.pop(LOG_VARIABLE, None)
-        else:
-            os.environ[LOG_VARIABLE] = saved
-
-
-@contextlib.contextmanager
 def watch(csv_path: Path, on_progress: Callable[[dict[str, Any]], Any], every_s: float = 15.0) -> Iterator[None]:
     """Call `on_progress(summary)` from a background thread every `every_s` seconds while the block runs, whenever
     the log has new rows, and once more at its end. A failing callback stops the polling, never the block."""
     stop = threading.Event()
     seen: list[Any] = [None]
 
-    def poll() -> bool:
+    def poll() -> None:
         summary = autotune_progress(csv_path)
         if summary is not None and summary != seen[0]:
             seen[0] = summary
             on_progress(summary)
-        return True
 
     def loop() -> None:
         with contextlib.suppress(Exception):
-            while not stop.wait(every_s) and poll():
-                pass
+            while not stop.wait(every_s):
+                poll()
 
     thread = threading.Thread(target=loop, name="helion-progress", daemon=True)
     thread.start()

@@ -48,6 +48,7 @@ MARK = 0.99  # a method "reaches" a problem when its best is within 1% of the be
 # what they compiled and chose
 CACHE_VARIABLES = {"TRITON_CACHE_DIR": "triton", "TORCHINDUCTOR_CACHE_DIR": "inductor", "HELION_CACHE_DIR": "helion"}
 PENDING = "pending: the run stopped before their side-by-side timing"
+HELION_LOG = "helion-autotune"  # under a problem's alternatives root: Helion's tuning log (.csv rows, .log text)
 
 
 def method_experiment(exp: Experiment, method: str, problem: Problem, memory_db: Path) -> Experiment:
@@ -182,8 +183,9 @@ def bench_search(exp: Experiment, problems: list[Problem], methods: list[str], *
         print(f"[bench-search] {problem.key}: side by side (torch.compile, Helion {helion or 'not run'}, "
               f"each method's best)", flush=True)
         root = work / "alternatives" / str(i)
-        with fresh_caches(root), helion_progress.logging_to(root / "helion-autotune") as log:
-            with helion_progress.watch(log, _progress_note(doc, entries[i], operator, problem, checkpoint)):
+        with fresh_caches(root):
+            with helion_progress.watch(root / f"{HELION_LOG}.csv",
+                                       _progress_note(doc, entries[i], operator, problem, checkpoint)):
                 entries[i]["alternatives"] = _side_by_side(operator, problem, elites[i], target,
                                                            (helion, helion_budget_s), seed, reps)
         entries[i]["alternatives_note"] = ""
@@ -212,12 +214,14 @@ def _progress_note(doc: dict[str, Any], entry: dict[str, Any], operator: Any, pr
 def fresh_caches(root: Path) -> Iterator[Path]:
     """Triton, Inductor and Helion caches of their own under `root` while the block runs (the variables as they
     were afterwards): an alternative's tuning time is then a cold one, as each method's is (a machine that ran
-    this benchmark before would otherwise serve Helion its tuned configuration and torch.compile its kernels)."""
-    saved = {name: os.environ.get(name) for name in CACHE_VARIABLES}
+    this benchmark before would otherwise serve Helion its tuned configuration and torch.compile its kernels).
+    Helion's tuning log goes there too (`root/HELION_LOG`.csv, read while it tunes: evo.bench.helion_progress)."""
+    saved = {name: os.environ.get(name) for name in (*CACHE_VARIABLES, helion_progress.LOG_VARIABLE)}
     try:
         for name, sub in CACHE_VARIABLES.items():
             (root / sub).mkdir(parents=True, exist_ok=True)
             os.environ[name] = str(root / sub)
+        os.environ[helion_progress.LOG_VARIABLE] = str(root / HELION_LOG)
         _clear_inductor_memory()
         yield root
     finally:

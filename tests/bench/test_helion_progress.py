@@ -30,11 +30,12 @@ def test_summary_of_a_log(tmp_path):
     assert s["best_config"] == "Config(block_sizes=[3])"
 
 
-def test_logging_to_sets_and_restores_the_variable(tmp_path, monkeypatch):
+def test_a_problems_alternatives_log_helion_beside_their_caches_and_restore_the_variable(tmp_path, monkeypatch):
+    from evo.bench.search_bench import HELION_LOG, fresh_caches
+
     monkeypatch.setenv(hp.LOG_VARIABLE, "/theirs")
-    with hp.logging_to(tmp_path / "a" / "helion-autotune") as csv_path:
-        assert os.environ[hp.LOG_VARIABLE] == str(tmp_path / "a" / "helion-autotune")
-        assert csv_path == tmp_path / "a" / "helion-autotune.csv" and csv_path.parent.is_dir()
+    with fresh_caches(tmp_path / "a") as root:
+        assert os.environ[hp.LOG_VARIABLE] == str(tmp_path / "a" / HELION_LOG) and root.is_dir()
     assert os.environ[hp.LOG_VARIABLE] == "/theirs"
 
 
