@@ -97,11 +97,28 @@ def search_markdown(doc: dict[str, Any]) -> str:
         else:
             lines += ["", f"Alternatives: {p['alternatives_note']}."]
         lines += _helion_progress_lines(p.get("helion_progress"), doc["unit"])
-        g = goals(p)
-        if g:
-            lines += ["", "Goals: " + "; ".join(f"{k} {_f(v)}" for k, v in g.items())]
+        lines += _goal_lines(goals(p))
         lines.append("")
     return "\n".join(lines) + "\n"
+
+
+_GOAL_TEXT = {  # goals() key -> the sentence a reader needs: what was measured, and what the issue asks
+    "surrogate_saving": "evaluations to the mark without the surrogate over with it: {x:.3g}x (goal: >= 2x)",
+    "saving_vs_classic": "evaluations to the mark of classic MAP-Elites over evo's: {x:.3g}x",
+    "rerun_time_share": "a re-run on evo's database reached its first run's best in {x:.1%} of the first run's time",
+    "evo_time_to_helion_share": "evo's search reached Helion-full's side-by-side speed in {x:.1%} of Helion's tuning "
+                                "time (goal: <= 50%)",
+}
+_GOAL_MISSED = {"rerun_time_share": "the re-run did not reach its first run's best",
+                "evo_time_to_helion_share": "evo's search did not reach Helion-full's side-by-side speed"}
+
+
+def _goal_lines(g: dict[str, Any]) -> list[str]:
+    """The issue's goals on one problem, one sentence each (goals() holds the numbers, the JSON keeps them)."""
+    if not g:
+        return []
+    text = [_GOAL_MISSED[k] if v is None else _GOAL_TEXT[k].format(x=v) for k, v in g.items()]
+    return ["", "Goals: " + "; ".join(text) + "."]
 
 
 def _helion_progress_lines(progress: dict[str, Any] | None, unit: str) -> list[str]:

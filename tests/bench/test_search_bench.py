@@ -107,6 +107,28 @@ def test_helion_cut_off_is_said_in_the_report():
     assert "not run" in search_markdown(_doc(["a"], "t0", helion={"effort": None, "budget_s": None}))
 
 
+def test_goals_are_said_in_words_with_what_the_issue_asks():
+    """The report states each goal as a sentence with its target; a method that never reached Helion's speed says
+    so instead of printing a number."""
+    from evo.bench.search_results import search_markdown
+
+    def method(trace, to_mark):
+        return {"trace": trace, "evaluations": 10, "wall_s": 30.0, "best": trace[-1][2], "served": 0,
+                "evaluations_to_mark": to_mark, "seconds_to_mark": 5.0}
+
+    doc = _doc(["a"], "t0")
+    doc["problems"][0].update(best=500.0, methods={
+        "evo": method([[1.0, 1, 200.0], [5.0, 24, 500.0]], 24),
+        "evo-no-surrogate": method([[1.0, 1, 200.0], [20.0, 96, 500.0]], 96)})
+    doc["problems"][0]["alternatives"] = {"helion_full": {"status": "ok", "throughput": 400.0, "setup_s": 250.0},
+                                          "evo": {"status": "ok", "throughput": 500.0}}
+    md = search_markdown(doc)
+    assert "evaluations to the mark without the surrogate over with it: 4x (goal: >= 2x)" in md
+    assert "Helion-full's side-by-side speed in 2.0% of Helion's tuning time (goal: <= 50%)" in md
+    doc["problems"][0]["alternatives"]["helion_full"]["throughput"] = 600.0
+    assert "evo's search did not reach Helion-full's side-by-side speed" in search_markdown(doc)
+
+
 def test_bad_input_is_one_line_exit_2(tmp_path, capsys):
     from evo.surface.cli import main
 
