@@ -231,7 +231,8 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     p.add_argument("--search-dir", metavar="DIR",
                    help="run directory for the search [<output>/<name>-bench-<time>]")
     p.add_argument("--merge", nargs="+", metavar="JSON", help="merge partial benchmark files into one")
-    p.add_argument("--contenders", help="comma-separated subset of contenders (the primary is always kept)")
+    p.add_argument("--contenders", help="comma-separated subset of contenders (the primary is always kept, "
+                                        "and evo in a run that searches)")
     p.add_argument("--gpus", type=int, help="GPUs to spread problems over [every visible GPU]")
     p.add_argument("--search-per-gpu", action="store_true",
                    help="with several GPUs, search each problem in its own process on its own GPU "
@@ -244,6 +245,24 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     p.add_argument("--seed", type=int, default=1234, help="seed of the benchmark's random inputs [1234]")
     p.add_argument("--partial", metavar="FILE", help=argparse.SUPPRESS)  # children write their JSON here
     return p
+
+
+def checked_contenders(experiment: Experiment, text: str, *, searching: bool) -> list[str]:
+    """The names of `--contenders`, checked against the operator's baselines and evo. A run that searches always
+    times evo (its kernels are what the search is for: without evo, the search's work would be thrown away)."""
+    import operators
+
+    names = list(dict.fromkeys(c.strip() for c in text.split(",") if c.strip()))
+    known = [b.name for b in operators.get(experiment.operator, experiment.genome or None).bench_baselines()] + [EVO]
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise ValueError(f"--contenders: {', '.join(unknown) or 'none given'} is not a contender of "
+                         f"{experiment.operator}; its contenders are {', '.join(known)}")
+    if searching and EVO not in names:
+        print(f"[bench] --contenders: {EVO} added (this run searches, and its kernels are what the bench times)",
+              file=sys.stderr)
+        names.append(EVO)
+    return names
 
 
 def bench_command(args: argparse.Namespace) -> int:
@@ -278,7 +297,14 @@ def bench_command(args: argparse.Namespace) -> int:
         budget = dataclasses.replace(budget, wall_s=budget.wall_s if args.wall_s is None else args.wall_s,
                                      evaluations=budget.evaluations if args.evaluations is None else args.evaluations)
         experiment = dataclasses.replace(experiment, budget=budget)
-    contenders = [c.strip() for c in args.contenders.split(",")] if args.contenders else None
+    contenders = None
+    if args.contenders:
+        try:
+            contenders = checked_contenders(experiment, args.contenders, searching=not args.run)
+        except ValueError as e:
+            print(f"evo bench: {one_line(str(e))}", file=sys.stderr)
+            return 2
+        args.contenders = ",".join(contenders)  # as the children of a run over several GPUs get it
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     run_dir = Path(args.run) if args.run else Path(args.search_dir or
                                                    Path(experiment.output) / f"{experiment.name}-bench-{stamp}")

@@ -16,6 +16,7 @@ import torch
 from evo.bench.command import bench_main, evo_entrant, problem_entry, select_problems
 from evo.bench.measure import ContenderResult, Entrant, measure_contenders, search_summary
 from evo.bench.results import geomean, gpu_slug, load_report, merge_reports, to_markdown, write_report
+from evo.experiment.rundir import STORE_NAME
 from evo.experiment.spec import Experiment
 from evo.problem import HOPPER, Problem
 from evo.store.record import Evaluation
@@ -402,6 +403,31 @@ def test_cli_flow_applies_overrides_and_writes_the_report(tmp_path, monkeypatch,
     assert (out / "gemm-test-gpu-synthetic-data.json").exists() and (out / "gemm-test-gpu-synthetic-data.md").exists()
     assert bench_main([yaml_path, "--run", str(tmp_path / "nothing")]) == 2
     assert "holds no run" in capsys.readouterr().err
+
+
+def test_contenders_are_checked_and_a_search_always_times_evo(tmp_path, monkeypatch, capsys):
+    """A misspelt contender is one line naming the known ones; a run that searches times evo even when
+    --contenders leaves it out (a GPU bench once searched 35 s per shape and timed no evo kernel)."""
+    import evo.bench.command as bench
+
+    seen = {}
+    monkeypatch.setattr(bench, "run_bench", lambda experiment, problems, run_dir, **kw: seen.update(kw) or
+                        synthetic_doc())
+    monkeypatch.setattr(bench, "_cuda_visible", lambda: True)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    yaml_path = str(Path(__file__).resolve().parents[2] / "experiments" / "bench_gemm_llm.yaml")
+    common = [yaml_path, "--problems", "6", "--out", str(tmp_path / "out"), "--search-dir", str(tmp_path / "run")]
+    assert bench_main(common + ["--contenders", "cublas,torch_compile"]) == 0
+    assert seen["contenders"] == ["cublas", "torch_compile", "evo"] and "evo added" in capsys.readouterr().err
+    assert bench_main(common + ["--contenders", "cublas,cublass"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cublass" in err and "torch_compile" in err
+    (tmp_path / "run2").mkdir()
+    (tmp_path / "run2" / STORE_NAME).write_bytes(b"")
+    seen.clear()
+    assert bench_main([yaml_path, "--problems", "6", "--out", str(tmp_path / "out"), "--run", str(tmp_path / "run2"),
+                       "--contenders", "cublas"]) == 0
+    assert seen["contenders"] == ["cublas"]  # no search: the baselines alone, as asked
 
 
 def test_bench_without_a_gpu_is_one_line(capsys, monkeypatch):
