@@ -1,8 +1,9 @@
 """`evo bench`: evo's elite kernels against what users would pick instead, measured side by side.
 
 For each problem of an experiment: search (evo.search.run.run_experiment), or read an existing run (`--run`);
-take the elite (evo.archive.elite, as status, report and export do; with `--finalists N` the archive's best N
-re-timed on other inputs, the fastest kept), its genome rendered again by the operator; then, in ONE process on
+take the elite (evo.archive.elite, as status, report and export do; with `--finalists N` the archive's best N,
+and those the search timed within 5% of the best, re-timed on other inputs, the fastest kept:
+evo.bench.entrants.finalist_pool), its genome rendered again by the operator; then, in ONE process on
 ONE GPU, on the same fresh random inputs, check every contender (the operator's `bench_baselines()` and evo)
 with the search's check and time the correct ones interleaved (evo.evaluate.timing.time_interleaved), then
 measure them on the clocks a caller sees (evo.evaluate.clocks: eager calls, CUDA-graph replay, host µs).
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from evo.archive.elite import ranked
-from evo.bench.entrants import evo_entrant, select_problems, versions
+from evo.bench.entrants import evo_entrant, finalist_pool, select_problems, versions
 from evo.bench.measure import (
     Clocks,
     ContenderResult,
@@ -102,18 +103,18 @@ def _bench_problem(operator: Any, problem: Problem, store: Store | None, entrant
     if with_evo:
         extra.update(search_summary(store, problem.key) if store is not None else {"evaluations": 0})
     chosen = elites[0] if elites else None
-    if len(elites) > 1 and finalists > 1:
+    pool = finalist_pool(elites, finalists)
+    if len(pool) > 1:
         # a separate pass on other inputs picks among the search's best few, so the reported timing of the
         # chosen kernel is a fresh measurement rather than the lucky one that made it win
-        cands = [evo_entrant(operator, e, problem, target, f"finalist{i}")[0]
-                 for i, e in enumerate(elites[:finalists])]
+        cands = [evo_entrant(operator, e, problem, target, f"finalist{i}")[0] for i, e in enumerate(pool)]
         pre = measure_contenders(operator, problem, cands, timer=timer, device=device, seed=seed + 1, reps=reps,
                                  warmup=3)
         extra["evo_finalists"] = [{"genome_hash": operator.family.from_canonical(e.genome).hash,
                                    "source_hash": e.source_hash, "search_ratio": e.ratio, "search_ms": e.median_ms,
                                    "status": r.status, "prepass_ms": r.median_ms}
-                                  for e, r in zip(elites, pre, strict=False)]
-        timed = [(r.median_ms, e) for e, r in zip(elites, pre, strict=False) if r.status == "ok"]
+                                  for e, r in zip(pool, pre, strict=True)]
+        timed = [(r.median_ms, e) for e, r in zip(pool, pre, strict=True) if r.status == "ok"]
         chosen = min(timed, key=lambda t: t[0])[1] if timed else chosen
     all_entrants = list(entrants)
     if chosen is not None:
@@ -241,7 +242,9 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     p.add_argument("--evaluations", type=int, help="override the experiment's search budget: evaluations per problem")
     p.add_argument("--timeout-s", type=float, default=1800.0, help="per-problem limit of a child process [1800]")
     p.add_argument("--reps", type=int, default=100, help="timed runs per contender (fewer when slow) [100]")
-    p.add_argument("--finalists", type=int, default=3, help="elites re-timed to pick evo's contender [3]")
+    p.add_argument("--finalists", type=int, default=3,
+                   help="elites re-timed to pick evo's contender, with those the search timed within 5%% of the "
+                        "best, up to 3x as many [3]")
     p.add_argument("--seed", type=int, default=1234, help="seed of the benchmark's random inputs [1234]")
     p.add_argument("--partial", metavar="FILE", help=argparse.SUPPRESS)  # children write their JSON here
     return p

@@ -281,6 +281,19 @@ def test_search_summary(tmp_path):
         assert search_summary(store, "gemm:1x1x1:fp16")["evaluations"] == 0
 
 
+def test_finalists_are_the_best_few_and_every_elite_within_the_noise_band():
+    """Elites the search timed within 5% of the best are re-timed side by side with the best few (search timings
+    that close are noise apart), at most three times as many; --finalists 1 asks for no re-timing."""
+    from evo.bench.entrants import finalist_pool
+
+    key = "gemm:8x8x8:fp16"
+    elites = [_ev(key, str(i), ms=ms) for i, ms in enumerate((1.0, 1.5, 1.01, 1.04, 1.06, 1.02))]
+    assert [e.source_hash for e in finalist_pool(elites, 2)] == ["0", "1", "2", "3", "5"]
+    assert [e.source_hash for e in finalist_pool(elites, 3)] == ["0", "1", "2", "3", "5"]
+    assert len(finalist_pool(elites * 3, 2)) == 6  # at most 3 x 2
+    assert [e.source_hash for e in finalist_pool(elites, 1)] == ["0"] and finalist_pool([], 3) == []
+
+
 def test_evo_entrant_renders_the_stored_genome_again():
     import operators
     from evo.evaluate.modules import source_hash
