@@ -44,7 +44,7 @@ def launcher_source(g: Mapping[str, Any]) -> str:
     out = "_DTYPES = (torch.float16, torch.bfloat16, torch.float32)\n"
     out += "_PLANS = PlanCache()  # argument signature -> run(a, b, out): checks, grid and buffers done once\n"
     if g["pad_rows"]:
-        out += "PAD_BLOCK_R, PAD_BLOCK_C = 8, 256  # rows and columns per program of the padding copies\n"
+        out += "PAD_ELEMENTS = 4096  # elements per program of the padding copies\n"
     if stream_k:
         out += (f"SK_MAX_PARTS = {SK_MAX_PARTS}  # programs that may share one stream-K tile "
                 "(bounds the partials its last program sums)\n")
@@ -185,23 +185,32 @@ def gluon_launcher_source(g: Mapping[str, Any]) -> str:
 
 _PAD_HELPERS = _block('''
     @triton.jit
-    def copy_rows_kernel(src, dst, rows, cols, src_stride, dst_stride, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
-        # dst[r, c] = src[r, c] for r < rows, c < cols, rows src_stride and dst_stride elements apart
+    def copy_rows_kernel(src, dst, rows, cols, src_stride, dst_stride, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
+                         ALIGN: tl.constexpr):
+        # dst[r, c] = src[r, c] for r < rows, c < cols, rows src_stride and dst_stride elements apart. ALIGN, a power
+        # of two, divides cols and both strides: written as multiples of it, they let the loads and stores of rows
+        # that do not start on 16 bytes move ALIGN elements at once (Triton specialises only multiples of 16; with
+        # cols = 588 every access was one element)
         r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
         c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
-        inside = (r[:, None] < rows) & (c[None, :] < cols)
-        x = tl.load(src + r[:, None] * src_stride + c[None, :], mask=inside)
-        tl.store(dst + r[:, None] * dst_stride + c[None, :], x, mask=inside)
+        inside = (r[:, None] < rows) & (c[None, :] < cols // ALIGN * ALIGN)
+        x = tl.load(src + (r * (src_stride // ALIGN) * ALIGN)[:, None] + c[None, :], mask=inside)
+        tl.store(dst + (r * (dst_stride // ALIGN) * ALIGN)[:, None] + c[None, :], x, mask=inside)
 
 
-    def _row_copier(rows, cols):
-        # copy(src, dst): dst[:] = src for [rows, cols] tensors with unit column stride; a kernel of its own, since
-        # torch's copy_ between such strided tensors ran at half the bandwidth on an H100
-        grid = (triton.cdiv(rows, PAD_BLOCK_R), triton.cdiv(cols, PAD_BLOCK_C))
+    def _row_copier(rows, cols, src_stride, dst_stride):
+        # copy(src, dst): dst[:] = src for [rows, cols] tensors with unit column stride and these row strides (the
+        # plan's signature fixes them); a kernel of its own, since torch's copy_ between such strided tensors ran at
+        # half the bandwidth on an H100. Column blocks of 64-256 (the fewest masked-off columns), rows filling
+        # PAD_ELEMENTS per program; vectors of the largest power of two (up to 8) dividing cols and both strides.
+        align = min(cols & -cols, src_stride & -src_stride, dst_stride & -dst_stride, 8)
+        block_c = min((256, 128, 64), key=lambda b: triton.cdiv(cols, b) * b)
+        block_r = PAD_ELEMENTS // block_c
+        grid = (triton.cdiv(rows, block_r), triton.cdiv(cols, block_c))
         kernel = BoundKernel(copy_rows_kernel, grid, {"num_warps": 4})
 
         def copy(src, dst):
-            kernel(src, dst, rows, cols, src.stride(0), dst.stride(0), PAD_BLOCK_R, PAD_BLOCK_C)
+            kernel(src, dst, rows, cols, src.stride(0), dst.stride(0), block_r, block_c, align)
             return dst
 
         return copy
@@ -325,11 +334,11 @@ def _descriptor_checks(g: Mapping[str, Any]) -> str:
         a_pad = _padded(M, K, a) if pad_a else None
         b_pad = _padded(K, N, b) if pad_b else None
         c_pad = _padded(M, N, a) if pad_c and out is not None else None
-        copy_a = _row_copier(M, K) if pad_a else None
-        copy_b = _row_copier(K, N) if pad_b else None
-        copy_c = _row_copier(M, N) if pad_c else None
         a_stride = a_pad.stride(0) if pad_a else K
         b_stride = b_pad.stride(0) if pad_b else N
         c_stride = b_pad.stride(0) if pad_c else N  # C's padded rows are as wide as B's
+        copy_a = _row_copier(M, K, K, a_stride) if pad_a else None
+        copy_b = _row_copier(K, N, N, b_stride) if pad_b else None
+        copy_c = _row_copier(M, N, c_stride, N) if pad_c else None
         b_copied = [lambda: None, -1]  # (a weak reference to the B last copied, its version then)
     """, 1)

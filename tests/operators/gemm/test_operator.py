@@ -214,6 +214,21 @@ def test_padded_rows_without_out_return_a_view_of_padded_rows():
     assert float((c.float() - ref).norm() / ref.norm()) <= OP.tolerance(problem)
 
 
+@pytest.mark.parametrize("cols", [588, 590, 589, 40])
+def test_padding_copy_moves_every_element_and_nothing_past_the_row(cols):
+    """The padding copy, whatever vector width its rows allow (4, 2, 1 elements; 8 for aligned rows), copies each
+    row's `cols` elements into rows that start every 16 bytes, and leaves the bytes past each row as they were."""
+    problem = OP.problem((64, 64, 589), "fp16")  # a module with the padding helpers
+    genome = FAMILY.make(FAMILY.base(BLOCK_M=32, BLOCK_N=64, BLOCK_K=32, memory="host_descriptor", pad_rows=True))
+    module = load_source(OP.render(genome, problem, HOPPER))
+    rows = 37  # not a multiple of any block of rows
+    src = torch.randn(rows, cols, dtype=torch.float16)
+    buf = torch.full((rows, -(-cols // 8) * 8), 7.0, dtype=torch.float16)  # rows every 16 bytes, as _padded's
+    dst = buf[:, :cols]
+    module._row_copier(rows, cols, src.stride(0), dst.stride(0))(src, dst)
+    assert torch.equal(dst, src) and bool((buf[:, cols:] == 7.0).all())
+
+
 def test_padded_b_is_copied_once_per_b_tensor_and_version(monkeypatch):
     """pad_rows copies B into padded rows once: a call given the same B unchanged reuses the copy (as torch.compile
     pads a constant weight once); a B changed in place by torch, or another B tensor, is copied again."""
@@ -224,8 +239,8 @@ def test_padded_b_is_copied_once_per_b_tensor_and_version(monkeypatch):
     copies = []
     original = module._row_copier  # the plan makes its copiers with it: count the copies they make
 
-    def counting(rows, cols):
-        copy = original(rows, cols)
+    def counting(rows, cols, src_stride, dst_stride):
+        copy = original(rows, cols, src_stride, dst_stride)
         return lambda src, dst: copies.append((rows, cols)) or copy(src, dst)
 
     monkeypatch.setattr(module, "_row_copier", counting)
