@@ -202,10 +202,11 @@ _PAD_HELPERS = _block('''
         # copy(src, dst): dst[:] = src for [rows, cols] tensors with unit column stride and these row strides (the
         # plan's signature fixes them); a kernel of its own, since torch's copy_ between such strided tensors ran at
         # half the bandwidth on an H100. Column blocks of 64-256 (the fewest masked-off columns), rows filling
-        # PAD_ELEMENTS per program; vectors of the largest power of two (up to 8) dividing cols and both strides.
+        # PAD_ELEMENTS per program (no more than there are); vectors of the largest power of two (up to 8)
+        # dividing cols and both strides.
         align = min(cols & -cols, src_stride & -src_stride, dst_stride & -dst_stride, 8)
         block_c = min((256, 128, 64), key=lambda b: triton.cdiv(cols, b) * b)
-        block_r = PAD_ELEMENTS // block_c
+        block_r = min(PAD_ELEMENTS // block_c, triton.next_power_of_2(rows))
         grid = (triton.cdiv(rows, block_r), triton.cdiv(cols, block_c))
         kernel = BoundKernel(copy_rows_kernel, grid, {"num_warps": 4})
 
