@@ -14,9 +14,10 @@ registers and a second launch sums the partials (and applies the fused epilogue)
 
 A Gluon genome holds the structure genes of the Triton rendering at fixed values (GLUON_FIXED: its memory
 path is always host tensor descriptors, its grid always persistent), so one kernel has one genome. The tile,
-launch and swizzle genes keep their meaning. Not rendered with Gluon (refused, named): other targets than sm_90
-(wgmma is Hopper's), fp32 (tf32 wgmma), rows that are not 16-byte multiples (TMA), SwiGLU (two accumulators per
-tile). The wide tiles (BLOCK_N 96 and 192, which quantise better on 132 SMs) are two column blocks (64 + 32,
+launch and swizzle genes keep their meaning. Rows that are not 16-byte multiples (TMA's rule) take the padded
+rows of the Triton rendering's launcher (pad_rows: A copied every call, B once per B tensor, C computed into
+padded rows), without split-K (its reduction writes C's rows unpadded). Not rendered with Gluon (refused, named):
+other targets than sm_90 (wgmma is Hopper's), fp32 (tf32 wgmma), SwiGLU (two accumulators per tile). The wide tiles (BLOCK_N 96 and 192, which quantise better on 132 SMs) are two column blocks (64 + 32,
 128 + 64: Gluon tensors have power-of-two shapes), each its own accumulator, wgmma and TMA store on one A tile.
 Other fused epilogues (scale, bias, activation, residual) are applied to the accumulator in registers.
 """
@@ -43,8 +44,7 @@ ROWS_PER_CONSUMER = 64  # a row-split consumer is one warp group: one 64-row wgm
 
 # the structure genes a Gluon genome holds fixed (its structure is the rendering's own)
 GLUON_FIXED = {"memory": "host_descriptor", "persistent": True, "stream_k": False,
-               "warp_specialize": False, "loop_stages": 0, "loop_unroll": 1, "epilogue_subtile": False,
-               "pad_rows": False}
+               "warp_specialize": False, "loop_stages": 0, "loop_unroll": 1, "epilogue_subtile": False}
 
 
 def gluon_smem(g: Mapping[str, Any], dtype: str) -> int:
@@ -64,8 +64,11 @@ def gluon_violations(g: Mapping[str, Any], problem: Problem, target: Target, ref
     family's kernel (a fused epilogue) is not rendered with Gluon ("" when it is); `unaligned` names the row
     lengths that are not 16-byte multiples."""
     out = target_violations(problem, target)
-    if unaligned:
-        out.append(f"the Gluon rendering needs rows of 16-byte multiples (TMA); {', '.join(unaligned)} are not")
+    if unaligned and not g["pad_rows"]:
+        out.append(f"the Gluon rendering needs rows of 16-byte multiples (TMA) or padded copies of them (pad_rows); "
+                   f"{', '.join(unaligned)} are not")
+    if g["pad_rows"] and g["split_k"] > 1:
+        out.append("padded rows are not combined with the Gluon split-K (its reduction writes C's rows unpadded)")
     if refusal:
         out.append(f"the Gluon rendering {refusal}")
     out += fixed_violations(g, GLUON_FIXED)
@@ -109,8 +112,10 @@ def gluon_repair(family: Any, g: dict[str, Any], problem: Problem, target: Targe
     """Move `g` (backend=gluon) into the Gluon region in place, with `family`'s moves; back to the Triton
     rendering (one consumer) when the problem or target rules Gluon out."""
     # (M up to 32: a 64-row wgmma tile over so few rows loses to Triton's smaller tiles)
-    cannot = (bool(target_violations(problem, target)) or bool(unaligned) or bool(refusal)
+    cannot = (bool(target_violations(problem, target)) or bool(refusal)
               or problem.dims["M"] <= 32 or not set_fixed(family, g, GLUON_FIXED))
+    if not cannot and unaligned:  # TMA through padded rows, which the Gluon split-K does not write
+        cannot = not (family._set(g, "pad_rows", True) and family._set(g, "split_k", 1))
     if not cannot:
         rows_repair(family, g)
         cannot = not move_to_consumers(family, g)

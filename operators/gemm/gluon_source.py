@@ -386,12 +386,17 @@ def gluon_source(g: Mapping[str, Any], title: str, epilogue: Any = None) -> str:
            if g["consumer_split"] == "rows" else "two one-warp-group consumers take alternate tiles (ping-pong)")
         + "; each tile's TMA store overlaps the next tile's main loop.", 100)
     args = ", ".join(["a", "b", *(epilogue.operands if epilogue else ()), "out=None"])
-    header = (f'"""{title}\n\n{what}\n{roles}\nCall {ENTRY_NAME}({args}) for fp16 or bf16 operands whose '
-              'rows are 16-byte multiples, on an sm_90 GPU.\n"""\n')
+    call = (textwrap.fill(f"Call {ENTRY_NAME}({args}) for fp16 or bf16 operands on an sm_90 GPU; rows that are "
+                          "not 16-byte multiples are copied into padded rows first (TMA needs them).", 100)
+            if g["pad_rows"] else
+            f"Call {ENTRY_NAME}({args}) for fp16 or bf16 operands whose rows are 16-byte multiples, on an sm_90 GPU.")
+    header = f'"""{title}\n\n{what}\n{roles}\n{call}\n"""\n'
     coords = tile_coords_source(g).replace("@triton.jit", "@gluon.jit").replace("tl.", "gl.")
     split = g["split_k"] > 1
-    imports = _IMPORTS.replace("import triton\n", "import triton\nimport triton.language as tl\n", 1) if split \
-        else _IMPORTS
+    # the split-K reduction and the padding copies are tl kernels; padded B is copied once per B tensor (weakref)
+    imports = _IMPORTS.replace("import triton\n", "import triton\nimport triton.language as tl\n", 1) \
+        if split or g["pad_rows"] else _IMPORTS
+    imports = ("import weakref\n\n" if g["pad_rows"] else "") + imports
     reduce = "\n\n" + _reduce_source(g) if split else ""
     return (header + "\n" + imports + "\n" + runtime_source() + "\n\n" + _constants(g) + "\n\n" + coords
             + "\n\n" + _kernel(g) + reduce + "\n\n" + gluon_launcher_source(g))

@@ -131,7 +131,9 @@ def gluon_launcher_source(g: Mapping[str, Any]) -> str:
     out = ("_DTYPES = (torch.float16, torch.bfloat16)\n"
            "_GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}\n")
     out += "_PLANS = PlanCache()  # argument signature -> run(a, b, out): checks, grid and descriptors done once\n"
-    out += _num_sms_source() + "\n\n" + _block('''
+    if g["pad_rows"]:
+        out += "PAD_ELEMENTS = 4096  # elements per program of the padding copies\n"
+    out += _num_sms_source() + ("\n\n" + _PAD_HELPERS if g["pad_rows"] else "") + "\n\n" + _block('''
         def _layout(block, dtype):
             # the widest swizzle the block's rows allow: fewest TMA and wgmma shared-memory transactions
             return gl.NVMMASharedLayout.get_default_for(block, _GL_DTYPES[dtype])
@@ -143,20 +145,29 @@ def gluon_launcher_source(g: Mapping[str, Any]) -> str:
         num_tiles = triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N)
         grid = (min(_num_sms(device), num_tiles{' * SPLIT_K' if split else ''}),)
     """, 1)
+    # row strides of A, B and C: the padded copies' under pad_rows (_descriptor_checks names them)
+    a_stride, b_stride, c_stride = ("a_stride", "b_stride", "c_stride") if g["pad_rows"] else ("K", "N", "N")
     if wide:  # a descriptor of B and one of C per column block of the tile
         out += _block(f"""
             blocks = ([{rows}, BLOCK_K], [BLOCK_K, BLOCK_N0], [BLOCK_K, BLOCK_N1], [{rows}, BLOCK_N0],
                       [{rows}, BLOCK_N1])
-            specs = {{i: (shape, [shape[1], 1], block, _layout(block, dtype))
-                     for i, (shape, block) in enumerate(zip(([M, K], [K, N], [K, N], [M, N], [M, N]), blocks))}}
-            kernel = BoundKernel({KERNEL_NAME}, grid, {{"num_warps": NUM_WARPS}}, descriptors=specs)
         """, 1)
+        out += _block(f"""
+            shapes = ([M, K], [K, N], [K, N], [M, N], [M, N])
+            strides = ({a_stride}, {b_stride}, {b_stride}, {c_stride}, {c_stride})
+            specs = {{i: (shape, [stride, 1], block, _layout(block, dtype))
+                     for i, (shape, stride, block) in enumerate(zip(shapes, strides, blocks))}}
+        """ if g["pad_rows"] else """
+            specs = {i: (shape, [shape[1], 1], block, _layout(block, dtype))
+                     for i, (shape, block) in enumerate(zip(([M, K], [K, N], [K, N], [M, N], [M, N]), blocks))}
+        """, 1)
+        out += _block(f'kernel = BoundKernel({KERNEL_NAME}, grid, {{"num_warps": NUM_WARPS}}, descriptors=specs)', 1)
     else:
         out += _block(f"""
             blocks = ([{rows}, BLOCK_K], [BLOCK_K, BLOCK_N], [{rows}, BLOCK_N])
-            specs = {{0: ([M, K], [K, 1], blocks[0], _layout(blocks[0], dtype)),
-                     1: ([K, N], [N, 1], blocks[1], _layout(blocks[1], dtype)),
-                     2: ([M, N], [N, 1], blocks[2], _layout(blocks[2], dtype))}}
+            specs = {{0: ([M, K], [{a_stride}, 1], blocks[0], _layout(blocks[0], dtype)),
+                     1: ([K, N], [{b_stride}, 1], blocks[1], _layout(blocks[1], dtype)),
+                     2: ([M, N], [{c_stride}, 1], blocks[2], _layout(blocks[2], dtype))}}
             kernel = BoundKernel({KERNEL_NAME}, grid, {{"num_warps": NUM_WARPS}}, descriptors=specs)
         """, 1)
     if split:  # the fp32 partials belong to the plan (like cuBLAS's workspace: not for concurrent streams)
@@ -174,9 +185,9 @@ def gluon_launcher_source(g: Mapping[str, Any]) -> str:
               "       NUM_WARPS)")
     if rows == "ROWS":  # the kernel's last argument under a row split
         launch = launch[:-1] + ", ROWS)"
-    run = (["def run(a, b, EPILOGUE_ARGSout):", "    c = out = new_out() if out is None else out"]
+    run = (["def run(a, b, EPILOGUE_ARGSout):"] + _run_prologue(g)
            + ["    " + line for line in launch.splitlines()]
-           + ["    return out", "", "run.kernel = kernel  # for inspection"]
+           + _run_epilogue(g) + ["", "run.kernel = kernel  # for inspection"]
            + (["run.workspace = partials"] if split else []) + ["return run"])
     out += "\n" + _block("\n".join(run), 1)
     out = out.replace("EPILOGUE_OPERANDS", "".join(f"{n}, " for n in epilogue_operands(g)))

@@ -2,7 +2,8 @@
 
 Each genome of tests.operators.gemm.sample.py (50 random + the targeted ones), and each of the family's
 seeds, is repaired for the problem, rendered, compiled by its first launch and checked against the fp32
-reference in bf16 at 4096x4096x4096 and 1000x3000x2000 by the search's own check (evo.evaluate.check);
+reference in bf16 at 4096x4096x4096, 1000x3000x2000 and 1000x3001x588 (rows of A, B and C that are not 16-byte
+multiples: padded rows, Triton's and Gluon's) by the search's own check (evo.evaluate.check);
 correct kernels are also timed against cuBLAS (median of triton.testing.do_bench, for information only).
 Writes JSON to $EVO_OUT (or /tmp) and prints a table. Run with pytest (`-m gpu`), or as a script from the
 repository root:
@@ -24,7 +25,7 @@ try:
 except ImportError:  # the GPU machine may run this file as a plain script without pytest
     pytest = None
 
-SHAPES = ((4096, 4096, 4096), (1000, 3000, 2000))
+SHAPES = ((4096, 4096, 4096), (1000, 3000, 2000), (1000, 3001, 588))
 DTYPE = "bf16"
 SEED = 0
 

@@ -5,6 +5,7 @@ sample, tests/gpu/test_gemm_sample.py, checks their results)."""
 
 from __future__ import annotations
 
+import ast
 import json
 
 import numpy as np
@@ -203,3 +204,54 @@ def test_split_k_renders_partials_and_a_reducing_launch_that_sums_them_with_the_
     torch.testing.assert_close(c, expected, rtol=1e-5, atol=1e-5)
     too_big = op.problem((16384, 16384, 4096), "bf16")
     assert any("64-bit" in r for r in op.family.violations(g.replace(split_k=12), too_big, HOPPER))
+
+
+def test_unaligned_rows_take_padded_copies_under_gluon_too():
+    """Rows that are not 16-byte multiples (K = 588: A; N = 3001: B and C) keep the Gluon rendering through the
+    launcher's padded rows, as the Triton rendering does, but not with the Gluon split-K, whose reduction writes
+    C's rows unpadded; repair moves a Gluon genome there, and the seeds of such a problem include Gluon's."""
+    rng = np.random.default_rng(0)
+    for shape in ((16448, 1024, 588), (1000, 3001, 588), (1024, 3001, 1600)):
+        problem = OP.problem(shape, "bf16")
+        g = gluon(BLOCK_M=128, BLOCK_N=256, num_warps=8, num_stages=3, pad_rows=True)
+        assert FAMILY.violations(g, problem, HOPPER) == []
+        assert any("16-byte" in r and "pad_rows" in r
+                   for r in FAMILY.violations(g.replace(pad_rows=False), problem, HOPPER))
+        split = gluon(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3, pad_rows=True, split_k=2)
+        assert any("padded rows" in r for r in FAMILY.violations(split, problem, HOPPER))
+        fixed = FAMILY.repair(split.replace(pad_rows=False), problem, HOPPER, rng)
+        assert (fixed["backend"], fixed["pad_rows"], fixed["split_k"]) == ("gluon", True, 1)
+        assert FAMILY.violations(fixed, problem, HOPPER) == []
+        assert any(s["backend"] == "gluon" and s["pad_rows"] for s in FAMILY.seeds(problem, HOPPER))
+    assert any("changes nothing" in r for r in FAMILY.violations(gluon(pad_rows=True, num_warps=8), SQUARE, HOPPER))
+
+
+@pytest.mark.parametrize("values", [dict(BLOCK_N=256, num_warps=8), dict(BLOCK_N=192, num_warps=8, num_stages=4),
+                                    dict(BLOCK_M=192, BLOCK_N=192, consumers=3, consumer_split="rows")])
+def test_gluon_launcher_reads_padded_rows_through_their_strides(values):
+    """Under pad_rows the descriptors of A, B and C take the padded copies' row strides and a call copies A (and a
+    new B) first, C out last; without it the launcher is the one it was (byte for byte: checked elsewhere)."""
+    problem = OP.problem((1000, 3001, 588), "bf16")
+    g = gluon(**{"num_stages": 3, **values, "pad_rows": True})
+    assert FAMILY.violations(g, problem, HOPPER) == [], FAMILY.violations(g, problem, HOPPER)
+    source = OP.render(g, problem, HOPPER)
+    ast.parse(source)
+    assert "import weakref" in source and "def copy_rows_kernel" in source and "import triton.language as tl" in source
+    assert source.count("a_stride") >= 2 and "c_stride" in source.split("def run(")[0]
+    assert "[shape[1], 1]" not in source and "[K, 1]" not in source
+    run = source.split("def run(")[1]
+    assert run.index("copy_a(a, a_pad)") < run.index("kernel(") < run.index("copy_c(c, out)")
+
+
+@pytest.mark.slow
+def test_gluon_kernels_on_padded_rows_compile_for_hopper(tmp_path):
+    """The Gluon kernels of a problem whose rows of A, B and C are all unaligned compile for sm_90 with their
+    padding copies (the kernel is the aligned one: the strides travel in the descriptors)."""
+    problem = OP.problem((1000, 3001, 588), "bf16")
+    cases = [("gemm", gluon(**{"num_stages": 3, **values, "pad_rows": True}).as_dict(), problem.sizes, "bf16")
+             for values in (dict(BLOCK_N=256, num_warps=8), dict(BLOCK_N=192, num_warps=8, num_stages=4),
+                            dict(BLOCK_M=192, BLOCK_N=192, consumers=3, consumer_split="rows"))]
+    cases.append(("gemm+bias+gelu+residual", cases[0][1], problem.sizes, "bf16"))
+    results = compile_for_hopper(cases, tmp_path, timeout_s=900)
+    assert all(r["status"] == "ok" for r in results), results
+    assert len(list((tmp_path / "cache").rglob("copy_rows_kernel.ptx"))) >= 1

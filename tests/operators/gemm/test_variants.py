@@ -11,7 +11,7 @@ import torch
 import operators
 from evo.api import as_torch_op, load
 from evo.evaluate.modules import load_source
-from evo.problem import HOPPER, Problem
+from evo.problem import HOPPER, INTERPRETED_HOPPER, Problem
 from operators.gemm.variants import GemmEpilogueOperator
 
 # together these use every part: scale, bias, gelu, gelu_tanh, silu, relu, swiglu, residual
@@ -156,7 +156,8 @@ def test_rendered_kernel_matches_the_reference(name, values, shape, keep, seed):
         genome = op.family.repair(raw, problem, HOPPER, np.random.default_rng(0))
         assert {k: genome[k] for k in keep} == keep, f"repair dropped what the case tests: {genome}"
     else:
-        genome = op.family.random(np.random.default_rng(seed), problem, HOPPER)
+        # drawn for the interpreter's target: a Gluon kernel runs on GPUs only
+        genome = op.family.random(np.random.default_rng(seed), problem, INTERPRETED_HOPPER)
     module = load_source(op.render(genome, problem, HOPPER))
     assert _run(module, op, problem) <= op.tolerance(problem), str(genome)
 
