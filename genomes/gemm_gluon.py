@@ -17,8 +17,9 @@ path is always host tensor descriptors, its grid always persistent), so one kern
 launch and swizzle genes keep their meaning. Rows that are not 16-byte multiples (TMA's rule) take the padded
 rows of the Triton rendering's launcher (pad_rows: A copied every call, B once per B tensor, C computed into
 padded rows), without split-K (its reduction writes C's rows unpadded). Not rendered with Gluon (refused, named):
-other targets than sm_90 (wgmma is Hopper's), fp32 (tf32 wgmma), SwiGLU (two accumulators per tile). The wide tiles (BLOCK_N 96 and 192, which quantise better on 132 SMs) are two column blocks (64 + 32,
-128 + 64: Gluon tensors have power-of-two shapes), each its own accumulator, wgmma and TMA store on one A tile.
+other targets than sm_90 (wgmma is Hopper's), fp32 (tf32 wgmma), SwiGLU (two accumulators per tile). The wide
+tiles (BLOCK_N 96 and 192, which quantise better on 132 SMs) are two column blocks (64 + 32, 128 + 64: Gluon
+tensors have power-of-two shapes), each its own accumulator, wgmma and TMA store on one A tile.
 Other fused epilogues (scale, bias, activation, residual) are applied to the accumulator in registers.
 """
 
