@@ -115,8 +115,8 @@ def gluon_repair(family: Any, g: dict[str, Any], problem: Problem, target: Targe
     # (M up to 32: a 64-row wgmma tile over so few rows loses to Triton's smaller tiles)
     cannot = (bool(target_violations(problem, target)) or bool(refusal)
               or problem.dims["M"] <= 32 or not set_fixed(family, g, GLUON_FIXED))
-    if not cannot and unaligned:  # TMA through padded rows, which the Gluon split-K does not write
-        cannot = not (family._set(g, "pad_rows", True) and family._set(g, "split_k", 1))
+    if not cannot and unaligned:  # TMA through padded rows (the family's repair pads them), which the split-K
+        cannot = not family._set(g, "split_k", 1)  # reduction does not write
     if not cannot:
         rows_repair(family, g)
         cannot = not move_to_consumers(family, g)

@@ -145,8 +145,7 @@ def gluon_launcher_source(g: Mapping[str, Any]) -> str:
         num_tiles = triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N)
         grid = (min(_num_sms(device), num_tiles{' * SPLIT_K' if split else ''}),)
     """, 1)
-    # row strides of A, B and C: the padded copies' under pad_rows (_descriptor_checks names them)
-    a_stride, b_stride, c_stride = ("a_stride", "b_stride", "c_stride") if g["pad_rows"] else ("K", "N", "N")
+    a_stride, b_stride, c_stride = _row_strides(g)
     if wide:  # a descriptor of B and one of C per column block of the tile
         out += _block(f"""
             blocks = ([{rows}, BLOCK_K], [BLOCK_K, BLOCK_N0], [BLOCK_K, BLOCK_N1], [{rows}, BLOCK_N0],
@@ -309,11 +308,17 @@ def _run_epilogue(g: Mapping[str, Any]) -> list[str]:
     return ["    if pad_c:", "        return c if out is None else copy_c(c, out)", "    return out"]
 
 
+def _row_strides(g: Mapping[str, Any]) -> tuple[str, str, str]:
+    """The plan's names for the row strides of A, B and C: the padded copies' under pad_rows (_descriptor_checks
+    sets them), else the contiguous operands' K, N and N."""
+    return ("a_stride", "b_stride", "c_stride") if g["pad_rows"] else ("K", "N", "N")
+
+
 def _descriptor_specs(g: Mapping[str, Any], n_blocks: int) -> str:
     """The bound kernel's `descriptors`: position -> (shape, strides, block) of each host tensor descriptor,
     A first, then one per column block of B, then of C."""
     widths = ["BLOCK_N"] if n_blocks == 1 else ["BLOCK_N0", "BLOCK_N1"]
-    a_stride, b_stride, c_stride = ("a_stride", "b_stride", "c_stride") if g["pad_rows"] else ("K", "N", "N")
+    a_stride, b_stride, c_stride = _row_strides(g)
     specs = [f"0: ([M, K], [{a_stride}, 1], [BLOCK_M, BLOCK_K])"]
     b_cols = "2 * N" if g.get("epilogue") and g["epilogue"].swiglu else "N"  # SwiGLU: gate columns, then up
     b_stride = b_cols if b_stride == "N" else b_stride
