@@ -51,13 +51,16 @@ TUTORIAL_CONFIGS = (
 
 
 STRUCTURES = ("pointer", "pointer+persistent", "TMA", "TMA+persistent", "TMA+warp-specialized", "host TMA",
-              "host TMA+persistent", "persistent+stream-K", "Gluon cooperative", "Gluon ping-pong", "Gluon row-split")
+              "host TMA+persistent", "persistent+stream-K", "Gluon cooperative", "Gluon ping-pong", "Gluon row-split",
+              "Gluon stream-K")
 
 
 def _structure(g: Mapping[str, Any], resources: Any) -> float:
     """Cell of the memory path and grid: in-kernel and host descriptors get their own cells (appended after
     the older ones, whose values stay put), so an archive keeps the best of each; so do Gluon's two schedules."""
     if g["backend"] == "gluon":
+        if g["stream_k"]:
+            return 11.0
         return 10.0 if g["consumer_split"] == "rows" else 8.0 + (g["consumers"] == 2)
     if g["warp_specialize"]:
         return 4.0
@@ -346,6 +349,12 @@ class GemmFamily(GenomeFamily):
                       consumer_split="rows"),
             self.base(**gluon, BLOCK_M=128, BLOCK_N=192, BLOCK_K=64, num_stages=4, num_warps=4, consumers=2,
                       consumer_split="rows"),
+            # stream-K: one program per SM, the tiles past the last full wave shared by runs of K steps (tile
+            # counts a little over a whole number of waves, or under one)
+            self.base(**gluon, BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_stages=3, num_warps=8, stream_k=True),
+            self.base(**gluon, BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_stages=3, num_warps=4, consumers=2,
+                      consumer_split="rows", stream_k=True),
+            self.base(**gluon, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_stages=4, num_warps=8, stream_k=True),
             # long K over few tiles: K ranges of a tile as work items, partials summed by a second launch
             self.base(**gluon, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_stages=4, num_warps=8, split_k=3),
             self.base(**gluon, BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, num_stages=5, num_warps=4, split_k=4),
@@ -377,7 +386,7 @@ class GemmFamily(GenomeFamily):
                                     "0 pointer, 1 pointer+persistent, 2 TMA, 3 TMA+persistent, "
                                     "4 TMA+warp-specialized, 5 host TMA, 6 host TMA+persistent, "
                                     "7 persistent+stream-K (any memory path), 8 Gluon cooperative, "
-                                    "9 Gluon ping-pong, 10 Gluon row-split", label=labels.categories(STRUCTURES)),
+                                    "9 Gluon ping-pong, 10 Gluon row-split, 11 Gluon stream-K", label=labels.categories(STRUCTURES)),
             "smem_kib": Descriptor("smem_kib", lambda g, r: r["shared"] / 1024,
                                    (0.0, 32.0, 64.0, 96.0, 128.0, 160.0, 192.0), "shared memory (KiB)",
                                    needs_resources=True),

@@ -10,7 +10,9 @@ consumers of one warp group that split every tile's rows, 64 each (consumer_spli
 L2 traffic was the limit in an ncu profile on an H200; each warp group also synchronises alone). Register budgets
 move between the roles (setmaxnreg). What Triton's `tl` cannot express on Hopper; see operators/gemm/gluon_source.py.
 With `split_k` > 1 a work item is one K range of one tile (long K, few tiles): its fp32 partial leaves from
-registers and a second launch sums the partials (and applies the fused epilogue).
+registers and a second launch sums the partials (and applies the fused epilogue). With `stream_k` one program per
+SM takes whole tiles for every full wave, then an even run of the remaining tiles' K steps, the last run to reach a
+shared tile summing its partials (operators/gemm/gluon_split.py); one consumer or a row split, not ping-pong.
 
 A Gluon genome holds the structure genes of the Triton rendering at fixed values (GLUON_FIXED: its memory
 path is always host tensor descriptors, its grid always persistent), so one kernel has one genome. The tile,
@@ -44,7 +46,7 @@ __all__ = ["GLUON_FIXED", "ROWS_PER_CONSUMER", "gluon_smem", "gluon_violations",
 ROWS_PER_CONSUMER = 64  # a row-split consumer is one warp group: one 64-row wgmma tile
 
 # the structure genes a Gluon genome holds fixed (its structure is the rendering's own)
-GLUON_FIXED = {"memory": "host_descriptor", "persistent": True, "stream_k": False,
+GLUON_FIXED = {"memory": "host_descriptor", "persistent": True,
                "warp_specialize": False, "loop_stages": 0, "loop_unroll": 1, "epilogue_subtile": False}
 
 
@@ -75,6 +77,11 @@ def gluon_violations(g: Mapping[str, Any], problem: Problem, target: Target, ref
     out += fixed_violations(g, GLUON_FIXED)
     if g["split_k"] * problem.dims["M"] * problem.dims["N"] >= 2**31:
         out.append(f"split_k={g['split_k']} partials of {problem.dims['M']}x{problem.dims['N']} need 64-bit offsets")
+    if g["stream_k"] and g["split_k"] > 1:
+        out.append("the Gluon stream-K is not combined with split-K (both share a tile's K steps)")
+    if g["stream_k"] and g["consumers"] > 1 and g["consumer_split"] == "tiles":
+        out.append("the Gluon stream-K is not combined with ping-pong consumers (every consumer walks every work "
+                   "item: one consumer, or a row split)")
     return out + consumer_violations(g, " (ping-pong)") + rows_violations(g)
 
 
@@ -106,6 +113,9 @@ def rows_repair(family: Any, g: dict[str, Any]) -> None:
         family._set(g, "consumers", 2)
     if g["consumer_split"] == "tiles" and g["BLOCK_M"] == 192:
         family._step_down(g, "BLOCK_M")
+    if g["backend"] == "gluon" and g["stream_k"] and (g["split_k"] > 1 or g["consumer_split"] == "tiles"
+                                                      and g["consumers"] > 1):
+        family._set(g, "stream_k", False)  # stream-K walks one sequence of work items in every consumer
 
 
 def gluon_repair(family: Any, g: dict[str, Any], problem: Problem, target: Target, refusal: str,

@@ -34,6 +34,7 @@ from typing import Any
 from evo.launch import runtime_source
 from genomes.gemm_resources import column_blocks
 from operators._template import block as _block
+from operators.gemm.gluon_split import STREAM_K_HELPERS, STREAM_K_LOOPS, reduce_source
 from operators.gemm.header import constants_table
 from operators.gemm.header import summary as _summary
 from operators.gemm.launcher import ENTRY_NAME, KERNEL_NAME, gluon_launcher_source
@@ -261,6 +262,7 @@ _STORE_SECOND = """\
 """
 
 
+_TILE_LOOP = "range(pid + CONSUMER * programs, num_pid_m * num_pid_n, CONSUMERS * programs):"  # ping-pong's tiles
 # consumer_split=rows: every consumer (one warp group) takes ROWS = 64 rows of every tile; the producer loads the
 # tile's A rows as one TMA box per consumer and one B tile for all, and a slot is free once each consumer released
 # it (its `empty` barrier counts CONSUMERS arrivals). Edits of the rendering above, (old, new) in order; each
@@ -276,7 +278,7 @@ _ROW_SPLIT = (
      "            for r in gl.static_range(CONSUMERS):  # a box of ROWS rows per consumer\n"
      "                tma_load(a_desc, [pid_m * BLOCK_M + r * ROWS, kk * BLOCK_K], ready.index(slot),\n"
      "                         a_bufs.index(slot * CONSUMERS + r))\n"),
-    ("range(pid + CONSUMER * programs, num_pid_m * num_pid_n, CONSUMERS * programs):",
+    (_TILE_LOOP,
      "range(pid, num_pid_m * num_pid_n, programs):  # every tile, ROWS rows of it"),
     ("""        if CONSUMERS > 1:
             # take turns at the ring: a consumer's K steps start only once the other's previous tile has waited
@@ -309,45 +311,31 @@ def _kernel(g: Mapping[str, Any]) -> str:
         if wide:
             lines += ep.gluon_lines("acc1", layout="acc1_layout", width="BLOCK_N1", offset=" + BLOCK_N0")
     epilogue = _block(f"# Fused epilogue: {ep.text}, in fp32 before the cast.\n" + lines, 2) if lines else ""
+    stream_k = g["stream_k"]
     budget = THREE_CONSUMER_REGS if g["consumers"] == 3 else CONSUMER_REGS
     regs = f"CONSUMER_REGS: gl.constexpr = {budget}\n    PRODUCER_REGS: gl.constexpr = {PRODUCER_REGS}\n"
     specialize = "    " + regs + "    gl.warp_specialize(" + _partitions(g) + ")"
     text = (_PARTITIONS.replace("KERNEL", KERNEL_NAME).replace("CALL_COORDS", _coords_call(g))
             .replace("    gl.warp_specialize(PARTITIONS)", specialize))
     for marker, (plain, with_split) in _SPLIT_LOOPS.items():
-        text = text.replace(marker, with_split if split else plain)
+        if stream_k:  # a shared tile's fix-up, then the store (epilogue included) under `if store:`
+            value = STREAM_K_LOOPS["FIXUP"] + textwrap.indent(plain.replace("EPILOGUE_LINES", epilogue), "    ") \
+                if marker == "TILE_END" else STREAM_K_LOOPS[marker]
+        else:
+            value = with_split if split else plain
+        text = text.replace(marker, value)
     if wide:
         text = text.replace("        tma_store(c_desc, [pid_m * BLOCK_M, pid_n * BLOCK_N], c_smem)\n",
                             "        tma_store(c_desc, [pid_m * BLOCK_M, pid_n * BLOCK_N], c_smem)\n" + _STORE_SECOND)
     for marker, value in (_TWO_BLOCKS if wide else _ONE_BLOCK).items():
         text = text.replace(marker, value)
     text = text.replace("EPILOGUE_PARAMS", params).replace("EPILOGUE_LINES", epilogue)
+    optional = _ROW_SPLIT_OPTIONAL | ({_TILE_LOOP} if stream_k else set())  # stream-K's own tile loop
     for old, new in _ROW_SPLIT if g["consumer_split"] == "rows" else (("LOAD_ROWS_PARAM", ""), ("ROWS_PARAM", "")):
-        if old not in text and old not in _ROW_SPLIT_OPTIONAL:
+        if old not in text and old not in optional:
             raise AssertionError(f"the row split's edit {old[:60]!r} found nothing to change")
         text = text.replace(old, new)
     return text.strip("\n") + "\n"
-
-
-def _reduce_source(g: Mapping[str, Any]) -> str:
-    """split-K's second launch: C = the sum of the SPLIT_K fp32 partials of each element, with the epilogue."""
-    ep = g.get("epilogue")
-    params = f"{ep.kernel_params()}, " if ep and ep.operands else ""
-    lines = ep.triton_lines("acc", "tl.program_id(1) * REDUCE_C", "REDUCE_C") if ep else ""
-    epilogue = _block(f"# Fused epilogue: {ep.text}, in fp32 before the cast.\n" + lines, 1) if lines else ""
-    return (f"""@triton.jit
-def split_k_reduce(partials, c_ptr, {params}M, N, SPLIT_K: tl.constexpr, REDUCE_R: tl.constexpr,
-                   REDUCE_C: tl.constexpr):
-    \"\"\"C = the sum over the splits of their fp32 partials (the workspace holds SPLIT_K blocks of M rows).\"\"\"
-    offs_cm = tl.program_id(0) * REDUCE_R + tl.arange(0, REDUCE_R)
-    offs_cn = tl.program_id(1) * REDUCE_C + tl.arange(0, REDUCE_C)
-    inside = (offs_cm[:, None] < M) & (offs_cn[None, :] < N)
-    acc = tl.zeros([REDUCE_R, REDUCE_C], tl.float32)
-    for s in tl.static_range(SPLIT_K):
-        acc += tl.load(partials + (s * M + offs_cm[:, None]) * N + offs_cn[None, :], mask=inside, other=0.0)
-""" + epilogue + """    c_ptrs = c_ptr + offs_cm[:, None] * N + offs_cn[None, :]
-    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=inside)
-""")
 
 
 def _constants(g: Mapping[str, Any]) -> str:
@@ -384,7 +372,9 @@ def gluon_source(g: Mapping[str, Any], title: str, epilogue: Any = None) -> str:
         + ("one consumer of NUM_WARPS warps runs every tile's wgmma" if g["consumers"] == 1 else
            f"{g['consumers']} one-warp-group consumers take ROWS rows each of every tile, sharing its B tile"
            if g["consumer_split"] == "rows" else "two one-warp-group consumers take alternate tiles (ping-pong)")
-        + "; each tile's TMA store overlaps the next tile's main loop.", 100)
+        + "; each tile's TMA store overlaps the next tile's main loop"
+        + ("; the tiles past the grid's last full wave are shared by runs of K steps (stream-K)." if g["stream_k"]
+           else "."), 100)
     args = ", ".join(["a", "b", *(epilogue.operands if epilogue else ()), "out=None"])
     call = (textwrap.fill(f"Call {ENTRY_NAME}({args}) for fp16 or bf16 operands on an sm_90 GPU; rows that are "
                           "not 16-byte multiples are copied into padded rows first (TMA needs them).", 100)
@@ -397,6 +387,8 @@ def gluon_source(g: Mapping[str, Any], title: str, epilogue: Any = None) -> str:
     imports = _IMPORTS.replace("import triton\n", "import triton\nimport triton.language as tl\n", 1) \
         if split or g["pad_rows"] else _IMPORTS
     imports = ("import weakref\n\n" if g["pad_rows"] else "") + imports
-    reduce = "\n\n" + _reduce_source(g) if split else ""
+    if g["stream_k"]:  # a barrier of the calling warps, as Triton 3.9 names it, or as 3.6
+        imports += 'thread_barrier = getattr(gl, "thread_barrier", None) or gl.barrier\n'
+    helpers = reduce_source(g) if split else STREAM_K_HELPERS.strip("\n") + "\n" if g["stream_k"] else ""
     return (header + "\n" + imports + "\n" + runtime_source() + "\n\n" + _constants(g) + "\n\n" + coords
-            + "\n\n" + _kernel(g) + reduce + "\n\n" + gluon_launcher_source(g))
+            + "\n\n" + _kernel(g) + ("\n\n" + helpers if helpers else "") + "\n\n" + gluon_launcher_source(g))

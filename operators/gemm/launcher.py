@@ -133,6 +133,9 @@ def gluon_launcher_source(g: Mapping[str, Any]) -> str:
     out += "_PLANS = PlanCache()  # argument signature -> run(a, b, out): checks, grid and descriptors done once\n"
     if g["pad_rows"]:
         out += "PAD_ELEMENTS = 4096  # elements per program of the padding copies\n"
+    if g["stream_k"]:
+        out += (f"SK_MAX_PARTS = {SK_MAX_PARTS}  # programs that may share one stream-K tile "
+                "(bounds the partials its last program sums)\n")
     out += _num_sms_source() + ("\n\n" + _PAD_HELPERS if g["pad_rows"] else "") + "\n\n" + _block('''
         def _layout(block, dtype):
             # the widest swizzle the block's rows allow: fewest TMA and wgmma shared-memory transactions
@@ -144,7 +147,7 @@ def gluon_launcher_source(g: Mapping[str, Any]) -> str:
     out += _block(f"""
         num_tiles = triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N)
         grid = (min(_num_sms(device), num_tiles{' * SPLIT_K' if split else ''}),)
-    """, 1)
+    """, 1) if not g["stream_k"] else _block(_GLUON_STREAM_K_PLAN, 1)
     a_stride, b_stride, c_stride = _row_strides(g)
     if wide:  # a descriptor of B and one of C per column block of the tile
         out += _block(f"""
@@ -182,15 +185,36 @@ def gluon_launcher_source(g: Mapping[str, Any]) -> str:
               "       CONSUMERS, NUM_WARPS, BLOCK_N0, BLOCK_N1)" if wide else
               "kernel(a, b, c, EPILOGUE_OPERANDSM, N, K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_STAGES, CONSUMERS,\n"
               "       NUM_WARPS)")
+    if g["stream_k"]:
+        launch = launch[:-1] + ", partials, counters, sk_share, sk_slots)"
     if rows == "ROWS":  # the kernel's last argument under a row split
         launch = launch[:-1] + ", ROWS)"
     run = (["def run(a, b, EPILOGUE_ARGSout):"] + _run_prologue(g)
            + ["    " + line for line in launch.splitlines()]
            + _run_epilogue(g) + ["", "run.kernel = kernel  # for inspection"]
-           + (["run.workspace = partials"] if split else []) + ["return run"])
+           + (["run.workspace = partials"] if split else ["run.workspace = (partials, counters)"] if g["stream_k"]
+              else []) + ["return run"])
     out += "\n" + _block("\n".join(run), 1)
     out = out.replace("EPILOGUE_OPERANDS", "".join(f"{n}, " for n in epilogue_operands(g)))
     return fill_epilogue(out + "\n\n" + _ENTRY.replace("(fp16, bf16 or fp32)", "(fp16 or bf16)"), g)
+
+
+# the plan of a Gluon stream-K kernel (operators/gemm/gluon_split.py): one program per SM; the tiles past the last
+# full wave shared by runs of K steps; fp32 partial slots and arrival counters (one per consumer of a row split)
+_GLUON_STREAM_K_PLAN = """
+    num_tiles = triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N)
+    num_sms = _num_sms(device)
+    grid = (num_sms,)  # every SM takes part in the stream-K phase, even with fewer tiles than SMs
+    # an even share of the stream-K tiles' K steps per program, but no more than SK_MAX_PARTS programs on one tile
+    k_tiles = triton.cdiv(K, BLOCK_K)
+    sk_tiles = num_tiles % num_sms
+    sk_share = max(triton.cdiv(sk_tiles * k_tiles, num_sms), triton.cdiv(k_tiles, SK_MAX_PARTS), 1)
+    sk_slots = triton.cdiv(k_tiles, sk_share) + 1  # the most runs that can meet one tile
+    partials = torch.empty(max(sk_tiles, 1) * sk_slots * BLOCK_M * BLOCK_N, dtype=torch.float32, device=device)
+    counters = torch.zeros(max(sk_tiles, 1) * CONSUMERS, dtype=torch.int32, device=device)
+    # The partial slots and the counters belong to this plan (each tile's last run resets its counter): like
+    # cuBLAS's workspace, they must not serve launches running concurrently on different streams.
+"""
 
 
 _PAD_HELPERS = _block('''

@@ -201,7 +201,8 @@ def test_smem_estimate_and_descriptors():
                   genome(memory="host_descriptor", persistent=True, backend="gluon", num_warps=8),
                   genome(memory="host_descriptor", persistent=True, backend="gluon", consumers=2),
                   genome(memory="host_descriptor", persistent=True, backend="gluon", BLOCK_M=192, consumers=3,
-                         consumer_split="rows")]
+                         consumer_split="rows"),
+                  genome(memory="host_descriptor", persistent=True, backend="gluon", num_warps=8, stream_k=True)]
     values = [d["structure"](x) for x in structures]
     # each structure has its own cell, one per edge; the cells older archives used keep their values
     assert values[:4] == [1.0, 2.0, 3.0, 4.0]

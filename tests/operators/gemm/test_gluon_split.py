@@ -1,0 +1,131 @@
+"""The Gluon GEMM's stream-K (operators/gemm/gluon_split.py) on the CPU: the work every program takes (its helpers
+run as Python over every program of a grid), where the schedule is valid, and what its rendering holds. The
+interpreter runs no Gluon: tests/gpu/test_gemm_stream_k_gpu.py checks the kernels' results on a GPU."""
+
+from __future__ import annotations
+
+import types
+
+import numpy as np
+import pytest
+import torch
+import triton
+
+import operators
+from evo.problem import HOPPER
+from genomes.gemm_gluon import GLUON_FIXED
+from operators.gemm.gluon_split import STREAM_K_HELPERS
+from operators.gemm.launcher import SK_MAX_PARTS, _GLUON_STREAM_K_PLAN
+
+OP = operators.get("gemm")
+FAMILY = OP.family
+SHAPE = OP.problem((777, 4096, 4096), "bf16")
+
+
+def gluon(**values):
+    return FAMILY.make(FAMILY.base(**{**GLUON_FIXED, "backend": "gluon", "stream_k": True, **values}))
+
+
+def _helpers(program: list[int], programs: int) -> dict:
+    """The rendered helpers as Python: gl's scalar functions over ints, program_id the value in `program`."""
+    gl = types.SimpleNamespace(minimum=min, maximum=max, cdiv=lambda a, b: -(-a // b), constexpr=int,
+                               program_id=lambda axis: program[0], num_programs=lambda axis: programs)
+    scope = {"gluon": types.SimpleNamespace(jit=lambda fn: fn), "gl": gl}
+    exec(STREAM_K_HELPERS, scope)
+    return scope
+
+
+def _plan(num_tiles: int, k_tiles: int, programs: int, consumers: int = 1) -> dict:
+    """The launcher's stream-K plan lines run for a grid of `programs` (tiles of one row, one K step per BLOCK_K)."""
+    scope = {"triton": triton, "torch": torch, "device": torch.device("cpu"), "_num_sms": lambda device: programs,
+             "SK_MAX_PARTS": SK_MAX_PARTS, "CONSUMERS": consumers, "M": 1, "N": num_tiles, "K": k_tiles,
+             "BLOCK_M": 1, "BLOCK_N": 1, "BLOCK_K": 1}
+    exec(_GLUON_STREAM_K_PLAN.replace("\n    ", "\n"), scope)
+    return scope
+
+
+@pytest.mark.parametrize("num_tiles, k_tiles, programs", [
+    (112, 64, 132),   # 777x4096x4096 in 128x256 tiles: under one wave, every tile shared
+    (153, 64, 132),   # 1152x4352x4096: one whole wave, 21 tiles shared
+    (36, 768, 132),   # 768x768x49152 in 128x128 tiles: long K, several runs per tile
+    (4, 256, 132),    # a few tiles, K runs capped at SK_MAX_PARTS per tile
+    (512, 64, 132), (264, 64, 132), (133, 5, 132), (7, 3, 4), (1, 1, 4),
+])
+def test_every_k_step_of_every_tile_is_taken_once_and_the_runs_share_the_work_evenly(num_tiles, k_tiles, programs):
+    plan = _plan(num_tiles, k_tiles, programs)
+    share, slots = plan["sk_share"], plan["sk_slots"]
+    program = [0]
+    h = _helpers(program, programs)
+    covered: dict[int, list[tuple[int, int, int]]] = {t: [] for t in range(num_tiles)}
+    work = []
+    for p in range(programs):
+        program[0] = p
+        works, dp_tiles, run_lo, run_hi = h["stream_k_runs"](num_tiles, k_tiles, share)
+        step = 0
+        for w in range(works):
+            tile, k_lo, k_hi, first_step = h["stream_k_item"](w, dp_tiles, run_lo, run_hi, k_tiles)
+            assert 0 <= k_lo < k_hi <= k_tiles and first_step == step  # the ring's numbering in every role
+            step += k_hi - k_lo
+            covered[tile].append((k_lo, k_hi, p))
+        work.append(step)
+    assert dp_tiles == num_tiles - num_tiles % programs
+    for tile, runs in covered.items():
+        runs.sort()
+        assert [r[0] for r in runs] == [0] + [r[1] for r in runs[:-1]] and runs[-1][1] == k_tiles, (tile, runs)
+        if len(runs) > 1 or tile >= dp_tiles and runs[0][:2] != (0, k_tiles):
+            first, parts = h["stream_k_parts"](tile - dp_tiles, k_tiles, share)
+            assert [r[2] for r in runs] == list(range(first, first + parts)) and parts <= slots
+            assert parts <= SK_MAX_PARTS + 1
+    whole_waves = dp_tiles // programs * k_tiles
+    assert max(work) - whole_waves <= share and min(work) >= whole_waves  # no program does more than one run
+
+
+def test_the_plan_counts_one_arrival_counter_per_consumer_of_every_shared_tile():
+    plan = _plan(num_tiles=112, k_tiles=64, programs=132, consumers=2)
+    assert plan["grid"] == (132,) and plan["sk_share"] == 55 and plan["sk_slots"] == 3
+    assert plan["counters"].numel() == 112 * 2 and not plan["counters"].any()
+    assert plan["partials"].numel() == 112 * 3 and plan["partials"].dtype == torch.float32
+
+
+def test_stream_k_is_one_consumer_or_a_row_split_and_not_split_k():
+    for values in (dict(BLOCK_M=128, BLOCK_N=256, num_warps=8, num_stages=3),
+                   dict(BLOCK_M=128, BLOCK_N=256, num_warps=4, num_stages=3, consumers=2, consumer_split="rows")):
+        assert FAMILY.violations(gluon(**values), SHAPE, HOPPER) == []
+    ping_pong = gluon(BLOCK_M=128, BLOCK_N=128, num_warps=4, num_stages=4, consumers=2)
+    assert any("ping-pong" in r for r in FAMILY.violations(ping_pong, SHAPE, HOPPER))
+    split = gluon(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=4, split_k=3)
+    assert any("split-K" in r for r in FAMILY.violations(split, SHAPE, HOPPER))
+    rng = np.random.default_rng(0)
+    for g in (ping_pong, split):
+        fixed = FAMILY.repair(g, SHAPE, HOPPER, rng)
+        assert fixed["backend"] == "gluon" and not fixed["stream_k"] and FAMILY.violations(fixed, SHAPE, HOPPER) == []
+    rows = gluon(BLOCK_M=128, BLOCK_N=256, num_warps=4, num_stages=3, consumers=2, consumer_split="rows")
+    assert FAMILY.repair(rows, SHAPE, HOPPER, rng) == rows
+    assert FAMILY.descriptors()["structure"].fn(rows, {}) == 11.0
+    assert any(s["backend"] == "gluon" and s["stream_k"] for s in FAMILY.seeds(SHAPE, HOPPER))
+
+
+@pytest.mark.parametrize("name, values", [
+    ("gemm", dict(BLOCK_M=128, BLOCK_N=256, num_warps=8, num_stages=3)),
+    ("gemm+bias+gelu", dict(BLOCK_M=128, BLOCK_N=256, num_warps=4, num_stages=3, consumers=2,
+                            consumer_split="rows")),
+])
+def test_the_rendering_walks_the_runs_in_every_role_and_stores_a_shared_tile_once(name, values):
+    op = operators.get(name)
+    source = op.render(gluon(**values), SHAPE, HOPPER)
+    compile(source, "gluon_stream_k.py", "exec")
+    consumers = values.get("consumers", 1)
+    assert source.count("= stream_k_runs(") == 2  # the producer's and the consumers' partition
+    assert source.count("(mma_partition, (") == consumers
+    assert source.count("= stream_k_fixup(acc, partials, counters") == 1
+    assert "for kk in range(k_lo, k_hi):" in source and "step = first_step" in source
+    consumer = source.split("def mma_partition(")[1].split("\n\n\n")[0]
+    # the shared tile's fix-up first, then the store (with the epilogue) only in the run that stores
+    assert consumer.index("stream_k_fixup(") < consumer.index("if store:") < consumer.index("tma_store(c_desc")
+    if name != "gemm":
+        assert consumer.index("if store:") < consumer.index("# Fused epilogue")
+    assert "grid = (num_sms,)" in source and "counters = torch.zeros(max(sk_tiles, 1) * CONSUMERS" in source
+    assert "partials, counters, sk_share, sk_slots" in source.split("def run(")[1]
+    assert 'thread_barrier = getattr(gl, "thread_barrier", None) or gl.barrier' in source
+    off = op.render(gluon(**values).replace(stream_k=False), SHAPE, HOPPER)
+    assert "stream_k_" not in off and "thread_barrier" not in off and "grid = (min(_num_sms(device)" in off
