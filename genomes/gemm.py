@@ -382,7 +382,8 @@ class GemmFamily(GenomeFamily):
                                     "0 pointer, 1 pointer+persistent, 2 TMA, 3 TMA+persistent, "
                                     "4 TMA+warp-specialized, 5 host TMA, 6 host TMA+persistent, "
                                     "7 persistent+stream-K (any memory path), 8 Gluon cooperative, "
-                                    "9 Gluon ping-pong, 10 Gluon row-split, 11 Gluon stream-K", label=labels.categories(STRUCTURES)),
+                                    "9 Gluon ping-pong, 10 Gluon row-split, 11 Gluon stream-K",
+                                    label=labels.categories(STRUCTURES)),
             "smem_kib": Descriptor("smem_kib", lambda g, r: r["shared"] / 1024,
                                    (0.0, 32.0, 64.0, 96.0, 128.0, 160.0, 192.0), "shared memory (KiB)",
                                    needs_resources=True),

@@ -15,7 +15,7 @@ import operators
 from evo.problem import HOPPER
 from genomes.gemm_gluon import GLUON_FIXED
 from operators.gemm.gluon_split import STREAM_K_HELPERS
-from operators.gemm.launcher import SK_MAX_PARTS, _GLUON_STREAM_K_PLAN
+from operators.gemm.launcher import _GLUON_STREAM_K_PLAN, SK_MAX_PARTS
 
 OP = operators.get("gemm")
 FAMILY = OP.family
