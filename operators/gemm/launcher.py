@@ -68,18 +68,7 @@ def launcher_source(g: Mapping[str, Any]) -> str:
     operands = ", ".join([operands, *epilogue_operands(g)])
     args = f"{operands}, M, N, K"
     if stream_k:
-        out += _block("""
-            num_sms = _num_sms(device)
-            grid = (num_sms,)  # every SM takes part in the stream-K phase, even with fewer tiles than SMs
-            # the last num_tiles % num_sms tiles are shared by K steps: an even share per program, but no more
-            # than SK_MAX_PARTS programs on one tile
-            k_tiles = triton.cdiv(K, BLOCK_K)
-            sk_tiles = num_tiles % num_sms
-            sk_share = max(triton.cdiv(sk_tiles * k_tiles, num_sms), triton.cdiv(k_tiles, SK_MAX_PARTS), 1)
-            sk_slots = triton.cdiv(k_tiles, sk_share) + 1  # the most programs whose runs can meet one tile
-            partials = torch.empty(max(sk_tiles, 1) * sk_slots * BLOCK_M * BLOCK_N, dtype=torch.float32, device=device)
-            counters = torch.zeros(max(sk_tiles, 1), dtype=torch.int32, device=device)
-        """, 1)
+        out += _block(_STREAM_K_PLAN.format(counters="max(sk_tiles, 1)"), 1)
         args = f"{operands}, partials, counters, M, N, K, num_sms, sk_share, sk_slots"
     elif persistent:
         args = f"{operands}, M, N, K, num_sms"
@@ -199,22 +188,25 @@ def gluon_launcher_source(g: Mapping[str, Any]) -> str:
     return fill_epilogue(out + "\n\n" + _ENTRY.replace("(fp16, bf16 or fp32)", "(fp16 or bf16)"), g)
 
 
-# the plan of a Gluon stream-K kernel (operators/gemm/gluon_split.py): one program per SM; the tiles past the last
-# full wave shared by runs of K steps; fp32 partial slots and arrival counters (one per consumer of a row split)
-_GLUON_STREAM_K_PLAN = """
-    num_tiles = triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N)
+# a stream-K plan's grid, shares and workspace (Triton's and Gluon's kernels divide the work the same way); the
+# Gluon rendering counts arrivals per consumer of a row split
+_STREAM_K_PLAN = """
     num_sms = _num_sms(device)
     grid = (num_sms,)  # every SM takes part in the stream-K phase, even with fewer tiles than SMs
-    # an even share of the stream-K tiles' K steps per program, but no more than SK_MAX_PARTS programs on one tile
+    # the last num_tiles % num_sms tiles are shared by K steps: an even share per program, but no more
+    # than SK_MAX_PARTS programs on one tile
     k_tiles = triton.cdiv(K, BLOCK_K)
     sk_tiles = num_tiles % num_sms
     sk_share = max(triton.cdiv(sk_tiles * k_tiles, num_sms), triton.cdiv(k_tiles, SK_MAX_PARTS), 1)
-    sk_slots = triton.cdiv(k_tiles, sk_share) + 1  # the most runs that can meet one tile
+    sk_slots = triton.cdiv(k_tiles, sk_share) + 1  # the most programs whose runs can meet one tile
     partials = torch.empty(max(sk_tiles, 1) * sk_slots * BLOCK_M * BLOCK_N, dtype=torch.float32, device=device)
-    counters = torch.zeros(max(sk_tiles, 1) * CONSUMERS, dtype=torch.int32, device=device)
+    counters = torch.zeros({counters}, dtype=torch.int32, device=device)
+"""
+_GLUON_STREAM_K_PLAN = ("\n    num_tiles = triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N)"
+                        + _STREAM_K_PLAN.format(counters="max(sk_tiles, 1) * CONSUMERS") + """\
     # The partial slots and the counters belong to this plan (each tile's last run resets its counter): like
     # cuBLAS's workspace, they must not serve launches running concurrently on different streams.
-"""
+""")
 
 
 _PAD_HELPERS = _block('''
