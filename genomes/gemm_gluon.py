@@ -101,7 +101,8 @@ def rows_violations(g: Mapping[str, Any]) -> list[str]:
 
 def rows_repair(family: Any, g: dict[str, Any]) -> None:
     """Make the consumers' split agree with the tile in place: BLOCK_M 192 is three row-split consumers, a
-    row split takes BLOCK_M / 64 consumers (128: two), and a split that cannot hold goes back to alternate tiles."""
+    row split takes BLOCK_M / 64 consumers (128: two), and a split that cannot hold goes back to alternate tiles;
+    stream-K goes where its consumers cannot all walk its work items (ping-pong) or split-K shares K already."""
     if g["BLOCK_M"] == 192 and g["split_k"] == 1:
         family._set(g, "consumer_split", "rows")
     if g["consumer_split"] == "rows":
@@ -113,8 +114,7 @@ def rows_repair(family: Any, g: dict[str, Any]) -> None:
         family._set(g, "consumers", 2)
     if g["consumer_split"] == "tiles" and g["BLOCK_M"] == 192:
         family._step_down(g, "BLOCK_M")
-    if g["backend"] == "gluon" and g["stream_k"] and (g["split_k"] > 1 or g["consumer_split"] == "tiles"
-                                                      and g["consumers"] > 1):
+    if g["stream_k"] and (g["split_k"] > 1 or g["consumer_split"] == "tiles" and g["consumers"] > 1):
         family._set(g, "stream_k", False)  # stream-K walks one sequence of work items in every consumer
 
 

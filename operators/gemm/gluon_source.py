@@ -34,7 +34,7 @@ from typing import Any
 from evo.launch import runtime_source
 from genomes.gemm_resources import column_blocks
 from operators._template import block as _block
-from operators.gemm.gluon_split import STREAM_K_HELPERS, STREAM_K_LOOPS, reduce_source
+from operators.gemm.gluon_split import STREAM_K_FIXUP, STREAM_K_HELPERS, STREAM_K_LOOPS, reduce_source
 from operators.gemm.header import constants_table
 from operators.gemm.header import summary as _summary
 from operators.gemm.launcher import ENTRY_NAME, KERNEL_NAME, gluon_launcher_source
@@ -319,7 +319,7 @@ def _kernel(g: Mapping[str, Any]) -> str:
             .replace("    gl.warp_specialize(PARTITIONS)", specialize))
     for marker, (plain, with_split) in _SPLIT_LOOPS.items():
         if stream_k:  # a shared tile's fix-up, then the store (epilogue included) under `if store:`
-            value = STREAM_K_LOOPS["FIXUP"] + textwrap.indent(plain.replace("EPILOGUE_LINES", epilogue), "    ") \
+            value = STREAM_K_FIXUP + textwrap.indent(plain.replace("EPILOGUE_LINES", epilogue), "    ") \
                 if marker == "TILE_END" else STREAM_K_LOOPS[marker]
         else:
             value = with_split if split else plain

@@ -23,7 +23,7 @@ from typing import Any
 
 from operators._template import block as _block
 
-__all__ = ["STREAM_K_LOOPS", "STREAM_K_HELPERS", "reduce_source"]
+__all__ = ["STREAM_K_LOOPS", "STREAM_K_FIXUP", "STREAM_K_HELPERS", "reduce_source"]
 
 STREAM_K_HELPERS = '''
 @gluon.jit
@@ -91,8 +91,8 @@ _ITEMS = """\
     for w in range(works):
         tile_id, k_lo, k_hi, first_step = stream_k_item(w, dp_tiles, run_lo, run_hi, k_tiles)"""
 
-# a shared tile goes through the fix-up first; the store (gluon_source's, indented under `if store:`) follows
-_FIXUP = """\
+# what ends a work item: a shared tile's fix-up, then gluon_source's store indented under `if store:`
+STREAM_K_FIXUP = """\
         store = k_hi - k_lo == k_tiles  # one run covered the whole tile
         if k_hi - k_lo < k_tiles:
             acc, store = stream_k_fixup(acc, partials, counters, tile_id - dp_tiles, k_tiles, sk_share, sk_slots,
@@ -100,7 +100,7 @@ _FIXUP = """\
         if store:
 """
 
-# gluon_source's loop markers under stream-K (its TILE_END gets _FIXUP before its indented store)
+# gluon_source's loop markers under stream-K (its TILE_END is STREAM_K_FIXUP and the indented store)
 STREAM_K_LOOPS = {
     "LOAD_LOOP": _ITEMS,
     "LOAD_KRANGE": "range(k_lo, k_hi)",
@@ -109,7 +109,6 @@ STREAM_K_LOOPS = {
     "MMA_STEPS": "k_hi - k_lo",
     "SPLIT_PARAM": ",\n        partials, counters, sk_share, sk_slots",
     "SPLIT_ARG": ",\n                        partials, counters, sk_share, sk_slots",
-    "FIXUP": _FIXUP,
 }
 
 

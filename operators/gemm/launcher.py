@@ -43,11 +43,7 @@ def launcher_source(g: Mapping[str, Any]) -> str:
     host, stream_k = g["memory"] == "host_descriptor", g["persistent"] and g["stream_k"]
     out = "_DTYPES = (torch.float16, torch.bfloat16, torch.float32)\n"
     out += "_PLANS = PlanCache()  # argument signature -> run(a, b, out): checks, grid and buffers done once\n"
-    if g["pad_rows"]:
-        out += "PAD_ELEMENTS = 4096  # elements per program of the padding copies\n"
-    if stream_k:
-        out += (f"SK_MAX_PARTS = {SK_MAX_PARTS}  # programs that may share one stream-K tile "
-                "(bounds the partials its last program sums)\n")
+    out += _workspace_constants(g["pad_rows"], stream_k)
     if persistent:
         out += _num_sms_source()
     if g["pad_rows"]:
@@ -105,6 +101,15 @@ def launcher_source(g: Mapping[str, Any]) -> str:
     return fill_epilogue(out + "\n\n" + _ENTRY, g)
 
 
+def _workspace_constants(pad_rows: bool, stream_k: bool) -> str:
+    """The module constants of the padding copies and of stream-K, for either launcher."""
+    out = "PAD_ELEMENTS = 4096  # elements per program of the padding copies\n" if pad_rows else ""
+    if stream_k:
+        out += (f"SK_MAX_PARTS = {SK_MAX_PARTS}  # programs that may share one stream-K tile "
+                "(bounds the partials its last program sums)\n")
+    return out
+
+
 def _num_sms_source() -> str:
     return "\n\n" + _block(f"""
         def _num_sms(device):
@@ -120,11 +125,7 @@ def gluon_launcher_source(g: Mapping[str, Any]) -> str:
     out = ("_DTYPES = (torch.float16, torch.bfloat16)\n"
            "_GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}\n")
     out += "_PLANS = PlanCache()  # argument signature -> run(a, b, out): checks, grid and descriptors done once\n"
-    if g["pad_rows"]:
-        out += "PAD_ELEMENTS = 4096  # elements per program of the padding copies\n"
-    if g["stream_k"]:
-        out += (f"SK_MAX_PARTS = {SK_MAX_PARTS}  # programs that may share one stream-K tile "
-                "(bounds the partials its last program sums)\n")
+    out += _workspace_constants(g["pad_rows"], g["stream_k"])
     out += _num_sms_source() + ("\n\n" + _PAD_HELPERS if g["pad_rows"] else "") + "\n\n" + _block('''
         def _layout(block, dtype):
             # the widest swizzle the block's rows allow: fewest TMA and wgmma shared-memory transactions

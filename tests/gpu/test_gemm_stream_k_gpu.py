@@ -40,6 +40,7 @@ LAUNCHES = 3  # the first and two later launches of one plan are each checked
 
 
 def run_cases() -> dict[str, Any]:
+    import numpy as np
     import torch
     import triton
 
@@ -58,7 +59,7 @@ def run_cases() -> dict[str, Any]:
         cublas_ms = triton.testing.do_bench(lambda x=inputs: torch.matmul(x[0], x[1]), return_mode="median")
         for label in schedules:
             raw = op.family.make(op.family.base(**GLUON_SK, **SCHEDULES[label]))
-            genome = op.family.repair(raw, problem, target, __import__("numpy").random.default_rng(0))
+            genome = op.family.repair(raw, problem, target, np.random.default_rng(0))
             row: dict[str, Any] = {"case": f"{name} {problem.key}", "schedule": label, "genome": str(genome)}
             rows.append(row)
             if not genome["stream_k"] or genome["backend"] != "gluon":
