@@ -277,7 +277,9 @@ def bench_command(args: argparse.Namespace) -> int:
         except ValueError as e:
             print(f"evo bench: {one_line(str(e))}", file=sys.stderr)
             return 2
-        paths = write_report(doc, args.out)
+        paths = _write_or_say(doc, args.out)
+        if paths is None:
+            return 2
         print_summary(doc, paths)
         return 0
     if not args.experiment:
@@ -330,9 +332,22 @@ def bench_command(args: argparse.Namespace) -> int:
         Path(args.partial).parent.mkdir(parents=True, exist_ok=True)
         Path(args.partial).write_text(json.dumps(doc, indent=1) + "\n")
         return 0 if doc["problems"] else 1
-    paths = write_report(doc, args.out)
+    paths = _write_or_say(doc, args.out)
+    if paths is None:
+        return 1
     print_summary(doc, paths)
     return 0 if doc["problems"] else 1
+
+
+def _write_or_say(doc: dict[str, Any], out: str | Path) -> Any:
+    """The paths `write_report` wrote, or None after one line saying why it could not (a full disk, a device or a
+    FIFO at the file's name: evo.store.atomic_file refuses to replace one)."""
+    try:
+        return write_report(doc, out)
+    except OSError as e:
+        print(f"evo bench: cannot write the results under {one_line(str(out))}: {one_line(e.strerror or str(e))}"
+              f"{f' ({e.filename})' if e.filename else ''}", file=sys.stderr)
+        return None
 
 
 def bench_main(argv: list[str] | None = None) -> int:

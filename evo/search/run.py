@@ -15,7 +15,7 @@ from evo.experiment.runlock import RunDirError, RunLock
 from evo.experiment.spec import Experiment
 from evo.search.events import RunSummary
 from evo.search.loop import EventCallback, Search
-from evo.store.atomic_file import write_atomic
+from evo.store.atomic_file import output_target, write_atomic
 from evo.store.resumable import check_resumable, resume_changes
 from evo.store.shared import chain_lookups, default_path, open_shared
 from evo.store.sqlite import Store, StoreError
@@ -55,6 +55,10 @@ def _run_locked(experiment: Experiment, rd: RunDir, resume: bool, on_event: Even
 
     operator = operators.get(experiment.operator, dict(experiment.genome))
     changes: list[str] = []
+    try:  # the copy is written atomically; a FIFO or a device under its name is refused, never read or replaced
+        output_target(rd.experiment)
+    except OSError as e:
+        raise RunDirError(f"cannot write {rd.experiment}: {e.strerror or e}") from None
     previous = rd.experiment.read_text() if rd.experiment.exists() else None
     if resume:
         changes = _check_resumable(rd, experiment, allow_changes)

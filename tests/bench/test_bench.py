@@ -129,6 +129,20 @@ def test_cli_merge_writes_one_file(tmp_path, capsys):
     assert "geomean vs cublas" in capsys.readouterr().out
 
 
+def test_cli_merge_onto_a_fifo_is_one_line(tmp_path, capsys):
+    import os
+
+    a = tmp_path / "a.json"
+    a.write_text(json.dumps(synthetic_doc()))
+    (tmp_path / "out").mkdir()
+    fifo = tmp_path / "out" / "gemm-test-gpu-synthetic-data.json"
+    os.mkfifo(fifo)
+    assert bench_main(["--merge", str(a), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "FIFO" in err and str(fifo) in err
+    assert fifo.is_fifo()
+
+
 def test_cli_needs_an_experiment(capsys):
     assert bench_main([]) == 2
     assert "experiment" in capsys.readouterr().err
