@@ -108,7 +108,10 @@ def as_torch_op(entry: Callable[..., Any], operator: Any, tag: str) -> Callable[
     def impl(*args: Any) -> Any:  # a fresh contiguous result, as the fake implementation promises
         return operator.call_into(entry, *args, out=operator.empty_output(*args))
 
-    op = torch.library.custom_op(name, impl, mutates_args=(), schema=operator.torch_schema)
+    # an operator that writes into an argument (a KV cache) declares it, as its schema marks it `Tensor(a!)`:
+    # torch.compile then lets the op write it in place, and CUDA graphs capture that, without copies
+    mutated = tuple(getattr(operator, "mutates_args", ()))
+    op = torch.library.custom_op(name, impl, mutates_args=mutated, schema=operator.torch_schema)
     op.register_fake(operator.empty_output)
     is_compiling = torch.compiler.is_compiling
     eager = operator.eager_entry(entry)

@@ -99,6 +99,18 @@ class Operator(ABC):
     def bytes(self, problem: Problem) -> int:
         """Fewest bytes the operator must move: each input read once, each output written once."""
 
+    # -- operators that write into an input in place (a KV cache) ------------------------------------------
+    # the op's arguments it writes in place, as its schema marks them (`Tensor(a!) cache`): torch.compile and CUDA
+    # graphs then let the kernel write them directly, without copies
+    mutates_args: tuple[str, ...] = ()
+
+    def written(self, inputs: tuple[Any, ...]) -> list[Any] | None:
+        """Views of what the entry writes into its inputs, or None (the default) for an operator that writes none.
+        They are results beside the returned ones: `reference` lists their exact values after those, and the check
+        (evo.evaluate.check) judges them, poisons them before its judged run, and requires every other element of
+        the inputs unchanged."""
+        return None
+
     # -- kernels as torch ops (evo.api) ----------------------------------------------------------------
     # the op's schema over the entry's arguments without `out`, e.g. "(Tensor a, Tensor b) -> Tensor"
     torch_schema: str = ""

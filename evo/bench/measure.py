@@ -80,7 +80,7 @@ def _sync(device: str) -> None:
 
 
 def _setup_and_check(entrant: Entrant, problem: Problem, inputs: tuple[Any, ...], ref: Any, tol: float,
-                     device: str) -> ContenderResult:
+                     device: str, written: Callable[..., Any] | None = None) -> ContenderResult:
     res = ContenderResult(entrant.name, doc=entrant.doc)
     try:
         fn = entrant.make(problem)
@@ -93,7 +93,7 @@ def _setup_and_check(entrant: Entrant, problem: Problem, inputs: tuple[Any, ...]
         _sync(device)
         res.setup_s = round(time.perf_counter() - start, 3)
         # the search's own check (evo.evaluate.check): the steady state is what gets checked and timed
-        checked = check_launcher(fn, inputs, ref, tol, device)
+        checked = check_launcher(fn, inputs, ref, tol, device, written=written)
     except Exception as e:
         res.reason = f"failed to run: {_one_line(e)}"
         return res
@@ -127,7 +127,8 @@ def measure_contenders(operator: Any, problem: Problem, entrants: list[Entrant],
     inputs = operator.make_inputs(problem, seed, device)
     ref = operator.reference(*inputs)
     tol = float(operator.tolerance(problem))
-    results = [_setup_and_check(e, problem, inputs, ref, tol, device) for e in entrants]
+    written = getattr(operator, "written", None)  # what an in-place operator writes into its inputs is judged too
+    results = [_setup_and_check(e, problem, inputs, ref, tol, device, written) for e in entrants]
     del ref
     ok = [r for r in results if r.status == "ok"]
     if ok:

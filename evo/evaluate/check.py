@@ -5,7 +5,8 @@ judged call writes into a buffer poisoned with NaN, so an element the kernel nev
 holding a stale right answer: passed as `out=` when the launcher takes it, else the first output, poisoned
 in place and freed, is what the launcher's own allocation most likely reuses (and a launcher handing back a
 buffer it kept shows NaN too). Both outputs are judged and the worse verdict stands; so does a change to the
-inputs. The error measure is the relative Frobenius norm ||out - ref|| / ||ref|| against
+inputs, except where an operator writes into them in place by design (`Operator.written`: a KV cache), whose
+written part is judged as an output. The error measure is the relative Frobenius norm ||out - ref|| / ||ref|| against
 `operator.tolerance(problem)`; any NaN or Inf in the output is status `nan`. Works on any device: the GPU
 worker, the CPU smoke mode and `evo bench` use it alike.
 """
@@ -101,19 +102,46 @@ def run_check(launcher: Callable[..., Any], operator: Any, problem: Any, seed: i
     inputs = tuple(operator.make_inputs(problem, seed, device=device))
     # the reference comes first, from untouched inputs: a kernel that writes into its own inputs would
     # otherwise agree with a reference computed from the damage
-    return check_launcher(launcher, inputs, operator.reference(*inputs), operator.tolerance(problem), device)
+    return check_launcher(launcher, inputs, operator.reference(*inputs), operator.tolerance(problem), device,
+                          written=getattr(operator, "written", None))
+
+
+def _results(out: Any, inputs: tuple[Any, ...], written: Callable[..., Any] | None) -> Any:
+    """What is judged of a run: its returned output, then copies of what it wrote into its inputs (if anything)."""
+    parts = written(inputs) if written is not None else None
+    return out if not parts else (out, *(p.clone() for p in parts))
+
+
+def _unchanged_apart_from_written(inputs: tuple[Any, ...], pristine: list[Any],
+                                  written: Callable[..., Any] | None) -> list[Any]:
+    """Copies of the inputs with what the operator writes set back to its pristine values (the inputs themselves
+    when it writes nothing): compared with the pristine inputs, they show a write anywhere else."""
+    kept = tuple(k if k is not None else x for x, k in zip(inputs, pristine, strict=True))
+    if written is None or not written(kept):
+        return list(inputs)
+    after = tuple(x.clone() if hasattr(x, "clone") else x for x in inputs)
+    for part, original in zip(written(after), written(kept), strict=True):
+        part.copy_(original)
+    return list(after)
 
 
 def check_launcher(launcher: Callable[..., Any], inputs: tuple[Any, ...], ref: Any, tol: float,
-                   device: str = "cuda") -> CheckResult:
+                   device: str = "cuda", written: Callable[..., Any] | None = None) -> CheckResult:
     """Judge `launcher(*inputs)` against `ref`, computed from these inputs untouched. Exceptions propagate
-    (the caller classifies them)."""
+    (the caller classifies them).
+
+    `written(inputs)` returns views of what an operator writes into its inputs in place (a KV cache), or None when
+    it writes nothing (`Operator.written`): those are judged after the returned output (`ref` lists them after
+    its results), set to NaN before the judged run so that a kernel cannot pass on values an earlier run left
+    there, and every other element of the inputs must stay unchanged."""
     import torch
 
     pristine = [x.clone() if hasattr(x, "clone") else None for x in inputs]
     first = launcher(*inputs)
     _synchronize(device)
-    first_verdict = judge(first, ref, tol)
+    first_verdict = judge(_results(first, inputs, written), ref, tol)
+    for part in (written(inputs) if written is not None else None) or ():
+        part.copy_(poisoned_like(part))
     with_out = takes_out(launcher)
     if with_out:
         out = poisoned_like(first)
@@ -127,8 +155,8 @@ def check_launcher(launcher: Callable[..., Any], inputs: tuple[Any, ...], ref: A
         del first
         out = launcher(*inputs)
     _synchronize(device)
-    verdicts = [judge(out, ref, tol), first_verdict]
-    for i, (x, kept) in enumerate(zip(inputs, pristine, strict=True)):
+    verdicts = [judge(_results(out, inputs, written), ref, tol), first_verdict]
+    for i, (x, kept) in enumerate(zip(_unchanged_apart_from_written(inputs, pristine, written), pristine, strict=True)):
         # bitwise, with NaN equal to NaN (inputs may legitimately hold NaN)
         if kept is not None and not (torch.equal(x, kept) or torch.equal(x.nan_to_num(), kept.nan_to_num())):
             verdicts.insert(0, ("wrong", None, f"the kernel modified its input {i}"))  # the root cause first
