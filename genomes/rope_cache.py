@@ -6,7 +6,8 @@ A program takes BLOCK_T tokens x BLOCK_H heads and walks each half of the head d
 per head) or of one role only (the role decided once per program, value heads never reading the tables). The work is
 tiny at decode (a few tens of kilobytes at T = 1: launch latency and parallelism decide) and memory-bound in prefill.
 
-Validity is one table of rules, each a check and its fix (`RULES`), read by both `violations` and `repair`: a block no
+Validity is one table of rules (genomes/rule_table.py), each a check and its fix (`RULES`), read by both `violations`
+and `repair`: a block no
 larger than what it tiles (tokens, heads, half head rounded up to a power of two), a tile of at most 16 elements per
 thread (about 6 fp32 values live per element: two halves in, two tables, two out) and, above one warp, no fewer
 elements than threads.
@@ -14,7 +15,7 @@ elements than threads.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,8 +25,9 @@ from evo.problem import Problem, Target
 from genomes import labels
 from genomes.base import Descriptor, Genome, GenomeFamily
 from genomes.genes import Categorical, Gene, IntChoice, PowerOfTwo
+from genomes.rule_table import Rule, table_repair, table_violations
 
-__all__ = ["RopeCacheFamily", "RULES", "Rule", "Facts", "MAX_PER_THREAD"]
+__all__ = ["RopeCacheFamily", "RULES", "Facts", "MAX_PER_THREAD", "tile"]
 
 MAX_PER_THREAD = 16  # tile elements per thread: ~6 fp32 values live each, ~100 registers
 
@@ -48,62 +50,67 @@ class Facts:
         d = problem.dims
         return cls(d["tokens"], d["heads"], d["kv_heads"], _pow2(d["head_dim"] // 2))
 
-    def head_span(self, g: dict[str, Any]) -> int:
+    def head_span(self, g: Mapping[str, Any]) -> int:
         """Heads one program's block ranges over: every head of a token, or the largest role's."""
         return self.heads + 2 * self.kv_heads if g["roles"] == "mixed" else max(self.heads, self.kv_heads)
 
 
-def tile(g: dict[str, Any], f: Facts) -> int:
+def tile(g: Mapping[str, Any], f: Facts) -> int:
     """Elements of one [BLOCK_T, BLOCK_H, BLOCK_D] step (the launcher narrows BLOCK_D to the half head)."""
     return g["BLOCK_T"] * g["BLOCK_H"] * min(g["BLOCK_D"], f.half_pad)
 
 
-@dataclass(frozen=True)
-class Rule:
-    """A validity rule: `check` returns the reason a genome breaks it (None if it does not); `fix` moves the genes one
-    step towards keeping it and returns False when it cannot."""
-
-    name: str
-    check: Callable[[dict[str, Any], Facts], str | None]
-    fix: Callable[[GenomeFamily, dict[str, Any], Facts], bool]
-
-
-def _narrow_block_d(fam: GenomeFamily, g: dict[str, Any], f: Facts) -> bool:
-    return fam._step_down(g, "BLOCK_D")
-
-
-def _relieve_registers(fam: GenomeFamily, g: dict[str, Any], f: Facts) -> bool:
+def _relieve_registers(fam: GenomeFamily, g: dict[str, Any], p: Problem, t: Target) -> bool:
     """More warps, else halve the largest of the three blocks."""
     if fam._step_up(g, "num_warps"):
         return True
-    sizes = {"BLOCK_D": min(g["BLOCK_D"], f.half_pad), "BLOCK_H": g["BLOCK_H"], "BLOCK_T": g["BLOCK_T"]}
+    sizes = {"BLOCK_D": min(g["BLOCK_D"], Facts.of(p).half_pad), "BLOCK_H": g["BLOCK_H"], "BLOCK_T": g["BLOCK_T"]}
     return any(fam._step_down(g, name) for name in sorted(sizes, key=lambda n: -sizes[n]))
 
 
+def _block_d(g: Mapping[str, Any], p: Problem, t: Target) -> str | None:
+    half = Facts.of(p).half_pad
+    if g["BLOCK_D"] <= max(half, 8):
+        return None
+    return f"BLOCK_D={g['BLOCK_D']} is wider than half the head dimension ({half} rounded up)"
+
+
+def _block_t(g: Mapping[str, Any], p: Problem, t: Target) -> str | None:
+    tokens = Facts.of(p).tokens
+    if g["BLOCK_T"] <= _pow2(tokens):
+        return None
+    return f"BLOCK_T={g['BLOCK_T']} exceeds the {tokens} tokens rounded up to a power of two"
+
+
+def _block_h(g: Mapping[str, Any], p: Problem, t: Target) -> str | None:
+    span = Facts.of(p).head_span(g)
+    if g["BLOCK_H"] <= _pow2(span):
+        return None
+    return (f"BLOCK_H={g['BLOCK_H']} exceeds the {span} heads a program's block ranges over ({g['roles']} roles) "
+            "rounded up to a power of two")
+
+
+def _registers(g: Mapping[str, Any], p: Problem, t: Target) -> str | None:
+    f = Facts.of(p)
+    if tile(g, f) <= MAX_PER_THREAD * 32 * g["num_warps"]:
+        return None
+    return (f"a {g['BLOCK_T']}x{g['BLOCK_H']}x{min(g['BLOCK_D'], f.half_pad)} tile is more than {MAX_PER_THREAD} "
+            f"elements per thread at {g['num_warps']} warps")
+
+
+def _threads(g: Mapping[str, Any], p: Problem, t: Target) -> str | None:
+    n = tile(g, Facts.of(p))
+    if g["num_warps"] == 1 or n >= 32 * g["num_warps"]:
+        return None
+    return f"a {n}-element tile has fewer elements than the {32 * g['num_warps']} threads of {g['num_warps']} warps"
+
+
 RULES: tuple[Rule, ...] = (
-    Rule("block_d",
-         lambda g, f: None if g["BLOCK_D"] <= max(f.half_pad, 8) else
-         f"BLOCK_D={g['BLOCK_D']} is wider than half the head dimension ({f.half_pad} rounded up)",
-         _narrow_block_d),
-    Rule("block_t",
-         lambda g, f: None if g["BLOCK_T"] <= _pow2(f.tokens) else
-         f"BLOCK_T={g['BLOCK_T']} exceeds the {f.tokens} tokens rounded up to a power of two",
-         lambda fam, g, f: fam._step_down(g, "BLOCK_T")),
-    Rule("block_h",
-         lambda g, f: None if g["BLOCK_H"] <= _pow2(f.head_span(g)) else
-         f"BLOCK_H={g['BLOCK_H']} exceeds the {f.head_span(g)} heads a program's block ranges over "
-         f"({g['roles']} roles) rounded up to a power of two",
-         lambda fam, g, f: fam._step_down(g, "BLOCK_H")),
-    Rule("registers",
-         lambda g, f: None if tile(g, f) <= MAX_PER_THREAD * 32 * g["num_warps"] else
-         f"a {g['BLOCK_T']}x{g['BLOCK_H']}x{min(g['BLOCK_D'], f.half_pad)} tile is more than {MAX_PER_THREAD} "
-         f"elements per thread at {g['num_warps']} warps",
-         _relieve_registers),
-    Rule("threads",
-         lambda g, f: None if g["num_warps"] == 1 or tile(g, f) >= 32 * g["num_warps"] else
-         f"a {tile(g, f)}-element tile has fewer elements than the {32 * g['num_warps']} threads of "
-         f"{g['num_warps']} warps",
-         lambda fam, g, f: fam._step_down(g, "num_warps")),
+    Rule("block_d", _block_d, lambda fam, g, p, t: fam._step_down(g, "BLOCK_D")),
+    Rule("block_t", _block_t, lambda fam, g, p, t: fam._step_down(g, "BLOCK_T")),
+    Rule("block_h", _block_h, lambda fam, g, p, t: fam._step_down(g, "BLOCK_H")),
+    Rule("registers", _registers, _relieve_registers),
+    Rule("threads", _threads, lambda fam, g, p, t: fam._step_down(g, "num_warps")),
 )
 
 
@@ -124,19 +131,11 @@ class RopeCacheFamily(GenomeFamily):
         ]
 
     def violations(self, genome: Genome, problem: Problem, target: Target) -> list[str]:
-        g, f = genome.as_dict(), Facts.of(problem)
-        return [reason for rule in RULES if (reason := rule.check(g, f)) is not None]
+        return table_violations(RULES, genome.as_dict(), problem, target)
 
     def repair(self, genome: Genome, problem: Problem, target: Target, rng: np.random.Generator) -> Genome:
-        """Each broken rule's fix in table order, repeated until none is broken or no fix moves a gene."""
-        g, f = genome.as_dict(), Facts.of(problem)
-        for _ in range(64):  # each fix moves a gene one step along a finite domain
-            moved = False
-            for rule in RULES:
-                if rule.check(g, f) is not None and rule.fix(self, g, f):
-                    moved = True
-            if not moved:
-                break
+        """The rules' fixes in table order (genomes/rule_table.py)."""
+        g = table_repair(self, RULES, genome.as_dict(), problem, target)
         return self._repaired(g, genome, problem, target)
 
     def base(self, **values: Any) -> dict[str, Any]:

@@ -60,7 +60,7 @@ def test_every_rule_reports_and_repair_fixes_it(family):
     for name, values in broken.items():
         g = family.make(values)
         rule = next(r for r in RULES if r.name == name)
-        reason = rule.check(g.as_dict(), f)
+        reason = rule.check(g.as_dict(), DECODE, HOPPER)
         assert reason is not None and reason in family.violations(g, DECODE, HOPPER), name
         fixed = family.repair(g, DECODE, HOPPER, rng)
         assert family.violations(fixed, DECODE, HOPPER) == [], (name, fixed)
