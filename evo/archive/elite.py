@@ -7,6 +7,8 @@ caller names, when that GPU measured any), judged by that evaluation's objective
 GPU time); failures count as evaluations wherever they ran.
 `ranked` lists the archive's elites best first (one per kernel source): the finalists `evo bench` re-times
 when asked. The experiment, when known, gives the descriptors and noise margin the search used.
+A correct row whose genome its family refuses (a gene outside its domain: an edited or damaged store) cannot be
+rendered again, so it is never an elite: it is skipped as a damaged row (the store's `skipped`, one warning line).
 """
 
 from __future__ import annotations
@@ -34,11 +36,11 @@ def settings(experiment: Experiment | None) -> tuple[Sequence[DescriptorSpec], f
     return (experiment.descriptors, experiment.evaluation.noise_margin) if experiment else ((), 0.01)
 
 
-def _judged_rows(store: Any, problem: Problem, gpu: str | None) -> list[Evaluation]:
+def _judged_rows(store: Any, problem: Problem, gpu: str | None, operator: Any) -> list[Evaluation]:
     """The rows the elite is chosen from (see the module doc), each judged by the objective of the latest correct
     one (Evaluation.judged_by): a run resumed under another objective (allowed changes) does not rank one clock
     against another."""
-    rows = store.evaluations(problem.key)
+    rows = [r for r in store.evaluations(problem.key) if r.status != "ok" or _in_domain(store, r, operator.family)]
     ok = [r for r in rows if r.status == "ok"]
     ok = [r for r in ok if r.gpu == gpu] or ok  # the GPU asked for, when it measured anything
     if not ok:
@@ -48,12 +50,29 @@ def _judged_rows(store: Any, problem: Problem, gpu: str | None) -> list[Evaluati
             if r.status != "ok" or (r.gpu, r.versions_key) == (last.gpu, last.versions_key)]
 
 
-def _archive(rows: list[Evaluation], problem: Problem, descriptors: Sequence[DescriptorSpec], noise_margin: float,
-             operator: Any) -> GridArchive:
+def _in_domain(store: Any, row: Evaluation, family: Any) -> bool:
+    """Whether the row's genome is one of its family's (each gene within its domain); a row that is not is noted
+    among the store's skipped rows."""
+    try:
+        family.from_canonical(row.genome)
+        return True
+    except (ValueError, KeyError, TypeError) as e:  # InvalidGenome is a ValueError
+        skipped = getattr(store, "skipped", None)
+        if skipped is not None:
+            skipped.add(row.id, f"genome outside its family's domain ({' '.join(str(e).split())[:120]})")
+        return False
+
+
+def _operator(problem: Problem, operator: Any) -> Any:
     if operator is None:  # the registry's, unrestricted (earlier sessions may have used other overrides)
         import operators
 
         operator = operators.get(problem.operator)
+    return operator
+
+
+def _archive(rows: list[Evaluation], problem: Problem, descriptors: Sequence[DescriptorSpec], noise_margin: float,
+             operator: Any) -> GridArchive:
     archive = GridArchive.for_problem(operator, problem, descriptors, noise_margin)
     archive.add(rows)
     return archive
@@ -63,13 +82,15 @@ def problem_archive(store: Any, problem: Problem, descriptors: Sequence[Descript
                     noise_margin: float = 0.01, gpu: str | None = None, operator: Any = None) -> GridArchive:
     """The archive of `problem` from the store's rows on one GPU model and versions (see the module doc).
     `operator` defaults to the registry's, unrestricted (earlier sessions may have used other overrides)."""
-    return _archive(_judged_rows(store, problem, gpu), problem, descriptors, noise_margin, operator)
+    operator = _operator(problem, operator)
+    return _archive(_judged_rows(store, problem, gpu, operator), problem, descriptors, noise_margin, operator)
 
 
 def ranked(store: Any, problem: Problem, experiment: Experiment | None = None, gpu: str | None = None,
            operator: Any = None) -> list[Evaluation]:
     """The archive's elites, best first (earliest on a tie), one per kernel source."""
-    rows = _judged_rows(store, problem, gpu)
+    operator = _operator(problem, operator)
+    rows = _judged_rows(store, problem, gpu, operator)
     archive = _archive(rows, problem, *settings(experiment), operator)
     best = archive.best
     elites = sorted(archive.elites(), key=lambda e: -e.objective)

@@ -10,13 +10,14 @@ the experiment (`evo run` calls both before it imports the executor machinery, s
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from pathlib import Path
 from typing import Any
 
 from evo.experiment.resume_check import experiment_changes
-from evo.store.row_check import BadRow, Skipped, decode_row
-from evo.store.sqlite import Store
+from evo.store.row_check import BadRow, Garbled, Skipped, decode_row, tolerant_text
+from evo.store.sqlite import Store, damaged_message
 from evo.store.store_lock import locked_message, try_write_lock
 from evo.store.store_readonly import connect_readonly
 
@@ -41,22 +42,39 @@ def check_resumable(path: Path, error: type[Exception] = ValueError) -> None:
         raise error(f"cannot resume: {path} is not an evo store ({e}); {_NEW_RUN}") from None
     try:
         problem = _damage(db)
-    except sqlite3.DatabaseError as e:
-        problem = f"cannot be read ({e})"
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as e:
+        raise error(f"cannot resume: {damaged_message(path, e)}; or {_NEW_RUN}") from None
     finally:
         db.close()
     if problem:
         raise error(f"cannot resume: {path} {problem}; `evo status`, `evo export` and `evo report` still read "
                     f"its intact rows; {_NEW_RUN}")
-    if not try_write_lock(path):
+    _check_writable(path, error)
+    try:
+        free = try_write_lock(path)
+    except sqlite3.Error as e:  # e.g. "attempt to write a readonly database"
+        raise error(f"cannot resume: {path} cannot be written ({e}); {_WRITABLE}") from None
+    if not free:
         raise error(f"cannot resume: {locked_message(path)}")
+
+
+_WRITABLE = "a resume adds rows to it, so it and its folder must be writable (chmod u+w), or " + _NEW_RUN
+
+
+def _check_writable(path: Path, error: type[Exception]) -> None:
+    """A resume writes the store and, beside it, SQLite's -wal and -shm files: refuse a store or run directory the
+    user cannot write before a worker starts, rather than fail on the first row."""
+    for target in (path.parent, path):
+        if not os.access(target, os.W_OK):
+            raise error(f"cannot resume: {target} is not writable by this user; {_WRITABLE}")
 
 
 def _damage(db: sqlite3.Connection) -> str:
     """What is wrong with the store ('' when nothing): SQLite's own check, then every row and metadata value."""
+    db.text_factory = tolerant_text  # text that is not UTF-8 is a damaged row (row_check.Garbled), named below
     verdict = db.execute("PRAGMA quick_check").fetchone()[0]
     if verdict != "ok":
-        return f"is damaged (SQLite: {verdict})"
+        raise sqlite3.DatabaseError(f"SQLite's check: {' '.join(str(verdict).split())[:200]}")
     skipped = Skipped()
     for row in db.execute("SELECT * FROM evaluations ORDER BY id"):
         try:
@@ -67,6 +85,8 @@ def _damage(db: sqlite3.Connection) -> str:
         return f"has {skipped.summary()}"
     for key, value in db.execute("SELECT key, value FROM meta"):
         try:
+            if isinstance(key, Garbled) or isinstance(value, Garbled):
+                raise ValueError("not UTF-8")
             json.loads(value)
         except (TypeError, ValueError):
             return f"has damaged run metadata (key {key!r} is not JSON)"

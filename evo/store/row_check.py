@@ -3,7 +3,9 @@
 SQLite keeps whatever a column is given (text in a REAL column, '[1,2]' as a problem), so a row that decodes into
 an `Evaluation` may still break every reader that trusts it. `decode_row` checks each column's kind and that the
 problem and genome parse as what `Candidate.row` wrote; a row that fails raises `BadRow`, which the store
-counts and skips (`Skipped`), so one damaged row costs that row, never the command.
+counts and skips (`Skipped`), so one damaged row costs that row, never the command. A flipped byte can also leave
+text that is not UTF-8, which Python's sqlite3 refuses to read at all: the store then reads text through
+`tolerant_text`, which marks such a value as `Garbled`, and its row is skipped like any other damaged row.
 """
 
 from __future__ import annotations
@@ -16,13 +18,25 @@ from typing import Any
 from evo.problem import Problem
 from evo.store.record import Evaluation
 
-__all__ = ["BadRow", "Skipped", "decode_row"]
+__all__ = ["BadRow", "Garbled", "Skipped", "decode_row", "tolerant_text"]
 
 _JSON_KINDS = {"versions": dict, "times_ms": list, "resources": dict, "parents": list}
 
 
 class BadRow(ValueError):
     """A stored row that does not decode into a usable evaluation; the message says which column and why."""
+
+
+class Garbled(str):
+    """Stored text that is not UTF-8, read with its bad bytes replaced (U+FFFD): never a value to trust."""
+
+
+def tolerant_text(raw: bytes) -> str:
+    """A sqlite3 text factory: the text, or a `Garbled` copy of it where its bytes are not UTF-8."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return Garbled(raw.decode("utf-8", "replace"))
 
 
 def _json(row: dict[str, Any], name: str, kind: type) -> None:
@@ -78,6 +92,9 @@ def _scalars(ev: Evaluation) -> None:
 
 def decode_row(row: dict[str, Any]) -> Evaluation:
     """The `Evaluation` of one stored row (a dict of its columns); raises BadRow when it is damaged."""
+    garbled = next((name for name, value in row.items() if isinstance(value, Garbled)), None)
+    if garbled is not None:
+        raise BadRow(f"{garbled} is not UTF-8 text")
     for name, kind in _JSON_KINDS.items():
         _json(row, name, kind)
     _problem(row)

@@ -58,10 +58,11 @@ def is_served(ev: Evaluation) -> bool:
 
 
 class SharedResults(Store):
-    def record(self, ev: Evaluation) -> None:
-        """Copy a row a run measured (served rows are copies already and are not stored twice)."""
+    def record(self, ev: Evaluation, source: str | None = None) -> None:
+        """Copy a row a run measured, with its kernel's `source` (served rows are copies already and are not stored
+        twice)."""
         if not is_served(ev):
-            self.add(dataclasses.replace(ev, id=None))
+            self.add(dataclasses.replace(ev, id=None), source)
 
     def lookup(self, source_hash: str, problem_key: str, gpu: str, versions: dict[str, str]) -> Evaluation | None:
         found = super().lookup(source_hash, problem_key, gpu, versions)
@@ -75,13 +76,14 @@ class SharedResults(Store):
         if limit < 1:
             return []
         key = json.dumps(versions, sort_keys=True)
-        with self._lock:
-            keys = [r[0] for r in self._db.execute(
-                "SELECT DISTINCT problem_key FROM evaluations WHERE operator=? AND gpu=? AND versions_key=? "
-                "AND status='ok'", (problem.operator, gpu, key)).fetchall()]
+        keys = [r[0] for r in self._rows(
+            "SELECT DISTINCT problem_key FROM evaluations WHERE operator=? AND gpu=? AND versions_key=? "
+            "AND status='ok'", (problem.operator, gpu, key))]
         near: list[tuple[float, Problem]] = []
         for k in keys:
             rows = self.evaluations(k, "ok")
+            if not rows:  # every correct row of it damaged (skipped)
+                continue
             other = Problem.from_json(rows[0].problem)
             if other.dtype == problem.dtype and len(other.sizes) == len(problem.sizes):
                 near.append((shape_distance(other.sizes, problem.sizes), other))
@@ -103,9 +105,8 @@ class SharedResults(Store):
     def measured(self, problem_key: str, gpu: str) -> int:
         """Rows of `problem_key` on `gpu` whose status is a property of the kernel (servable)."""
         marks = ", ".join("?" for _ in MEASURED)
-        with self._lock:
-            return int(self._db.execute(f"SELECT COUNT(*) FROM evaluations WHERE problem_key=? AND gpu=? AND status "
-                                        f"IN ({marks})", (problem_key, gpu, *MEASURED)).fetchone()[0])
+        return int(self._rows(f"SELECT COUNT(*) FROM evaluations WHERE problem_key=? AND gpu=? AND status IN ({marks})",
+                              (problem_key, gpu, *MEASURED))[0][0])
 
 
 Lookup = Callable[[str, str, str, dict], "Evaluation | None"]

@@ -2,7 +2,8 @@
 
 SQLite can read a WAL database without write access to it as long as its -shm index exists or can be made;
 in a directory the user cannot write, where neither holds, the store is read as immutable (no writer can be
-adding to it there). The schema is checked, so that a file that is SQLite but not a store says so in one line.
+adding to it there). The schema is checked (its tables, and that their column names can be read), so that a file
+that is SQLite but not a store, or a store whose schema a flipped byte damaged, says so in one line.
 """
 
 from __future__ import annotations
@@ -39,4 +40,11 @@ def _open(uri: str) -> sqlite3.Connection:
     if not _TABLES <= names:
         db.close()
         raise sqlite3.DatabaseError(f"no {' and '.join(sorted(_TABLES - names))} table: not an evo store")
+    for table in sorted(_TABLES):
+        try:
+            db.execute(f"SELECT * FROM {table} LIMIT 0")  # its column names, decoded as every read will
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as e:
+            db.close()
+            why = "a column name is not UTF-8" if isinstance(e, UnicodeDecodeError) else str(e)
+            raise sqlite3.DatabaseError(f"its schema is damaged: table {table}: {why}") from None
     return db

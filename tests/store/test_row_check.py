@@ -48,6 +48,7 @@ def test_an_intact_row_decodes_to_what_was_stored(tmp_path):
     ("median_ms='fast'", "median_ms is not a number"),
     ("status='splendid'", "unknown status"),
     ("gpu=x'ff'", "gpu is not text"),  # a blob: SQLite would turn a number into text
+    ("reason=CAST(x'6f6bff' AS TEXT)", "reason is not UTF-8 text"),  # a flipped byte: Python's sqlite3 cannot read it
 ])
 def test_a_damaged_row_is_skipped_and_named_by_id(tmp_path, sql, why):
     path, ids = stored(tmp_path)
@@ -60,6 +61,21 @@ def test_a_damaged_row_is_skipped_and_named_by_id(tmp_path, sql, why):
         assert store.lookup("s1", PROBLEM.key, "", {}) is None  # a damaged measurement is never served
     line = store.skipped.line(path)
     assert f"1 damaged row (id {ids[1]}: " in line and why in line and "\n" not in line
+
+
+def test_text_that_is_not_utf8_in_metadata_reads_as_absent(tmp_path):
+    path, ids = stored(tmp_path, 2)
+    with Store(path) as store:
+        store.set_meta("experiment", "x")
+        store.set_meta("seed", 3)
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE meta SET value=CAST(x'22ff22' AS TEXT) WHERE key='seed'")
+        db.execute("UPDATE evaluations SET genome=CAST(x'7bff7d' AS TEXT) WHERE id=?", (ids[0],))
+    db.close()
+    with Store(path, readonly=True) as store:
+        assert store.all_meta() == {"experiment": "x"} and store.meta("seed", "none") == "none"
+        assert [e.id for e in store.evaluations()] == [ids[1]] and store.problem_keys() == [PROBLEM.key]
+    assert "genome is not UTF-8 text" in store.skipped.line(path)
 
 
 def test_damaged_metadata_reads_as_absent(tmp_path):
