@@ -107,7 +107,8 @@ def _bench_problem(operator: Any, problem: Problem, store: Store | None, entrant
     if len(pool) > 1:
         # a separate pass on other inputs picks among the search's best few, so the reported timing of the
         # chosen kernel is a fresh measurement rather than the lucky one that made it win
-        cands = [evo_entrant(operator, e, problem, target, f"finalist{i}")[0] for i, e in enumerate(pool)]
+        cands = [evo_entrant(operator, e, problem, target, f"finalist{i}", store.source(e.source_hash))[0]
+                 for i, e in enumerate(pool)]
         pre = measure_contenders(operator, problem, cands, timer=timer, device=device, seed=seed + 1, reps=reps,
                                  warmup=3)
         extra["evo_finalists"] = [{"genome_hash": operator.family.from_canonical(e.genome).hash,
@@ -118,7 +119,8 @@ def _bench_problem(operator: Any, problem: Problem, store: Store | None, entrant
         chosen = min(timed, key=lambda t: t[0])[1] if timed else chosen
     all_entrants = list(entrants)
     if chosen is not None:
-        entrant, differs = evo_entrant(operator, chosen, problem, target)
+        stored = store.source(chosen.source_hash) if store is not None else None
+        entrant, differs = evo_entrant(operator, chosen, problem, target, stored=stored)
         all_entrants.append(entrant)
         if differs:
             extra["evo_note"] = "the kernel rendered now differs from the source the search measured"

@@ -76,15 +76,17 @@ def finalist_pool(elites: list[Evaluation], least: int, band: float = FINALIST_B
     return (elites[:least] + near)[:3 * least]
 
 
-def evo_entrant(operator: Any, ev: Evaluation, problem: Problem, target: Target, name: str = EVO
-                ) -> tuple[Entrant, bool]:
-    """The kernel of a stored evaluation as a contender (its genome rendered again, loaded on first use), and
-    whether the source rendered now differs from the one the search measured (the renderer changed since)."""
+def evo_entrant(operator: Any, ev: Evaluation, problem: Problem, target: Target, name: str = EVO,
+                stored: str | None = None) -> tuple[Entrant, bool]:
+    """The kernel of a stored evaluation as a contender (loaded on first use), and whether its source differs from
+    the one the search measured. `stored` is that source as the run's store kept it (Store.source): the contender
+    runs it as it is; None renders the genome again (a store made before sources were kept), which differs when the
+    renderer changed since."""
     from evo.evaluate.modules import load_source, source_hash
 
     try:
         genome = operator.family.from_canonical(ev.genome)
-        source = operator.render(genome, problem, target)
+        source = stored if stored is not None else operator.render(genome, problem, target)
     except Exception as e:  # reported as the contender's reason by measure_contenders
         failure = e
 

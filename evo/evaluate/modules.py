@@ -6,7 +6,6 @@ Triton reads a kernel's source from its file, so rendered source is written to a
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import os
 import sys
@@ -14,11 +13,9 @@ import tempfile
 from pathlib import Path
 from types import ModuleType
 
+from evo.store.sources import source_hash  # a kernel's identity, as the store keys kept sources by it
+
 __all__ = ["source_hash", "write_source", "load_source", "kernel_dir"]
-
-
-def source_hash(source: str) -> str:
-    return hashlib.sha256(source.encode()).hexdigest()[:20]
 
 
 def kernel_dir() -> Path:

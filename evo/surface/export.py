@@ -31,10 +31,18 @@ from evo.store.sqlite import Store
 from evo.surface.export_selfcheck import OBJECTIVE_TEXT, SELFCHECK_MAIN, row_clocks, selfcheck_constants
 
 __all__ = ["ExportError", "BestKernel", "elites", "find_elite", "export_one", "export_all", "is_smoke", "run_target",
-           "render_module"]
+           "render_module", "rerendered", "NO_SOURCE"]
 
 SMOKE_WARNING = ("this run was a CPU smoke run (no GPU): the kernel was checked in the Triton interpreter and "
                  "its fitness was a stand-in, NOT a timing; nothing here says how fast it is on a GPU")
+
+
+# why an export renders a genome again rather than write the source measured
+NO_SOURCE = "the run's store keeps no source of this kernel (its row was stored by an older evo)"
+
+
+# The first line of every exported module ("# " before it), by which evo.api.load knows one before running any of it
+HEADER_ONE, HEADER_ALL = "evo elite kernel:", "evo elite kernels:"
 
 
 class ExportError(ValueError):
@@ -98,13 +106,13 @@ def _when(ts: float | None) -> str:
     return _dt.datetime.fromtimestamp(ts, tz=_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
-def _header(op: Any, elite: BestKernel, meta: dict[str, Any], smoke: bool, match: bool) -> list[str]:
+def _header(op: Any, elite: BestKernel, meta: dict[str, Any], smoke: bool, note: str) -> list[str]:
     ev, p = elite.evaluation, elite.problem
     from evo import __version__
 
     genome = json.loads(ev.genome).get("genes", {})
     lines = [
-        f"evo elite kernel: {p.operator} {p.shape_text} {p.dtype} ({', '.join(f'{k}={v}' for k, v in p.shape)})",
+        f"{HEADER_ONE} {p.operator} {p.shape_text} {p.dtype} ({', '.join(f'{k}={v}' for k, v in p.shape)})",
         "",
     ]
     if smoke:
@@ -132,9 +140,8 @@ def _header(op: Any, elite: BestKernel, meta: dict[str, Any], smoke: bool, match
     lines += [f"Genome: {_clean(' '.join(f'{k}={v}' for k, v in sorted(genome.items())))}",
               f"Genome (canonical): {_clean(ev.genome)}",
               f"Source hash: {_clean(ev.source_hash)}; evaluation id {ev.id}; origin {_clean(ev.origin or '?')}."]
-    if not match and not smoke:  # (a smoke run checks a smaller copy of the problem: its hashes differ anyway)
-        lines.append("NOTE: re-rendering this genome gave a source different from the one measured (the renderer "
-                     "changed since the run); the code below is the re-rendered one.")
+    if note:
+        lines.append(note)
     lines += ["", f"Entry point: {op.entry}(*inputs).",
               "Run `python THIS_FILE.py` to check it against torch on fresh random inputs and, with CUDA, measure it",
               "against the baseline as the run did (GPU time with L2 flushed by reading 256 MiB, CUDA events, median,",
@@ -180,17 +187,29 @@ def _split_future(source: str) -> tuple[list[str], str]:
     return future, "\n".join(rest)
 
 
-def render_module(op: Any, elite: BestKernel, meta: dict[str, Any]) -> str:
-    """The standalone module text for one elite."""
+def _rerendered_note(op: Any, elite: BestKernel, meta: dict[str, Any], smoke: bool) -> tuple[str, str]:
+    """The elite's genome rendered again (for a store that keeps no source of it), and the header's NOTE saying so."""
+    ev = elite.evaluation
+    source = op.render(op.family.from_canonical(ev.genome), elite.problem, run_target(meta))
+    note = f"NOTE: {NO_SOURCE}: the code below is its genome rendered again"
+    if smoke:  # (a smoke run checks a smaller copy of the problem: its hashes tell nothing here)
+        return source, note + "."
+    if not ev.source_hash or source_hash(source) == ev.source_hash:
+        return source, note + ", which gives the source measured (the same hash)."
+    return source, note + (", which gives a source different from the one measured (the renderer changed since the "
+                           "run).")
+
+
+def render_module(op: Any, elite: BestKernel, meta: dict[str, Any], stored: str | None = None) -> str:
+    """The standalone module text for one elite. `stored` is its kernel's text as the run's store kept it
+    (`Store.source`), written as it is: the source measured; None renders the genome again, and the header says so
+    (a store made before sources were kept)."""
     ev, p = elite.evaluation, elite.problem
-    family = op.family
-    genome = family.from_canonical(ev.genome)
-    source = op.render(genome, p, run_target(meta))
-    match = not ev.source_hash or source_hash(source) == ev.source_hash
     smoke = is_smoke(ev, meta)
+    source, note = (stored, "") if stored is not None else _rerendered_note(op, elite, meta, smoke)
     check = op.selfcheck_source(p)
     future, body = _split_future(source)
-    parts = ["\n".join(f"# {line}".rstrip() for line in _header(op, elite, meta, smoke, match)), ""]
+    parts = ["\n".join(f"# {line}".rstrip() for line in _header(op, elite, meta, smoke, note)), ""]
     parts += future + ([""] if future else [])
     parts += [_PREAMBLE, "# ---- kernel (rendered by evo from the genome above) " + "-" * 50, body.strip("\n"), ""]
     parts += [f"_EVO_OPERATOR = {p.operator!r}  # evo.api.load makes the entry a torch op of this operator's schema"]
@@ -218,7 +237,19 @@ def export_one(store: Store, sizes: tuple[int, ...], dtype: str | None = None,
                experiment: Experiment | None = None) -> tuple[str, BestKernel]:
     """The standalone module of the elite for `sizes` (and `dtype`, needed when several were measured)."""
     chosen = _select(store, tuple(sizes), dtype, experiment)
-    return render_module(_operator_for(chosen), chosen, store.all_meta()), chosen
+    stored = store.source(chosen.evaluation.source_hash)
+    return render_module(_operator_for(chosen), chosen, store.all_meta(), stored), chosen
+
+
+def rerendered(store: Store, found: list[BestKernel]) -> str:
+    """One line for the user when some of the exported elites' kernels were rendered again from their genomes (the
+    store keeps no source of them: made by an older evo); '' when every one is the source measured."""
+    missing = [e for e in found if store.source(e.evaluation.source_hash) is None]
+    if not missing:
+        return ""
+    which = "the kernel" if len(found) == 1 else f"{len(missing)} of the {len(found)} kernels"
+    return (f"note: the run's store keeps no source of {which} (stored by an older evo): rendered again from the "
+            "genome, as the NOTE in the module's header says")
 
 
 # How a generated module imports a module it holds as source text (`evo export --all`'s elites, `evo zoo --collect`'s
@@ -330,7 +361,7 @@ def export_all(store: Store, experiment: Experiment | None = None) -> tuple[str,
     op = _operator_for(found[0])
     meta = store.all_meta()
     smoke = any(is_smoke(e.evaluation, meta) for e in found)
-    head = [f"evo elite kernels: {op.name}, {len(found)} measured problems, one module.", ""]
+    head = [f"{HEADER_ALL} {op.name}, {len(found)} measured problems, one module.", ""]
     if smoke:
         head += [f"WARNING: {SMOKE_WARNING}.", ""]
     head += [f"Call {op.entry}(*inputs): it runs the elite of the problem the inputs form; for a shape that was not",
@@ -351,7 +382,7 @@ def export_all(store: Store, experiment: Experiment | None = None) -> tuple[str,
     for e in found:
         variants[f"{e.problem.shape_text}:{e.problem.dtype}"] = {
             "sizes": e.problem.sizes, "dtype": e.problem.dtype,
-            "source": render_module(op, e, meta).split("\n"),
+            "source": render_module(op, e, meta, store.source(e.evaluation.source_hash)).split("\n"),
         }
     lines = ["\n".join(f"# {line}".rstrip() for line in head), "", "import os as _evo_os", "",
              _PREAMBLE.split("\n", 2)[2].rstrip(), "",

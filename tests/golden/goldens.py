@@ -64,8 +64,8 @@ def write_manifest(cases: list[Case]) -> None:
 
 
 def _export(case: Case, source: str) -> str:
-    """The module `evo export` writes for `case` as the elite of a GPU run with fixed figures (a timestamp-free
-    header: the line naming evo's version and the export's time is set to a fixed text)."""
+    """The module `evo export` writes for `case` as the elite of a GPU run with fixed figures whose store kept
+    `source` (a timestamp-free header: the line naming evo's version and the export's time is set to a fixed text)."""
     from evo.archive.elite import EliteKernel
     from evo.evaluate.modules import source_hash
     from evo.store.record import Evaluation
@@ -79,7 +79,8 @@ def _export(case: Case, source: str) -> str:
         times_ms=[1.25] * 30, baseline="baseline", baseline_ms=1.5, baseline_spread_ms=0.01, call_ms=1.3,
         baseline_call_ms=1.55, host_us=12.0, baseline_host_us=9.0, objective="gpu", max_rel_error=0.001,
         origin="seed", run_id="golden-run", worker="gpu0", started_at=1.767e9, finished_at=1.767e9 + 60, id=1)
-    text = render_module(_operator(case.operator), EliteKernel(p, ev), {"experiment": "golden", "executor": "local"})
+    meta = {"experiment": "golden", "executor": "local"}
+    text = render_module(_operator(case.operator), EliteKernel(p, ev), meta, stored=source)
     return _EXPORTED_AT.sub("# Exported by evo-kernels <version> on <export time>", text, count=1)
 
 
