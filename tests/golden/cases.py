@@ -41,10 +41,13 @@ PROBLEMS: dict[str, list[tuple[tuple[int, ...], str, int]]] = {
     "attention": [((1, 32, 8, 4096, 4096, 128), "bf16", 11), ((2, 8, 8, 1, 1000, 64), "fp16", 10),
                   ((1, 12, 12, 333, 333, 80), "fp16", 10)],
     "attention+causal": [((1, 32, 8, 4096, 4096, 128), "bf16", 9), ((2, 16, 4, 100, 1000, 64), "fp16", 10)],
+    "rope_cache": [((1, 32, 8, 128, 4096), "bf16", 6), ((333, 12, 4, 80, 2048), "fp16", 6),
+                   ((16, 8, 8, 64, 1000), "fp32", 4)],
 }
 # operators whose first seed on each problem is also rendered as the module `evo export` writes (header, kernel,
 # self-check)
-EXPORTED = ("gemm", "gemm+bias+gelu", "gemm+swiglu", "softmax", "rmsnorm", "attention", "attention+causal")
+EXPORTED = ("gemm", "gemm+bias+gelu", "gemm+swiglu", "softmax", "rmsnorm", "attention", "attention+causal",
+            "rope_cache")
 RANDOM_DRAWS = 60  # random genomes drawn per problem (seeded by the problem), after its family's seeds
 TARGET: Target = HOPPER
 
@@ -97,15 +100,30 @@ def _attention(g: Mapping[str, Any]) -> list[str]:
 
 
 _SCHEDULES = {"gemm": _gemm, "softmax": _rowwise, "rmsnorm": _rowwise, "attention": _attention}
+_SIZES = ("BLOCK", "num_warps", "num_stages")  # genes that are sizes, never a structure (by name prefix)
 
 
-def schedule(genome: Genome) -> str:
+def _generic(genome: Genome, family: Any) -> list[str]:
+    """A family _SCHEDULES does not name: each choice or switch away from its gene's first value, and each count that
+    starts at 0 or 1 (a split, a persistent grid) above it; sizes (tiles, warps, stages) are left out."""
+    parts = []
+    for name, gene in sorted(family.genes.items()):
+        value, first = genome[name], gene.values[0]
+        if isinstance(value, bool) or isinstance(value, str):
+            parts += [name if value is True else str(value)] * (value != first)
+        elif not name.startswith(_SIZES) and min(gene.values) in (0, 1) and value > min(gene.values):
+            parts.append(name.lower())
+    return parts or ["plain"]
+
+
+def schedule(genome: Genome, family: Any = None) -> str:
     """The genome's schedule as a file name: its structure genes, e.g. `gluon-2pingpong-wide`,
-    `looped-split-cooperative`."""
-    if genome.family not in _SCHEDULES:
-        raise ValueError(f"tests/golden/cases.py names no schedule of genome family {genome.family!r}: add one to "
-                         "_SCHEDULES")
-    return "-".join(_SCHEDULES[genome.family](genome.as_dict()))
+    `looped-split-cooperative` (`family`: the genome's, for the generic form of families _SCHEDULES does not name)."""
+    if genome.family in _SCHEDULES:
+        return "-".join(_SCHEDULES[genome.family](genome.as_dict()))
+    if family is None:
+        raise ValueError(f"the schedule of a {genome.family!r} genome needs its family")
+    return "-".join(_generic(genome, family))
 
 
 def _candidates(op: Any, problem: Problem) -> dict[str, tuple[str, Genome]]:
@@ -119,7 +137,7 @@ def _candidates(op: Any, problem: Problem) -> dict[str, tuple[str, Genome]]:
             continue
     first: dict[str, tuple[str, Genome]] = {}
     for origin, genome in drawn:
-        first.setdefault(schedule(genome), (origin, genome))
+        first.setdefault(schedule(genome, op.family), (origin, genome))
     return first
 
 
