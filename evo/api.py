@@ -13,10 +13,16 @@ implementation), so `torch.compile(fullgraph=True)` traces it without a graph br
 directly, since the custom-op dispatcher would add ~13 us of host time to every call (measured on an H200:
 20.3 us against 7.5 us for the bound launch alone). Loading compiles nothing: the first call of each argument
 signature compiles (or loads from Triton's cache) and binds the kernel.
+
+Loading a module file imports it, which runs its top-level code as importing any Python file does: load only
+files you trust. Before any of it runs, the file is read as text and refused (LoadError) unless its first line is
+the header `evo export` (or `evo zoo --collect`) writes, it parses as Python, and the operator it names is
+installed; a module that raises or calls sys.exit while it is imported is a LoadError too, never the caller's end.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import re
 from collections.abc import Callable
@@ -46,16 +52,19 @@ def load(source: str | Path, shape: str | tuple[int, ...] | None = None,
         text = _read_module(path, "an exported module (--all included) is far smaller")
     else:
         raise LoadError(f"{path}: no such file or run directory")
-    from evo.evaluate.modules import load_source
+    from evo.surface.export import HEADER_ALL, HEADER_ONE
 
-    module = load_source(text)  # from a file named by its hash: Triton reads kernel source from files
-    import operators
-
-    name = getattr(module, "_EVO_OPERATOR", None)
-    if name is None:
-        raise LoadError(f"{path}: not a module written by `evo export` (it names no _EVO_OPERATOR)")
-    operator = operators.get(name)
-    return as_torch_op(getattr(module, operator.entry), operator, tag=hashlib.sha256(text.encode()).hexdigest()[:16])
+    tree = _checked_module(path, text, (f"# {HEADER_ONE} ", f"# {HEADER_ALL} "), "`evo export`")
+    name = _constant(tree, "_EVO_OPERATOR")
+    if not isinstance(name, str):
+        raise LoadError(f"{path}: not a module written by `evo export` (it names no _EVO_OPERATOR); nothing of it "
+                        "was run")
+    operator = _operator(path, name)
+    module = _import(path, text)
+    entry = getattr(module, operator.entry, None)
+    if not callable(entry):
+        raise LoadError(f"{path}: the module defines no {operator.entry}(), the entry of operator {name!r}")
+    return as_torch_op(entry, operator, tag=hashlib.sha256(text.encode()).hexdigest()[:16])
 
 
 def load_zoo(path: str | Path) -> dict[str, Callable[..., Any]]:
@@ -63,20 +72,71 @@ def load_zoo(path: str | Path) -> dict[str, Callable[..., Any]]:
     each op picks its elite by the shapes it is called with, i.e. by the runtime token count."""
     path = Path(path)
     text = _read_module(path, "a zoo module is a few MiB")
-    from evo.evaluate.modules import load_source
+    from evo.surface.zoo_collect import ZOO_HEADER
 
-    zoo = load_source(text)
-    roles = getattr(zoo, "ROLES", None)
-    if not isinstance(roles, dict) or not hasattr(zoo, "op"):
-        raise LoadError(f"{path}: not a module written by `evo zoo --collect` (it has no ROLES and op)")
+    tree = _checked_module(path, text, (f'"""{ZOO_HEADER} ',), "`evo zoo --collect`")
+    roles = _constant(tree, "ROLES")
+    if not isinstance(roles, dict) or not all(isinstance(v, str) for v in roles.values()):
+        raise LoadError(f"{path}: not a module written by `evo zoo --collect` (it has no ROLES); nothing of it was run")
+    chosen = {role: _operator(path, name) for role, name in roles.items()}
+    zoo = _import(path, text)
+    if not hasattr(zoo, "op"):
+        raise LoadError(f"{path}: not a module written by `evo zoo --collect` (it has no op)")
+    ops = {}
+    for role, operator in chosen.items():
+        source = "\n".join(zoo._ZOO_SOURCES[operator.name])
+        tag = hashlib.sha256(source.encode()).hexdigest()[:16]
+        ops[role] = as_torch_op(zoo.op(role), operator, tag=tag)
+    return ops
+
+
+def _checked_module(path: Path, text: str, headers: tuple[str, ...], writer: str) -> ast.Module:
+    """The module's syntax tree, read without running any of it; LoadError unless its first line is the header
+    `writer` puts there and it parses as Python."""
+    if not text.startswith(headers):
+        raise LoadError(f"{path}: not a module written by {writer} (its first line is not the header {writer} "
+                        "writes); nothing of it was run")
+    try:
+        return ast.parse(text, str(path))
+    except SyntaxError as e:
+        raise LoadError(f"{path}: not valid Python ({e.msg}, line {e.lineno}); nothing of it was run") from None
+    except ValueError as e:  # e.g. a NUL byte in the text
+        raise LoadError(f"{path}: not valid Python ({e}); nothing of it was run") from None
+
+
+def _constant(tree: ast.Module, name: str) -> Any:
+    """The literal value a top-level `name = ...` assigns (the last one), or None where there is none."""
+    value = None
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            try:
+                value = ast.literal_eval(node.value)
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                value = None
+    return value
+
+
+def _operator(path: Path, name: str) -> Any:
     import operators
 
-    ops = {}
-    for role, name in roles.items():
-        source = "\n".join(zoo._ZOO_SOURCES[name])
-        tag = hashlib.sha256(source.encode()).hexdigest()[:16]
-        ops[role] = as_torch_op(zoo.op(role), operators.get(name), tag=tag)
-    return ops
+    try:
+        return operators.get(name)
+    except ValueError as e:
+        raise LoadError(f"{path}: {' '.join(str(e).split())}; nothing of it was run") from None
+
+
+def _import(path: Path, text: str) -> Any:
+    """The module imported (from a file named by its hash: Triton reads kernel source from files); whatever its
+    top-level code raises, sys.exit included, is a LoadError."""
+    from evo.evaluate.modules import load_source
+
+    try:
+        return load_source(text)
+    except SystemExit as e:
+        raise LoadError(f"{path}: importing it called sys.exit({e.code!r})") from None
+    except Exception as e:
+        why = " ".join(str(e).split())[:300]
+        raise LoadError(f"{path}: importing it failed ({type(e).__name__}{': ' + why if why else ''})") from None
 
 
 def _read_module(path: Path, why: str) -> str:

@@ -79,6 +79,49 @@ def test_load_refuses_what_it_cannot_load(tmp_path):
         load(tmp_path / "plain.py", shape="4x4x4")
 
 
+HEADER = "# evo elite kernel: gemm 8x8x8 fp32 (M=8, N=8, K=8)\n"
+
+
+def _ran(tmp_path) -> str:
+    """A line of code that leaves a mark when it runs."""
+    return f"open({str(tmp_path / 'ran')!r}, 'w').close()\n"
+
+
+@pytest.mark.parametrize("loader", ["load", "load_zoo"])
+def test_a_file_that_is_not_an_export_is_refused_without_running_it(tmp_path, loader):
+    import evo.api
+
+    for name, text in (("side_effect.py", _ran(tmp_path)), ("exits.py", "import sys\nsys.exit(3)\n"),
+                       ("forged.py", _ran(tmp_path) + "_EVO_OPERATOR = 'gemm'\nROLES = {'qkv': 'gemm'}\n")):
+        (tmp_path / name).write_text(text)
+        with pytest.raises(LoadError, match="not a module written by .*nothing of it was run"):
+            getattr(evo.api, loader)(tmp_path / name)
+    assert not (tmp_path / "ran").exists()
+
+
+@pytest.mark.parametrize("body, why", [
+    ("def broken(:\n", "not valid Python"),
+    ("_EVO_OPERATOR = 'no_such_operator'\n", "unknown operator 'no_such_operator'"),
+    ("x = 1\n", "names no _EVO_OPERATOR"),
+])
+def test_an_export_that_cannot_be_one_is_refused_before_it_runs(tmp_path, body, why):
+    (tmp_path / "k.py").write_text(HEADER + _ran(tmp_path) + body)
+    with pytest.raises(LoadError, match=why) as info:
+        load(tmp_path / "k.py")
+    assert "\n" not in str(info.value) and not (tmp_path / "ran").exists()
+
+
+@pytest.mark.parametrize("body, why", [
+    ("import sys\nsys.exit(5)\n", r"called sys.exit\(5\)"),
+    ("raise RuntimeError('boom')\n", "importing it failed .RuntimeError: boom"),
+    ("", r"defines no matmul\(\)"),
+])
+def test_an_export_whose_import_fails_is_a_load_error_never_the_callers_exit(tmp_path, body, why):
+    (tmp_path / "k.py").write_text(HEADER + "_EVO_OPERATOR = 'gemm'\n" + body)
+    with pytest.raises(LoadError, match=why):
+        load(tmp_path / "k.py")
+
+
 def test_load_refuses_a_huge_file_by_size_before_reading_it(tmp_path):
     from evo.api import MAX_MODULE_BYTES
 

@@ -55,8 +55,12 @@ def collect(spec: ModelSpec, tokens: list[int], dtype: str, folder: Path, contex
     return path, served, missing
 
 
+# The start of a zoo module's first line ('"""' before it), by which evo.api.load_zoo knows one before running it
+ZOO_HEADER = "evo kernel zoo:"
+
+
 def _module_text(spec: ModelSpec, roles: dict[str, str], sources: dict[str, str], missing: list[str]) -> str:
-    head = [f"evo kernel zoo: {spec.name} (hidden {spec.hidden_size}, intermediate {spec.intermediate_size}, "
+    head = [f"{ZOO_HEADER} {spec.name} (hidden {spec.hidden_size}, intermediate {spec.intermediate_size}, "
             f"{spec.mlp}; vocab {spec.vocab_size}).", "",
             "op(role) is the entry function of a layer role; it runs the elite measured for the shape of its inputs",
             "(the runtime token count), else the nearest measured one (with one warning). Roles and operators:"]
