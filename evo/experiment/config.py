@@ -296,13 +296,17 @@ def _sub(c: Checker, node: Any, path: str, allowed: tuple[str, ...]) -> Callable
 
 
 def _budget(c: Checker, node: Any) -> Budget:
-    get = _sub(c, node, "budget", ("evaluations", "wall_s", "stagnation", "sol"))
+    get = _sub(c, node, "budget", ("evaluations", "wall_s", "stagnation", "sol", "min_evaluations"))
     b = Budget(
         evaluations=c.integer(get("evaluations", Budget.evaluations), "budget.evaluations", 1, none_ok=True),
         wall_s=c.number(get("wall_s", Budget.wall_s), "budget.wall_s", 0.0, none_ok=True),
         stagnation=c.integer(get("stagnation", Budget.stagnation), "budget.stagnation", 1, none_ok=True),
         sol=c.number(get("sol", Budget.sol), "budget.sol", 0.0, 1.0, none_ok=True),
+        min_evaluations=c.integer(get("min_evaluations", Budget.min_evaluations), "budget.min_evaluations", 0),
     )
+    if "min_evaluations" in (node or {}) and b.evaluations is not None and b.min_evaluations > b.evaluations:
+        raise c.fail("budget.min_evaluations", f"{b.min_evaluations} is more than budget.evaluations "
+                                               f"({b.evaluations}): the floor must fit in the limit")
     if b.evaluations is None and b.wall_s is None and b.stagnation is None:
         raise c.fail("budget", "at least one of evaluations, wall_s or stagnation must be set (else it never stops; "
                                "sol alone may never be reached)")

@@ -21,12 +21,23 @@ OBJECTIVES = ("call", "gpu")
 
 @dataclass(frozen=True)
 class Budget:
-    """Limits per problem; the search of a problem stops at the first one reached (None = no limit)."""
+    """Limits per problem; the search of a problem stops at the first one reached (None = no limit).
+
+    `wall_s` counts from the problem's first measured candidate (one that reached a GPU worker), not from before
+    the workers were ready. `min_evaluations` is a floor: wall time and stagnation do not end a problem before it
+    has that many evaluations, unless its space is exhausted (no untried genome is left to propose); the
+    evaluations limit and `sol` still do. The floor never exceeds the evaluations limit (`floor`)."""
 
     evaluations: int | None = 200
     wall_s: float | None = None
     stagnation: int | None = None  # evaluations without a new best beyond the noise margin
     sol: float | None = None  # stop once the elite reaches this share of the speed-of-light floor (GPU runs)
+    min_evaluations: int = 24
+
+    @property
+    def floor(self) -> int:
+        """The evaluations a problem gets before wall time or stagnation may end it."""
+        return self.min_evaluations if self.evaluations is None else min(self.min_evaluations, self.evaluations)
 
 
 @dataclass(frozen=True)

@@ -81,10 +81,11 @@ class ProblemSummary:
     failures: dict[str, int] = field(default_factory=dict)
     sol_share: float | None = None  # the best elite's share of the speed-of-light floor (None: no floor known)
     emitters: dict[str, dict[str, int]] = field(default_factory=dict)  # this session: proposed, improvements
+    exhausted: bool = False  # its emitters could only propose genomes already tried (the floor then holds nothing)
 
     @classmethod
     def of(cls, problem_key: str, archive: Any, reason: str, unit: str, margin: float, rows: list[Evaluation],
-           sol_share: float | None, emitters: dict[str, dict[str, int]]) -> ProblemSummary:
+           sol_share: float | None, emitters: dict[str, dict[str, int]], exhausted: bool = False) -> ProblemSummary:
         """The summary of a problem's archive (evo.archive.GridArchive) and its stored `rows`, in store order."""
         best = archive.best
         best_index = without = saved = None
@@ -102,7 +103,7 @@ class ProblemSummary:
             best_index_without_transfer=without, transferred=transferred, transfer_saved=saved,
             transfer_saved_is_bound=bound, coverage=archive.coverage, qd_score=archive.qd_score, filled=len(archive),
             cells=archive.cells, failures={k: n for k, n in sorted(archive.status_counts.items()) if k != "ok"},
-            sol_share=sol_share, emitters=emitters)
+            sol_share=sol_share, emitters=emitters, exhausted=exhausted)
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)

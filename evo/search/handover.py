@@ -16,6 +16,7 @@ emitters, which learn from the problem's own archive, wait for it.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +39,7 @@ class NextProblem:
     early: list[tuple[Any, Any]] = field(default_factory=list)  # (Candidate, stored Evaluation)s in before its search
     in_flight: int = 0  # submitted, not yet come back
     room: int | None = None  # how many it may submit before its search begins: its budget less its stored rows
+    first_measured_at: float | None = None  # time.monotonic() of its first row a worker measured: its clock's start
 
     def may_submit(self) -> bool:
         return bool(self.queue) and (self.room is None or self.in_flight + len(self.early) < self.room)
@@ -45,3 +47,5 @@ class NextProblem:
     def arrived(self, job: Any, ev: Any) -> None:
         self.early.append((job, ev))
         self.in_flight -= 1
+        if self.first_measured_at is None and ev.gpu:  # as evo.search.budget.ProblemClock starts a clock
+            self.first_measured_at = time.monotonic()

@@ -40,6 +40,7 @@ from evo.experiment.spec import Experiment
 from evo.mutators import MutatorMix
 from evo.problem import Problem, shape_distance
 from evo.search import emitters as emitting
+from evo.search.budget import ProblemClock, stop_reason
 from evo.search.events import ProblemSummary, RunSummary, SearchEvent
 from evo.search.handover import NextProblem
 from evo.search.selection import get as get_selection
@@ -84,6 +85,9 @@ class Search:
         self._session_evaluations = 0
         self._busy = -1
         self._next: NextProblem | None = None  # the next problem, when its first population has started
+        self._clock = ProblemClock()  # the current problem's (evo.search.budget)
+        self._held = False  # the floor in evaluations holds back a limit the current problem reached
+        self._exhausted = False  # the current problem's emitters proposed a genome already tried
         self.archives: dict[str, GridArchive] = {}  # by problem key, as searched in this session
 
     def run(self) -> RunSummary:
@@ -113,9 +117,10 @@ class Search:
         archive.add(rows)
         seen = {r.genome_hash for r in rows} | (head.seen if head else set())
         clock_key = f"wall_s:{problem.key}"
-        spent = float(self.store.meta(clock_key, 0.0))
-        started = time.monotonic()
-        elapsed = lambda: spent + time.monotonic() - started  # noqa: E731
+        # wall_s counts from the first measured candidate: an early one of the hand-over, else one still to come
+        self._clock = ProblemClock(float(self.store.meta(clock_key, 0.0)), head.first_measured_at if head else None)
+        self._held = self._exhausted = False
+        spent, elapsed = self._clock.spent, self._clock.elapsed
         # the search process's own CPU time beside the clock (its share says whether the driver keeps up)
         cpu_spent, cpu_started = float(self.store.meta(f"cpu_s:{problem.key}", 0.0)), time.process_time()
         if self.executor.occupancy is not None:
@@ -154,11 +159,12 @@ class Search:
             self._record(index, problem, archive, job, ev, elapsed(), stored=True)
         saved_at = time.monotonic()
         cancelled = False
-        budget = exp.budget.evaluations
         try:
             while True:
                 if stop is None:
                     stop = self._stop_reason(archive, elapsed())
+                # what this problem may reach with what is in flight: its floor while the floor holds a limit back
+                budget = exp.budget.floor if self._held else exp.budget.evaluations
                 if stop is None:
                     while self.executor.in_flight < self.executor.slots and (
                             budget is None or archive.evaluations + mine < budget):
@@ -169,6 +175,7 @@ class Search:
                             arm = self.scheduler.choose(rng)
                             proposal, emitter = self.emitters[arm].propose(ctx), self.emitters[arm].name
                             self._arm[self._ticket] = arm
+                            self._exhausted |= proposal.genome.hash in seen  # no untried genome was found
                         seen.add(proposal.genome.hash)
                         self.executor.submit(Candidate(problem, proposal.genome, self.operator, proposal.origin,
                                                        proposal.parents, self._ticket, emitter))
@@ -269,6 +276,7 @@ class Search:
         if not stored:
             self._store(job, ev)
         (result,) = archive.add([ev])
+        self._clock.note(ev, archive.evaluations, self.experiment.budget.floor)
         arm = self._arm.pop(job.ticket, None)
         if arm is not None and self.scheduler is not None:
             self.scheduler.credit(arm, result.status > AddStatus.NOT_ADDED)
@@ -284,17 +292,11 @@ class Search:
         return [r.judged_by(objective) for r in self.store.iter(problem.key) if r.run_id.startswith(prefix)]
 
     def _stop_reason(self, archive: GridArchive, elapsed: float) -> str | None:
-        b = self.experiment.budget
-        if b.evaluations is not None and archive.evaluations >= b.evaluations:
-            return "evaluations"
-        if b.wall_s is not None and elapsed >= b.wall_s:
-            return "wall_s"
-        if b.stagnation is not None and archive.evaluations - archive.best_index >= b.stagnation:
-            return "stagnation"
-        share = self._sol_share(archive)
-        if b.sol is not None and share is not None and share >= b.sol:
-            return "sol"
-        return None
+        """Why the current problem's search stops now, or None (evo.search.budget: the floor may hold wall time
+        and stagnation back; it sets `_held`)."""
+        reason, self._held = stop_reason(self.experiment.budget, archive.evaluations, archive.best_index, elapsed,
+                                         self._sol_share(archive), self._exhausted)
+        return reason
 
     # -- speed of light and memory ----------------------------------------------------------------------
     def _problem_floor(self, problem: Problem) -> Floor | None:
@@ -356,4 +358,5 @@ class Search:
         arms = self.scheduler.arms if self.scheduler else []
         return ProblemSummary.of(problem.key, archive, reason, self.unit, self.margin, self._rows(problem),
                                  self._sol_share(archive), {a.name: {"proposed": a.proposed,
-                                                                     "improvements": a.improvements} for a in arms})
+                                                                     "improvements": a.improvements} for a in arms},
+                                 exhausted=self._exhausted)

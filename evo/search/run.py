@@ -1,11 +1,13 @@
 """Starting, resuming and finishing a run: the run directory and its lock, the experiment's copy, the store and
 its session metadata, the shared results database, the executor; then the search (evo.search.loop.Search) over
 the experiment's problems. What the search does is evo.search.loop's; this module only sets up and tears down.
+`run_experiments` searches several experiments (a model zoo's operators) in turn on one executor, started once.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from evo.evaluate import Executor, make_executor
@@ -20,7 +22,15 @@ from evo.store.resumable import check_resumable, resume_changes
 from evo.store.shared import chain_lookups, default_path, open_shared
 from evo.store.sqlite import Store, StoreError
 
-__all__ = ["run_experiment", "StartupError"]
+__all__ = ["run_experiment", "run_experiments", "StartupError"]
+
+
+@dataclass
+class _SharedExecutor:
+    """One executor that several runs use in turn: each sets its own store as the executor's lookup."""
+
+    executor: Executor
+    started: bool = False
 
 
 def run_experiment(experiment: Experiment, run_dir: str | Path, resume: bool = False,
@@ -35,10 +45,48 @@ def run_experiment(experiment: Experiment, run_dir: str | Path, resume: bool = F
     `executor` replaces the one the experiment describes (tests, benchmarks); the caller then owns it.
     Ctrl-C ends the run early: what completed is in the store, and the summary says it was interrupted.
     """
+    return _run(experiment, run_dir, resume, on_event, executor, allow_changes, None)
+
+
+def run_experiments(runs: Sequence[tuple[Experiment, str | Path, bool]], on_event: EventCallback | None = None,
+                    on_run: Callable[[Experiment], None] | None = None, executor: Executor | None = None
+                    ) -> list[RunSummary]:
+    """Search each (experiment, run directory, resume) in turn on ONE executor (one Ray instance and its workers,
+    started once, shut down at the end), each in its own run directory and store, as `run_experiment` would. The
+    executor is the first experiment's; every experiment must describe the same executor, evaluation and seed
+    (StartupError naming the first that does not, before anything starts). `on_run(experiment)` is called before
+    each run begins. Stops after a run that was interrupted; returns the summaries of the runs made. `executor`
+    (not started: the first run starts it) replaces the one the experiments describe; the caller then owns it."""
+    if not runs:
+        return []
+    first = runs[0][0]
+    for exp, _, _ in runs[1:]:
+        for what, mine, theirs in (("executor", exp.executor, first.executor), ("seed", exp.seed, first.seed),
+                                   ("evaluation", exp.evaluation, first.evaluation)):
+            if mine != theirs:
+                raise StartupError(f"experiment {exp.name}: its {what} differs from {first.name}'s; experiments "
+                                   "searched in one run share one executor")
+    shared = _SharedExecutor(executor or make_executor(first.executor, first.evaluation, first.seed))
+    summaries: list[RunSummary] = []
+    try:
+        for exp, run_dir, resume in runs:
+            if on_run is not None:
+                on_run(exp)
+            summaries.append(_run(exp, run_dir, resume, on_event, None, False, shared))
+            if summaries[-1].interrupted:
+                break
+    finally:
+        if executor is None:
+            shared.executor.shutdown()
+    return summaries
+
+
+def _run(experiment: Experiment, run_dir: str | Path, resume: bool, on_event: EventCallback | None,
+         executor: Executor | None, allow_changes: bool, shared: _SharedExecutor | None) -> RunSummary:
     rd = RunDir(Path(run_dir))
     lock = RunLock(rd.path).acquire()
     try:
-        return _run_locked(experiment, rd, resume, on_event, executor, allow_changes)
+        return _run_locked(experiment, rd, resume, on_event, executor, allow_changes, shared)
     finally:
         lock.release()
         if lock.created and rd.path.is_dir() and not any(rd.path.iterdir()):
@@ -46,7 +94,8 @@ def run_experiment(experiment: Experiment, run_dir: str | Path, resume: bool = F
 
 
 def _run_locked(experiment: Experiment, rd: RunDir, resume: bool, on_event: EventCallback | None,
-                executor: Executor | None, allow_changes: bool) -> RunSummary:
+                executor: Executor | None, allow_changes: bool, shared_executor: _SharedExecutor | None
+                ) -> RunSummary:
     if rd.exists() and not resume:
         raise RunDirError(f"{rd.path} already holds a run: resume it, or choose another name or output folder")
     if resume and not rd.exists():
@@ -68,18 +117,24 @@ def _run_locked(experiment: Experiment, rd: RunDir, resume: bool, on_event: Even
     memory = experiment.memory
     # the platform's cache, else this run's directory; an unusable one is a notice, never the end of the run
     shared, notice = open_shared(default_path(memory.db, rd.path)) if memory.enabled else (None, "")
-    owned = executor is None
+    owned = executor is None and shared_executor is None
     try:
-        if executor is None:
+        if shared_executor is not None:  # served by run_experiments' executor: this run's store is its lookup
+            executor = shared_executor.executor
+            executor.lookup = store.lookup
+        elif executor is None:
             executor = make_executor(experiment.executor, experiment.evaluation, experiment.seed, store.lookup)
         if shared is not None and memory.reuse:  # the run's own store first, then what earlier runs measured
             executor.lookup = chain_lookups(executor.lookup, shared.lookup)
-        try:
-            executor.start()
-        except Exception as e:
-            if owned:
-                executor.shutdown()
-            raise StartupError(f"cannot start the {experiment.executor.kind} executor: {e}") from e
+        if shared_executor is None or not shared_executor.started:
+            try:
+                executor.start()
+            except Exception as e:
+                if owned or shared_executor is not None:
+                    executor.shutdown()
+                raise StartupError(f"cannot start the {experiment.executor.kind} executor: {e}") from e
+            if shared_executor is not None:
+                shared_executor.started = True
     except BaseException:
         store.close()
         if shared is not None:

@@ -149,11 +149,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_file(path: Path, resume: bool) -> int:
-    """`evo run PATH [--resume]` (the zoo's --run searches its experiments through it)."""
-    return _cmd_run(argparse.Namespace(experiment=str(path), out=None, resume=resume, allow_changes=False))
-
-
 def _check_before_workers(rd: Any, experiment: Any, args: argparse.Namespace) -> None:
     """Every refusal that needs no worker, made before the executor machinery (torch, triton, Ray) is imported:
     the run directory (a file, a symbolic-link loop), and on --resume a store that cannot be resumed or an
@@ -276,6 +271,7 @@ def _cmd_genes(args: argparse.Namespace) -> int:
     if not args.operator:
         print("operators: " + ", ".join(operators.names()) + "   (evo genes OPERATOR lists one's genes; some take "
               "options after +, e.g. gemm+bias+gelu)")
+        print(_budget_line())
         return 0
     try:
         op = operators.get(args.operator)
@@ -295,7 +291,17 @@ def _cmd_genes(args: argparse.Namespace) -> int:
     for d in descriptors.values():
         needs = " (needs compile-time resources)" if d.needs_resources else ""
         print(f"  {d.name:<{width}}  edges {', '.join(f'{e:g}' for e in d.edges)}  {d.doc}{needs}")
+    print(_budget_line())
     return 0
+
+
+def _budget_line() -> str:
+    from evo.experiment.spec import Budget
+
+    b = Budget()
+    return (f"budget (per problem, under `budget:`; the first limit reached stops it): evaluations {b.evaluations}, "
+            "wall_s (seconds from the problem's first measured candidate), stagnation, sol; min_evaluations "
+            f"{b.min_evaluations}: a floor that wall time and stagnation never cut, unless the space is exhausted")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -353,10 +359,11 @@ def build_parser() -> argparse.ArgumentParser:
     from evo.bench.command import add_bench_command
     from evo.bench.search_bench import add_bench_search_command
     from evo.surface.zoo_command import add_zoo_command
+    from evo.surface.zoo_search import search_zoo
 
     add_bench_command(sub)
     add_bench_search_command(sub)
-    add_zoo_command(sub, UsageError, _run_file)
+    add_zoo_command(sub, UsageError, search_zoo)
     return p
 
 

@@ -100,6 +100,11 @@ class Progress:
                 self._log(f"{row.key}: new best {self._best(row)} at evaluation {row.evaluations}")
         self._refresh(force)
 
+    def note(self, text: str) -> None:
+        """A line for the user outside any problem's events (e.g. which of a zoo's operators starts)."""
+        self._log(text, always=True)
+        self._refresh(force=True)
+
     def close(self) -> None:
         """Draw the final state (terminal) or a last summary line (log)."""
         if self._closed:

@@ -16,8 +16,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from evo.archive.elite import problem_archive
-from evo.experiment.spec import DescriptorSpec, Experiment
+from evo.experiment.spec import Budget, DescriptorSpec, Experiment
 from evo.problem import Problem
+from evo.search.budget import cut_short
 from evo.store.record import Evaluation
 from evo.store.sqlite import Store
 from evo.surface.export import is_smoke, run_target
@@ -85,7 +86,8 @@ def _doc(axis: Any) -> str:
 
 
 def _problem_data(store: Store, problem: Problem, op: Any, specs: tuple[DescriptorSpec, ...], noise: float,
-                  x: str | None, y: str | None, meta: dict[str, Any], sources: dict[str, str]) -> dict[str, Any]:
+                  x: str | None, y: str | None, meta: dict[str, Any], sources: dict[str, str], floor_evaluations: int
+                  ) -> dict[str, Any]:
     evs: list[Evaluation] = store.evaluations(problem.key)
     archive = problem_archive(store, problem, specs, noise, operator=op)  # the elite status and export name
     ix, iy = _axis_pair(archive.axes, x, y)
@@ -170,7 +172,8 @@ def _problem_data(store: Store, problem: Problem, op: Any, specs: tuple[Descript
                     "filled": len(archive), "coverage": _num(archive.coverage, 3), "qd_score": _num(archive.qd_score),
                     "best": _num(best.objective) if best else None, "best_ratio": _num(best.ratio, 3) if best else None,
                     "elapsed_s": _num(elapsed, 3), "sol_share": _num(sol, 3),
-                    "floor_ms": _num(floor["ms"]) if floor else None},
+                    "floor_ms": _num(floor["ms"]) if floor else None,
+                    "cut_short": cut_short(meta.get(f"summary:{problem.key}"), len(evs), floor_evaluations)},
     }
 
 
@@ -198,7 +201,8 @@ def report_data(inp: ReportInput, x: str | None = None, y: str | None = None) ->
         problem = Problem.from_json(first.problem)
         if problem.operator not in ops:  # unrestricted genes: earlier sessions may have used other overrides
             ops[problem.operator] = operators.get(problem.operator)
-        problems.append(_problem_data(store, problem, ops[problem.operator], specs, noise, x, y, meta, sources))
+        problems.append(_problem_data(store, problem, ops[problem.operator], specs, noise, x, y, meta, sources,
+                                      (exp.budget if exp else Budget()).floor))
         measured.append((problem, ops[problem.operator], problems[-1]))
         for ev in store.iter(key):
             smoke = smoke or is_smoke(ev, meta)

@@ -206,7 +206,8 @@ def _problem_section(p: dict[str, Any], pi: int, smoke: bool) -> str:
              f'<p>{s["evaluations"]} evaluations, {s["ok"]} correct; best {_e(best)}'
              + f'; coverage {_n(s["coverage"], 3)} ({s["filled"]} of {s["cells"]} cells); QD-score '
              f'{_n(s["qd_score"])}; elapsed {_n(s["elapsed_s"], 3)} s. Archive descriptors: '
-             f'{_e(", ".join(p["axes"]))}.{_e(_objective_text(p, smoke))}</p>',
+             f'{_e(", ".join(p["axes"]))}.{_e(_objective_text(p, smoke))}'
+             + (f' <b>Budget {_e(s["cut_short"])}.</b>' if s.get("cut_short") else '') + '</p>',
              f'<p><label>Colour: <select id="colour-{pi}"><option value="throughput">'
              + (f'{_e(unit)}</option>' if smoke else f'throughput ({_e(unit)})</option><option value="ratio">ratio '
                 f'to {_e(p["baseline"])}</option>') + '</select></label> '

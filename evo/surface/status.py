@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from evo.archive.elite import problem_archive, settings
-from evo.experiment.spec import Experiment
+from evo.experiment.spec import Budget, Experiment
 from evo.problem import Problem
+from evo.search.budget import cut_short
 from evo.store.sqlite import Store
 from evo.surface.smoke_label import smoke_score
 
@@ -37,6 +38,7 @@ class ProblemStatus:
     call_ms: float | None = None  # the best's per-call time of back-to-back eager calls
     host_us: float | None = None  # the best's host time of one call
     objective: str | None = None  # the clock best, ratio and SOL are on (None: no correct evaluation)
+    cut_short: str = ""  # words when the search ended before its floor in evaluations (evo.search.budget)
 
 
 def sol_share(store: Store, problem_key: str, median_ms: float | None) -> float | None:
@@ -57,6 +59,7 @@ def run_status(store: Store, experiment: Experiment | None = None) -> list[Probl
         order = [p.key for p in experiment.problems]
         keys = [k for k in order if k in keys] + [k for k in keys if k not in order]
     specs, noise = settings(experiment)
+    floor = (experiment.budget if experiment is not None else Budget()).floor
     ops: dict[str, Any] = {}
     rows = []
     for key in keys:
@@ -83,7 +86,8 @@ def run_status(store: Store, experiment: Experiment | None = None) -> list[Probl
             filled=len(archive), cells=archive.cells,
             sol_share=sol_share(store, key, best.median_ms if best else None),  # SOL: a GPU-time floor
             elapsed_s=float(spent) if spent is not None else (max(times) - min(times)) if times else None,
-            call_ms=best.call_ms if best else None, host_us=best.host_us if best else None, objective=objective))
+            call_ms=best.call_ms if best else None, host_us=best.host_us if best else None, objective=objective,
+            cut_short=cut_short(store.meta(f"summary:{key}"), len(evs), floor)))
     return rows
 
 
@@ -126,4 +130,6 @@ def format_status(rows: list[ProblemStatus], smoke: bool = False) -> str:
         lines.append("  ".join(cells).rstrip())
         if j == 0:
             lines.append("  ".join("-" * w for w in widths))
+    notes = [f"{r.key}: {r.cut_short}" for r in rows if r.cut_short]
+    lines += [""] + notes if notes else []  # below the table, after an empty line
     return "\n".join(lines)

@@ -1,6 +1,7 @@
 """`evo zoo MODEL`: a model's kernel plan (per role: the operator and its shape at each token count) and one
-experiment file per operator, with the `evo run` commands that search them; `--run` searches them one after
-another, then collects the module and writes the report (one command from a model to its kernels).
+experiment file per operator, with the `evo run` commands that search them; `--run` searches them all in one run
+(one executor, one progress view: evo.surface.zoo_search), then collects the module and writes the report (one
+command from a model to its kernels).
 
 Every bad input (a model file that is missing or invalid, a bad token list, dtype or budget, an output folder
 that cannot be written) ends with one line and exit status 2, before any file is written.
@@ -11,10 +12,11 @@ from __future__ import annotations
 import argparse
 import math
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_zoo_command", "zoo_command", "parse_tokens", "format_plan"]
+__all__ = ["add_zoo_command", "zoo_command", "parse_tokens", "format_plan", "ZooRun"]
 
 MAX_TOKEN_COUNTS = 64  # a plan has a column per token count; more is a typo, not a plan
 
@@ -121,27 +123,39 @@ def zoo_command(args: argparse.Namespace) -> int:
 
 def _run_all(args: argparse.Namespace, spec: Any, tokens: list[int], folder: Path, files: dict[str, Path],
              problems: list[Any]) -> int:
-    """Search every operator's experiment in turn (resuming one that an earlier --run left), then collect and report.
-    A search that ends otherwise than done (interrupted, workers lost) stops here with its exit status."""
+    """Search every operator's experiment in one run (resuming those an earlier --run left, skipping those searched
+    to their budget), then collect and report. A search that ends otherwise than done (interrupted, workers lost)
+    stops here with its exit status."""
     from evo.experiment.config import load_experiment
     from evo.experiment.rundir import RunDir
-
+    runs = []
     for i, (op, path) in enumerate(files.items(), 1):
         roles = ", ".join(dict.fromkeys(f"{p.role} T={p.tokens}" for p in problems if p.operator == op))
         experiment = load_experiment(path)
         rd = RunDir.of(experiment.output, experiment.name)
-        again = rd.exists()
-        if again and _finished(rd, experiment, path):
+        if rd.exists() and _finished(rd, experiment, path):
             print(f"[zoo {i}/{len(files)}] {op}: {roles} (searched to its budget earlier: nothing to do)", flush=True)
             continue
-        print(f"[zoo {i}/{len(files)}] {op}: {roles}{' (resuming the earlier run)' if again else ''}", flush=True)
-        status = args.run_file(path, again)
-        if status != 0:
-            print(f"[zoo] stopped at {op} (exit status {status}); `evo zoo` with the same arguments and --run "
-                  "continues where it stopped", flush=True)
-            return status
+        runs.append(ZooRun(op, path, rd.exists(), roles))
+    again = " ".join(shlex.quote(a) for a in ("evo", "zoo", args.model, "--tokens", args.tokens, "--dtype", args.dtype,
+                                              "-o", args.output, "--context", str(args.context), "--run"))
+    status = args.search_zoo(runs, again, args.usage_error) if runs else 0
+    if status != 0:
+        print(f"[zoo] stopped (exit status {status}); `evo zoo` with the same arguments and --run continues where it "
+              "stopped", flush=True)
+        return status
     status = _collect(spec, tokens, args.dtype, args.context, folder, args.usage_error)
     return status or _report(spec, tokens, args.dtype, args.context, folder, args.layer_results, args.usage_error)
+
+
+@dataclass(frozen=True)
+class ZooRun:
+    """One operator's experiment to search: its file, whether an earlier run is resumed, and the roles it serves."""
+
+    operator: str
+    path: Path
+    resume: bool
+    roles: str
 
 
 def _finished(rd: Any, experiment: Any, path: Path) -> bool:
@@ -193,10 +207,12 @@ def _report(spec: Any, tokens: list[int], dtype: str, context: int, folder: Path
     return 0
 
 
-def add_zoo_command(subparsers: Any, usage_error: type[Exception], run_file: Any = None) -> argparse.ArgumentParser:
+def add_zoo_command(subparsers: Any, usage_error: type[Exception], search_zoo: Any = None) -> argparse.ArgumentParser:
     """Register `zoo` on the `evo` command's subparsers (argparse's add_subparsers() object); bad input raises
-    `usage_error` (the CLI's UsageError: one line, exit status 2); `run_file(path, resume) -> exit status` is the
-    CLI's `evo run`, which --run searches each experiment with (passed in: this module does not import the CLI)."""
+    `usage_error` (the CLI's UsageError: one line, exit status 2); `search_zoo(runs, again, usage_error) -> exit
+    status` (evo.surface.zoo_search's) searches --run's experiments (passed in by the CLI, which sits above the
+    search machinery: importing it here would lift this module's import floor)."""
+
     z = subparsers.add_parser("zoo", help="a model's kernel plan and one experiment per operator",
                               description=__doc__.split("\n\n")[0])
     z.add_argument("model", metavar="MODEL", help="a Hugging Face config.json or a model YAML, e.g. "
@@ -227,7 +243,7 @@ def add_zoo_command(subparsers: Any, usage_error: type[Exception], run_file: Any
                    help="with --report: the layer benchmark's zoo.json (python -m evo.bench.zoo_layer; default "
                         "DIR/<model>/zoo.json when it exists)")
     z.add_argument("--run", action="store_true",
-                   help="search every experiment in turn (resuming runs an earlier --run left), then --collect and "
-                        "--report: one command from a model to its kernels")
-    z.set_defaults(func=zoo_command, usage_error=usage_error, run_file=run_file)
+                   help="search every experiment in one run (one executor, one progress view; resuming runs an "
+                        "earlier --run left), then --collect and --report: one command from a model to its kernels")
+    z.set_defaults(func=zoo_command, usage_error=usage_error, search_zoo=search_zoo)
     return z

@@ -22,6 +22,8 @@ from typing import Any
 from evo.archive.elite import elite
 from evo.evaluate.smoke import SMOKE_GPU
 from evo.experiment.rundir import RunDir
+from evo.experiment.spec import Budget
+from evo.search.budget import cut_short
 from evo.store.sqlite import Store
 from evo.surface.report_overview import rounded as _num
 from evo.zoo.model import ModelSpec
@@ -40,6 +42,7 @@ def _kernel_rows(spec: ModelSpec, tokens: list[int], dtype: str, context: int, f
     import operators
 
     stores: dict[str, Store | None] = {}
+    floors: dict[str, int] = {}  # operator -> its run's floor in evaluations (evo.search.budget)
     best = {"flops": 0.0, "bytes": 0.0}
     rows = []
     try:
@@ -52,6 +55,7 @@ def _kernel_rows(spec: ModelSpec, tokens: list[int], dtype: str, context: int, f
             if p.operator not in stores:
                 rd = RunDir(folder / run_name(spec, p.operator))
                 stores[p.operator] = Store(rd.store, readonly=True) if rd.exists() else None
+                floors[p.operator] = _floor(rd)
             store = stores[p.operator]
             op = operators.get(p.operator)
             problem = op.problem(p.sizes, dtype)
@@ -66,6 +70,8 @@ def _kernel_rows(spec: ModelSpec, tokens: list[int], dtype: str, context: int, f
                     if ms and ev.gpu != SMOKE_GPU:
                         best["flops"] = max(best["flops"], flops / (ms * 1e-3))
                         best["bytes"] = max(best["bytes"], nbytes / (ms * 1e-3))
+            row["cut_short"] = cut_short(store.meta(f"summary:{problem.key}"), store.count(problem.key),
+                                         floors[p.operator])
             ev = elite(store, problem)
             if ev is None:
                 row["status"] = "no correct kernel"
@@ -84,6 +90,16 @@ def _kernel_rows(spec: ModelSpec, tokens: list[int], dtype: str, context: int, f
             if store is not None:
                 store.close()
     return rows, best
+
+
+def _floor(rd: RunDir) -> int:
+    """The floor in evaluations of the run's experiment (its copy in the run), else the default one."""
+    from evo.experiment.config import ConfigError, load_experiment
+
+    try:
+        return load_experiment(rd.experiment).budget.floor
+    except (ConfigError, OSError, ValueError):
+        return Budget().floor
 
 
 def _breakdown(rows: list[dict[str, Any]], tokens: list[int]) -> dict[str, Any]:

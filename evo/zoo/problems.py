@@ -18,7 +18,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from evo.experiment.spec import OBJECTIVES
+from evo.experiment.spec import OBJECTIVES, Budget
 from evo.problem import operator_file_stem
 from evo.zoo.model import ModelSpec
 
@@ -120,9 +120,12 @@ def experiments_for(spec: ModelSpec, tokens: Sequence[int], dtype: str = "bf16",
         raise ValueError(f"executor must be ray or smoke; got {executor!r}")
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}; got {objective!r}")
-    budget = [f"  wall_s: {float(wall_s)!r}   # seconds per problem"]
+    budget = [f"  wall_s: {float(wall_s)!r}   # seconds per problem, from its first measured candidate"]
     if evaluations is not None:
         budget.append(f"  evaluations: {int(evaluations)}")
+    floor = Budget.min_evaluations if evaluations is None else min(Budget.min_evaluations, int(evaluations))
+    budget.append(f"  min_evaluations: {floor}   # wall time ends no problem before this many evaluations "
+                  "(unless its space is exhausted)")
     return {op: _experiment_text(spec, op, roles, dtype, budget, output, executor, objective)
             for op, roles in shapes.items()}
 

@@ -115,6 +115,11 @@ CASES = {
     "empty emitters": (GOOD + "emitters: []\n", "emitters", "non-empty list"),
     "unknown scheduler": (GOOD + "scheduler: greedy\n", "scheduler", "bandit"),
     "sol above one": (GOOD + "budget: {evaluations: 3, sol: 1.5}\n", "budget.sol", "< 1.0"),
+    "negative floor": (GOOD + "budget: {wall_s: 5, min_evaluations: -1}\n", "budget.min_evaluations", ">= 0"),
+    "floor not a count": (GOOD + "budget: {wall_s: 5, min_evaluations: 2.5}\n", "budget.min_evaluations",
+                          "expected an integer"),
+    "floor over the limit": (GOOD + "budget: {evaluations: 10, min_evaluations: 20}\n", "budget.min_evaluations",
+                             "more than budget.evaluations"),
     "memory key": (GOOD + "memory: {path: x.db}\n", "memory.path", "unknown key"),
     "memory seed": (GOOD + "memory: {seed: -1}\n", "memory.seed", "integer >= 0"),
     "seeds not bool": (GOOD + "seeds: 0\n", "seeds", "true or false"),
@@ -126,6 +131,8 @@ def test_emitters_memory_and_sol_keys():
                            "emitters: [restart, {name: guided, pool: 8}]\nmemory: false\nseeds: false\n")
     assert [e.name for e in exp.emitters] == ["restart", "guided"] and dict(exp.emitters[1].settings) == {"pool": 8}
     assert exp.budget.sol == 0.9 and not exp.memory.enabled and not exp.seeds
+    assert exp.budget.min_evaluations == 24 and exp.budget.floor == 3  # the default floor fits the limit
+    assert parse_experiment(GOOD + "budget: {wall_s: 9, min_evaluations: 40}\n").budget.floor == 40
     default = parse_experiment(GOOD)
     assert [e.name for e in default.emitters] == ["variation", "guided", "exploit", "restart"]
     assert default.memory.enabled and default.memory.db is None and default.scheduler == "bandit"

@@ -75,7 +75,8 @@ def test_seeded_runs_repeat_their_variation_exactly(tmp_path):
 
 
 def test_budgets_stagnation_and_wall(tmp_path):
-    exp = fx.experiment(name="stag", sizes=(512,), evaluations=200, budget=Budget(evaluations=200, stagnation=6))
+    exp = fx.experiment(name="stag", sizes=(512,), evaluations=200,
+                        budget=Budget(evaluations=200, stagnation=6, min_evaluations=0))
     s = run_experiment(exp, tmp_path / "stag", executor=LocalExecutor(fx.StandInBackend()))
     (p,) = s.problems
     assert p.reason == "stagnation" and p.evaluations < 200
@@ -84,9 +85,13 @@ def test_budgets_stagnation_and_wall(tmp_path):
 
         archive = GridArchive.from_store(store, exp.problems[0], operators.get(fx.OPERATOR))
         assert archive.evaluations - archive.best_index == 6
-    exp = fx.experiment(name="wall", sizes=(512,), budget=Budget(evaluations=None, wall_s=0.0))
+    exp = fx.experiment(name="wall", sizes=(512,), budget=Budget(evaluations=None, wall_s=0.0, min_evaluations=0))
     s = run_experiment(exp, tmp_path / "wall", executor=LocalExecutor(fx.StandInBackend()))
     assert s.problems[0].reason == "wall_s" and s.problems[0].evaluations == 0
+    # the default floor: wall time ends no problem before 24 evaluations (tests/search/test_budget_floor.py)
+    exp = fx.experiment(name="wall24", sizes=(512,), budget=Budget(evaluations=None, wall_s=0.0))
+    s = run_experiment(exp, tmp_path / "wall24", executor=LocalExecutor(fx.StandInBackend()))
+    assert s.problems[0].reason == "wall_s" and s.problems[0].evaluations == 24
 
 
 def test_resume_continues_deterministically_without_repeating(tmp_path):

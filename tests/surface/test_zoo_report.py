@@ -95,3 +95,22 @@ def test_a_missing_plotly_is_one_line(tmp_path, capsys, monkeypatch):
     assert main(["zoo", *ARGS, "-o", str(tmp_path), "--report"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "'plotly'" in err[0] and "pip install plotly" in err[0], err
+
+
+def test_the_report_says_which_budgets_were_cut_short(tmp_path):
+    from evo.store.sqlite import Store
+
+    folder = _zoo(tmp_path)
+    with Store(folder / "tiny_rmsnorm" / "store.sqlite") as store:  # as a search that ended on its budget
+        keys = store.problem_keys()
+        store.set_meta(f"summary:{keys[0]}", {"reason": "wall_s"})
+        for key in keys[1:]:
+            store.set_meta(f"summary:{key}", {"reason": "wall_s", "exhausted": True})
+    assert main(["zoo", *ARGS, "-o", str(tmp_path), "--report"]) == 0
+    page = (folder / "report.html").read_text()
+    norms = {r["key"]: r["cut_short"] for r in _data(page)["kernels"] if r["role"] == "norm"}
+    assert norms[keys[0]].startswith("cut short:") and "(stopped by wall_s)" in norms[keys[0]]
+    assert all(norms[k] == "" for k in keys[1:])  # an exhausted space was searched in full
+    gemm = next(r for r in _data(page)["kernels"] if r["role"] == "qkv")
+    assert "(interrupted, or still running)" in gemm["cut_short"]  # no summary: the search never ended
+    assert "stopped by wall_s" in page.split('id="evo-data"')[0]  # in the table, not only in the data

@@ -68,41 +68,46 @@ def test_console_script_without_traceback(tmp_path):
     assert result.returncode == 2 and result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
 
 
-def test_run_searches_each_experiment_in_turn_and_stops_at_a_failure(tmp_path, capsys, monkeypatch):
-    """--run hands each experiment to `evo run` (stubbed here: the tiny zoo fixture runs the real one), resumes a
-    run an earlier --run left, and stops with the status of a search that did not finish."""
-    import evo.surface.cli as cli
+def test_run_searches_every_experiment_in_one_run_and_stops_at_a_failure(tmp_path, capsys, monkeypatch):
+    """--run hands every experiment to one search (evo.surface.zoo_search, stubbed here: the tiny zoo fixture runs
+    the real one), resumes a run an earlier --run left, and stops with the status of a search that did not finish."""
+    import evo.surface.zoo_search as zoo_search
     from evo.experiment.rundir import RunDir
 
     calls = []
 
-    def run_file(path, resume):
-        calls.append((Path(path).name, resume))
-        if len(calls) == 1:
-            RunDir(tmp_path / "tiny" / f"tiny_{Path(path).stem}").store.parent.mkdir(parents=True, exist_ok=True)
-            RunDir(tmp_path / "tiny" / f"tiny_{Path(path).stem}").store.write_bytes(b"")
-        return 130 if len(calls) == 2 else 0
+    def search_zoo(runs, again, usage_error):
+        calls.append([(r.path.name, r.resume) for r in runs])
+        rd = RunDir(tmp_path / "tiny" / "tiny_rmsnorm")  # the first run began before the stop
+        rd.store.parent.mkdir(parents=True, exist_ok=True)
+        rd.store.write_bytes(b"")
+        assert "evo zoo" in again and again.endswith("--run")
+        return 130
 
-    monkeypatch.setattr(cli, "_run_file", run_file)
+    monkeypatch.setattr(zoo_search, "search_zoo", search_zoo)
     assert main(["zoo", TINY, "--tokens", "1,4", "--dtype", "fp16", "--smoke", "-o", str(tmp_path), "--run"]) == 130
     out = capsys.readouterr().out
-    assert calls == [("rmsnorm.yaml", False), ("gemm.yaml", False)]
-    assert "[zoo 1/6] rmsnorm: norm T=1, norm T=4" in out and "stopped at gemm (exit status 130)" in out
-    assert not (tmp_path / "tiny" / "tiny_kernels.py").exists()
+    assert len(calls) == 1 and [name for name, _ in calls[0]] == ["rmsnorm.yaml", "gemm.yaml", "attention-causal.yaml",
+                                                                 "gemm-residual.yaml", "gemm-swiglu.yaml",
+                                                                 "softmax.yaml"]
+    assert not any(resume for _, resume in calls[0])
+    assert "stopped (exit status 130)" in out and not (tmp_path / "tiny" / "tiny_kernels.py").exists()
     calls.clear()
     assert main(["zoo", TINY, "--tokens", "1,4", "--dtype", "fp16", "--smoke", "-o", str(tmp_path), "--run"]) == 130
-    assert calls == [("rmsnorm.yaml", True), ("gemm.yaml", False)]  # the first run is resumed, not started again
-    assert "(resuming the earlier run)" in capsys.readouterr().out
+    assert calls[0][:2] == [("rmsnorm.yaml", True), ("gemm.yaml", False)]  # the first is resumed, not started again
+    text = (tmp_path / "tiny" / "gemm.yaml").read_text()
+    assert "min_evaluations: 24" in text  # the floor, written where the user sees it
 
 
 def test_run_skips_what_was_searched_to_its_budget(tmp_path, capsys, monkeypatch):
-    import evo.surface.cli as cli
+    import evo.surface.zoo_search as zoo_search
     from evo.store.sqlite import Store
 
     calls = []
-    monkeypatch.setattr(cli, "_run_file", lambda path, resume: calls.append(Path(path).name) or 130)
+    monkeypatch.setattr(zoo_search, "search_zoo",
+                        lambda runs, again, usage_error: calls.append([r.path.name for r in runs]) or 130)
     args = ["zoo", TINY, "--tokens", "1,4", "--dtype", "fp16", "--smoke", "-o", str(tmp_path), "--run"]
-    assert main(args) == 130 and calls == ["rmsnorm.yaml"]
+    assert main(args) == 130 and calls[0][0] == "rmsnorm.yaml"
     (tmp_path / "tiny" / "tiny_rmsnorm").mkdir()
     with Store(tmp_path / "tiny" / "tiny_rmsnorm" / "store.sqlite") as store:  # as a finished search leaves it
         for key in ("rmsnorm:1x64:fp16", "rmsnorm:4x64:fp16"):
@@ -110,7 +115,7 @@ def test_run_skips_what_was_searched_to_its_budget(tmp_path, capsys, monkeypatch
     run = tmp_path / "tiny" / "tiny_rmsnorm"
     (run / "experiment.yaml").write_text((tmp_path / "tiny" / "rmsnorm.yaml").read_text())  # the run's copy
     calls.clear()
-    assert main(args) == 130 and calls == ["gemm.yaml"]
+    assert main(args) == 130 and "rmsnorm.yaml" not in calls[0] and calls[0][0] == "gemm.yaml"
     assert "rmsnorm: norm T=1, norm T=4 (searched to its budget earlier: nothing to do)" in capsys.readouterr().out
     calls.clear()  # a larger budget is another search: resumed, not skipped
-    assert main([*args, "--wall-s", "99"]) == 130 and calls == ["rmsnorm.yaml"]
+    assert main([*args, "--wall-s", "99"]) == 130 and calls[0][0] == "rmsnorm.yaml"
