@@ -1,0 +1,102 @@
+"""What the decode GEMM and its fused variants are measured against, and their exact reference: one description
+(`LinearMath`) gives the fp32 reference, the eager PyTorch a user writes (cuBLAS through torch.matmul(x, W.t()),
+then one torch op per fused part) and torch.compile max-autotune of that same function, so all three agree by
+construction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from operators.base import Baseline
+
+__all__ = ["LinearMath", "linear_baselines", "linear_contenders"]
+
+
+@dataclass(frozen=True)
+class LinearMath:
+    norm: bool = False  # y = rmsnorm(x) @ W^T: inputs (x, W, norm_weight, ...)
+    residual: bool = False  # y += residual: inputs (..., residual)
+    swiglu: bool = False  # W is [2N, K], gate rows then up rows: y = silu(x Wg^T) * (x Wu^T)
+
+    @property
+    def text(self) -> str:
+        x = "rmsnorm(x)" if self.norm else "x"
+        y = f"silu({x} @ Wg^T) * ({x} @ Wu^T)" if self.swiglu else f"{x} @ W^T"
+        return y + (" + residual" if self.residual else "")
+
+    @property
+    def weight_form(self) -> str:
+        return "[2N, K] (the gate's N rows, then the up projection's)" if self.swiglu else "[N, K] (nn.Linear's layout)"
+
+    def _split(self, inputs: tuple[Any, ...]) -> tuple[Any, Any, Any, Any]:
+        x, w, *rest = inputs
+        norm_weight = rest.pop(0) if self.norm else None
+        residual = rest.pop(0) if self.residual else None
+        return x, w, norm_weight, residual
+
+    def reference(self, *inputs: Any, eps: float) -> Any:
+        """The exact result in fp32 (the normed rows not rounded)."""
+        import torch
+
+        x, w, norm_weight, residual = (t.float() if t is not None else None for t in self._split(inputs))
+        if self.norm:
+            x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * norm_weight
+        y = torch.matmul(x, w.t())
+        if self.swiglu:
+            gate, up = y.chunk(2, dim=-1)
+            y = torch.nn.functional.silu(gate) * up
+        return y + residual if self.residual else y
+
+    def eager(self, eps: float) -> Any:
+        """The function a PyTorch user writes, in the inputs' dtype: RMSNorm (torch's own where it has one),
+        cuBLAS on W's [N, K] layout, then SwiGLU and the residual as torch ops."""
+        import torch
+
+        functional = torch.nn.functional
+        has_rms_norm = hasattr(functional, "rms_norm")
+
+        def linear(*inputs: Any) -> Any:
+            x, w, norm_weight, residual = self._split(inputs)
+            if self.norm:
+                if has_rms_norm:
+                    x = functional.rms_norm(x, (x.shape[-1],), norm_weight, eps)
+                else:
+                    xf = x.float()
+                    x = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * norm_weight.float()).to(x.dtype)
+            y = torch.matmul(x, w.t())
+            if self.swiglu:
+                gate, up = y.chunk(2, dim=-1)
+                y = functional.silu(gate) * up
+            return y + residual if self.residual else y
+
+        return linear
+
+
+def linear_baselines(math: LinearMath, eps: float) -> list[Baseline]:
+    """The primary baseline: cuBLAS for the plain GEMM, the eager function for a fused variant."""
+    plain = not (math.norm or math.residual or math.swiglu)
+    name = "cublas" if plain else "eager"
+    doc = "torch.matmul(x, W.t()) (cuBLAS on nn.Linear's layout)" if plain else \
+        f"PyTorch eager: {math.text} as cuBLAS (torch.matmul(x, W.t())) and one torch op per part"
+    return [Baseline(name, lambda problem: math.eager(eps), doc)]
+
+
+def linear_contenders(math: LinearMath, eps: float) -> list[Baseline]:
+    """torch.compile(mode='max-autotune-no-cudagraphs') of the eager function: set up once per problem by `evo bench`
+    (Inductor picks cuBLAS, its Triton templates or decompose-K and fuses the elementwise parts)."""
+    return [Baseline("torch_compile", lambda problem: _compiled(math, eps),
+                     f"torch.compile(mode='max-autotune-no-cudagraphs') of the eager {math.text}")]
+
+
+def _compiled(math: LinearMath, eps: float) -> Any:
+    import torch
+
+    torch._dynamo.reset()  # a fresh cache per problem: every shape compiled statically (as operators/gemm/baselines.py)
+    fn = math.eager(eps)
+
+    def linear(*inputs: Any) -> Any:
+        return fn(*inputs)
+
+    return torch.compile(linear, mode="max-autotune-no-cudagraphs", dynamic=False, fullgraph=True)
+

@@ -1,0 +1,69 @@
+"""The decode GEMM genome: one rule table for violations and repair, decode seeds that fill the GPU, descriptors."""
+
+from __future__ import annotations
+
+import pytest
+
+from evo.problem import HOPPER, Problem
+from genomes.linear import MAX_LIVE, LinearFamily, block_m, live_values, rules
+from tests.genomes._rule_table_checks import check_rule_table
+
+SIZES = [(1, 4096, 4096), (3, 14336, 4096), (16, 4096, 14336), (1, 6144, 4096), (5, 100, 300), (1, 16, 32),
+         (64, 4096, 4096)]
+
+
+def _problem(sizes, dtype="bf16"):
+    return Problem.make("linear", ("M", "N", "K"), sizes, dtype)
+
+
+@pytest.mark.parametrize("sizes", SIZES)
+@pytest.mark.parametrize("tiles,norm", [(1, False), (2, True)])
+def test_rule_table_drives_violations_and_repair(sizes, tiles, norm):
+    fam = LinearFamily(tiles=tiles, norm=norm)
+    broken = check_rule_table(fam, fam.rules, _problem(sizes), HOPPER, draws=100)
+    assert sum(broken.values()) > 0
+
+
+def test_block_m_pads_for_the_dot_and_rounds_for_fmas():
+    assert [block_m({"math": "dot"}, m) for m in (1, 3, 16, 17, 100)] == [16, 16, 16, 32, 64]
+    assert [block_m({"math": "fma"}, m) for m in (1, 3, 4, 16, 40)] == [1, 4, 4, 16, 16]
+
+
+@pytest.mark.parametrize("sizes", [(1, 4096, 4096), (4, 14336, 4096), (16, 4096, 14336), (16, 6144, 4096)])
+def test_decode_seeds_fill_the_gpu(sizes):
+    fam = LinearFamily()
+    p = _problem(sizes)
+    seeds = fam.seeds(p, HOPPER)
+    assert any(g["math"] == "dot" for g in seeds)
+    assert any(g["math"] == "fma" for g in seeds) == (sizes[0] <= 4)
+    assert any(g["reduction"] == "ordered" for g in seeds)
+    for g in seeds:
+        programs = -(-sizes[1] // g["BLOCK_N"]) * g["SPLIT_K"]
+        assert programs >= HOPPER.num_sms, str(g)  # every SM streams part of W
+        assert live_values(g.as_dict(), sizes[0]) <= MAX_LIVE
+
+
+def test_rules_name_what_is_wrong_and_repair_fixes_it():
+    fam = LinearFamily()
+    p = _problem((16, 4096, 256))
+    g = fam.make(fam.base(math="fma", reduce_k="end", BLOCK_N=256, BLOCK_K=1024, SPLIT_K=64, reduction="ordered"))
+    reasons = " / ".join(fam.violations(g, p, HOPPER))
+    assert "BLOCK_K=1024 is wider than K=256" in reasons and "fp32 values per thread" in reasons
+    fixed = fam.repair(g, p, HOPPER, None)
+    assert fam.violations(fixed, p, HOPPER) == []
+    assert fixed["SPLIT_K"] <= 256 // fixed["BLOCK_K"]
+
+
+def test_swiglu_and_norm_change_the_rules():
+    g = LinearFamily().base(math="fma", BLOCK_N=64, BLOCK_K=256, num_warps=4)
+    assert live_values(g, 1, tiles=2) == 2 * live_values(g, 1, tiles=1)
+    assert [r.name for r in rules()] == [r.name for r in rules(2, True)]
+    with pytest.raises(ValueError, match="tiles must be 1 or 2"):
+        LinearFamily(tiles=3)
+
+
+def test_descriptors_bin_every_seed():
+    fam = LinearFamily()
+    for g in fam.seeds(_problem((1, 4096, 4096)), HOPPER):
+        for d in fam.descriptors().values():
+            assert d.edges[0] <= d(g) <= d.edges[-1], (d.name, str(g))
