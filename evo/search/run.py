@@ -19,7 +19,7 @@ from evo.search.events import RunSummary
 from evo.search.loop import EventCallback, Search
 from evo.store.atomic_file import output_target, write_atomic
 from evo.store.resumable import check_resumable, resume_changes
-from evo.store.shared import chain_lookups, default_path, open_shared
+from evo.store.shared import chain_lookups, default_path, open_shared, refuse_own_store
 from evo.store.sqlite import Store, StoreError
 
 __all__ = ["run_experiment", "run_experiments", "StartupError"]
@@ -104,6 +104,8 @@ def _run_locked(experiment: Experiment, rd: RunDir, resume: bool, on_event: Even
 
     operator = operators.get(experiment.operator, dict(experiment.genome))
     changes: list[str] = []
+    if experiment.memory.enabled:  # before anything is written: a results database that is the store itself
+        refuse_own_store(default_path(experiment.memory.db, rd.path), rd.store, RunDirError)
     try:  # the copy is written atomically; a FIFO or a device under its name is refused, never read or replaced
         output_target(rd.experiment)
     except OSError as e:

@@ -24,7 +24,8 @@ from evo.store.cache_dir import cache_root
 from evo.store.record import MEASURED, Evaluation
 from evo.store.sqlite import Store, StoreError
 
-__all__ = ["SharedResults", "default_path", "open_shared", "SHARED_PREFIX", "ENV_VAR", "chain_lookups", "is_served"]
+__all__ = ["SharedResults", "default_path", "open_shared", "SHARED_PREFIX", "ENV_VAR", "chain_lookups", "is_served",
+           "refuse_own_store"]
 
 ENV_VAR = "EVO_RESULTS_DB"
 SHARED_PREFIX = "shared#"
@@ -39,6 +40,18 @@ def default_path(configured: str | None = None, fallback: Path | None = None) ->
     if os.environ.get(ENV_VAR):
         return Path(os.environ[ENV_VAR]).expanduser()
     return cache_root(fallback) / "evo" / "results.sqlite"
+
+
+def refuse_own_store(path: Path, store: Path, error: type[Exception] = ValueError) -> None:
+    """Raise `error` (one line) when the results database `path` is the run's own store `store`: the same file,
+    also through a link, a relative path or a hard link. Every evaluation would be stored in it twice."""
+    try:
+        same = os.path.samefile(path, store)
+    except OSError:  # one of them does not exist yet (a new run): the same file is the same resolved name
+        same = Path(path).expanduser().resolve() == Path(store).resolve()
+    if same:
+        raise error(f"the results database {path} is this run's own store {store}: every evaluation would be stored "
+                    f"twice; set memory.db (or ${ENV_VAR}) to another file, or memory: false")
 
 
 def open_shared(path: Path) -> tuple[SharedResults | None, str]:

@@ -151,13 +151,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _check_before_workers(rd: Any, experiment: Any, args: argparse.Namespace) -> None:
     """Every refusal that needs no worker, made before the executor machinery (torch, triton, Ray) is imported:
-    the run directory (a file, a symbolic-link loop), and on --resume a store that cannot be resumed or an
-    experiment that changed in what decides results (e.g. its seed). run_experiment checks the same again."""
+    the run directory (a file, a symbolic-link loop), a results database that is the run's own store, and on
+    --resume a store that cannot be resumed or an experiment that changed in what decides results (e.g. its seed).
+    run_experiment checks the same again."""
     from evo.experiment.runlock import check_run_path
     from evo.store.resumable import check_resumable, resume_changes
+    from evo.store.shared import default_path, refuse_own_store
     from evo.store.sqlite import StoreError
 
     check_run_path(rd.path)
+    if experiment.memory.enabled:
+        refuse_own_store(default_path(experiment.memory.db, rd.path), rd.store, UsageError)
     if rd.exists() and not args.resume:
         raise UsageError(f"{rd.path} already holds a run: pass --resume to continue it, or --out DIR for a new one")
     if args.resume and not rd.exists():

@@ -111,3 +111,50 @@ def test_an_operator_without_tensor_shapes_is_checked_on_the_meta_device():
 
     problem = operators.get("gemm").problem((8, 8, 8), "fp16")
     assert "65536x65536 tensor" in limits.check_indexable(Huge(), problem)
+
+
+@pytest.mark.parametrize("how", ["same path", "relative", "symbolic link", "hard link", "environment"])
+def test_a_results_database_that_is_the_runs_own_store_is_refused(tmp_path, monkeypatch, how):
+    """memory.db naming the run's own store would store every evaluation twice (issue 42, class 4): refused in one
+    line before any worker starts, however the path names it."""
+    resume = how == "hard link"  # a hard link needs the store to exist: a resume of a run
+    run = make_run(tmp_path / "runs", name="smoke", smoke=True) if resume else tmp_path / "runs" / "smoke"
+    db = {"same path": run / "store.sqlite", "relative": Path("runs/./smoke/../smoke/store.sqlite"),
+          "symbolic link": tmp_path / "link.sqlite", "hard link": tmp_path / "hard.sqlite",
+          "environment": run / "store.sqlite"}[how]
+    if how == "symbolic link":
+        db.symlink_to(run / "store.sqlite")  # (dangling until the run would create the store)
+    if resume:
+        with Store(run / "store.sqlite") as store:
+            store.set_meta("deciding", deciding(load_experiment(SMOKE)))
+        db.hardlink_to(run / "store.sqlite")
+    text = SMOKE.read_text()
+    if how != "environment":
+        text += f"memory:\n  db: {db}\n"
+    (tmp_path / "exp.yaml").write_text(text)
+    before = (run / "store.sqlite").read_bytes() if resume else None
+    if how == "environment":
+        monkeypatch.setenv("EVO_RESULTS_DB", str(db))
+    err = _refused("run", str(tmp_path / "exp.yaml"), "--out", str(run), *(["--resume"] if resume else []),
+                   cwd=tmp_path)
+    assert "is this run's own store" in err and "stored twice" in err
+    if resume:
+        assert (run / "store.sqlite").read_bytes() == before
+    else:
+        assert not run.exists()
+
+
+def test_run_experiment_refuses_its_own_store_as_memory_too(tmp_path):
+    """The same check in evo.search.run, for callers that skip the command line (the Python API, the zoo)."""
+    import dataclasses
+
+    from evo.experiment.runlock import RunDirError
+    from evo.search.run import run_experiment
+
+    experiment = load_experiment(SMOKE)
+    run = tmp_path / "run"
+    experiment = dataclasses.replace(experiment, memory=dataclasses.replace(experiment.memory,
+                                                                            db=str(run / "store.sqlite")))
+    with pytest.raises(RunDirError, match="own store"):
+        run_experiment(experiment, run)
+    assert not run.exists()
