@@ -263,9 +263,11 @@ class Search:
         ev.origin, ev.parents, ev.run_id, ev.emitter = job.origin, list(job.parents), self.run_id, job.emitter
         # judged by the experiment's objective: the worker's rows are already; failures made outside one are now
         ev.objective = ev.judged_by(self.experiment.evaluation.objective).objective
-        self.store.add(ev)
+        # the kernel's text is kept once per distinct kernel: what export and bench serve is what was measured
+        source = job.source if job.source and job.source_hash == ev.source_hash else None
+        self.store.add(ev, source)
         if self.shared is not None:
-            self.shared.record(ev)
+            self.shared.record(ev, source)
 
     def _record(self, index: int, problem: Problem, archive: GridArchive, job: Candidate, ev: Evaluation,
                 elapsed: float, stored: bool = False) -> None:

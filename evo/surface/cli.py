@@ -207,7 +207,7 @@ def _cmd_status(args: argparse.Namespace, after_run: bool = False) -> int:
 def _cmd_export(args: argparse.Namespace) -> int:
     from evo.experiment.config import parse_shape
     from evo.problem import DTYPES
-    from evo.surface.export import export_all, export_one, is_smoke
+    from evo.surface.export import export_all, export_one, is_smoke, rerendered
 
     if args.all == bool(args.shape):
         raise UsageError("give either --shape SHAPE or --all")
@@ -223,10 +223,12 @@ def _cmd_export(args: argparse.Namespace) -> int:
     with store:
         if args.all:
             text, found = export_all(store, experiment)
+            note = rerendered(store, found)
             default = rd.path / f"{rd.path.name}_elites.py"
             what = f"{len(found)} elites ({', '.join(e.problem.key for e in found)})"
         else:
             text, elite = export_one(store, sizes, args.dtype, experiment)
+            note = rerendered(store, [elite])
             p = elite.problem
             default = rd.path / f"{p.operator}_{p.shape_text}_{p.dtype}.py"
             ev = elite.evaluation
@@ -243,6 +245,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
     except OSError as e:
         raise UsageError(f"cannot write {out}: {e.strerror or e}") from None
     print(f"wrote {out}: {what}")
+    if note:
+        print(note)
     if smoke:
         print("note: a smoke run's kernels were checked in the CPU interpreter, never timed on a GPU")
     print(f"check it: python {_q(out)}")

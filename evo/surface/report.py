@@ -108,8 +108,9 @@ def _problem_data(store: Store, problem: Problem, op: Any, specs: tuple[Descript
     for (cx, cy), e in sorted(cells.items(), key=lambda kv: -kv[1].objective):
         ev = by_id.get(e.evaluation_id)
         if e.source_hash not in sources:
-            try:
-                sources[e.source_hash] = op.render(_genome(e.genome, op.family), problem, target)
+            try:  # the source measured, as the store kept it; else (an older store's row) the genome rendered again
+                sources[e.source_hash] = store.source(e.source_hash) or op.render(_genome(e.genome, op.family),
+                                                                                  problem, target)
             except Exception as err:  # a genome the current renderer refuses: say so in the panel
                 sources[e.source_hash] = f"# this genome could not be rendered again: {err}"
         elites.append({
