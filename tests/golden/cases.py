@@ -25,29 +25,34 @@ __all__ = ["PROBLEMS", "EXPORTED", "RANDOM_DRAWS", "Case", "schedule", "select"]
 # operator name -> (sizes, dtype, most genomes kept) of its problems: aligned and unaligned shapes, each dtype the
 # operator takes. The GEMM's epilogue variants keep fewer: what they add is the epilogue's text on GEMM schedules.
 PROBLEMS: dict[str, list[tuple[tuple[int, ...], str, int]]] = {
-    "gemm": [((4096, 4096, 4096), "bf16", 18), ((1000, 3001, 588), "bf16", 15), ((16, 4096, 8192), "fp16", 14),
-             ((512, 768, 1000), "fp32", 12)],
+    "gemm": [((4096, 4096, 4096), "bf16", 16), ((1000, 3001, 588), "bf16", 13), ((16, 4096, 8192), "fp16", 12),
+             ((512, 768, 1000), "fp32", 10)],
     "gemm+bias": [((2048, 2048, 2048), "fp16", 3)],
-    "gemm+bias+gelu": [((4096, 4096, 4096), "bf16", 8), ((1000, 3001, 588), "fp16", 6)],
+    "gemm+bias+gelu": [((4096, 4096, 4096), "bf16", 6), ((1000, 3001, 588), "fp16", 6)],
     "gemm+gelu_tanh": [((1024, 1024, 512), "bf16", 3)],
     "gemm+silu": [((1024, 1024, 512), "fp16", 3)],
     "gemm+relu+residual": [((1024, 1024, 512), "bf16", 4)],
     "gemm+residual": [((333, 1000, 777), "fp32", 4)],
     "gemm+swiglu": [((2048, 2048, 1024), "bf16", 6), ((100, 1000, 600), "fp16", 4)],
     "gemm+swiglu+residual": [((1024, 1024, 1024), "bf16", 3)],
-    "gemm+scale+bias+gelu+residual": [((1024, 1024, 1024), "fp16", 6)],
+    "gemm+scale+bias+gelu+residual": [((1024, 1024, 1024), "fp16", 4)],
     "softmax": [((4096, 4096), "bf16", 8), ((7, 50257), "fp16", 8), ((4096, 1000), "fp32", 6)],
     "rmsnorm": [((4096, 4096), "bf16", 8), ((3, 100000), "fp16", 8), ((4096, 1000), "fp32", 6)],
-    "attention": [((1, 32, 8, 4096, 4096, 128), "bf16", 11), ((2, 8, 8, 1, 1000, 64), "fp16", 10),
-                  ((1, 12, 12, 333, 333, 80), "fp16", 10)],
-    "attention+causal": [((1, 32, 8, 4096, 4096, 128), "bf16", 9), ((2, 16, 4, 100, 1000, 64), "fp16", 10)],
+    "attention": [((1, 32, 8, 4096, 4096, 128), "bf16", 9), ((2, 8, 8, 1, 1000, 64), "fp16", 8),
+                  ((1, 12, 12, 333, 333, 80), "fp16", 8)],
+    "attention+causal": [((1, 32, 8, 4096, 4096, 128), "bf16", 7), ((2, 16, 4, 100, 1000, 64), "fp16", 8)],
+    "linear": [((1, 4096, 4096), "bf16", 6), ((7, 3000, 1000), "fp16", 4), ((16, 1024, 512), "fp32", 3)],
+    "linear+residual": [((4, 4096, 4096), "bf16", 2)],
+    "linear+swiglu": [((2, 2048, 4096), "fp16", 2)],
+    "linear+rmsnorm": [((1, 4096, 4096), "bf16", 2)],
+    "linear+rmsnorm+swiglu": [((3, 1000, 600), "bf16", 3)],
     "rope_cache": [((1, 32, 8, 128, 4096), "bf16", 6), ((333, 12, 4, 80, 2048), "fp16", 6),
                    ((16, 8, 8, 64, 1000), "fp32", 4)],
 }
 # operators whose first seed on each problem is also rendered as the module `evo export` writes (header, kernel,
 # self-check)
 EXPORTED = ("gemm", "gemm+bias+gelu", "gemm+swiglu", "softmax", "rmsnorm", "attention", "attention+causal",
-            "rope_cache")
+            "linear", "rope_cache")
 RANDOM_DRAWS = 60  # random genomes drawn per problem (seeded by the problem), after its family's seeds
 TARGET: Target = HOPPER
 
