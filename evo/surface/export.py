@@ -13,7 +13,9 @@ operator.
 problem, or of the *nearest* measured problem when the call's shape was not measured: same dtype, smallest
 sum over dimensions of |log2(size / measured size)|, earliest measured on a tie. Such a fallback kernel was
 neither timed nor checked at that shape, and the module warns once per elite it uses so (naming the first such
-shape): a decode loop whose key length grows every step gets one warning, not one per step.
+shape): a decode loop whose key length grows every step gets one warning, not one per step. A problem whose elite
+did not beat its baseline side by side runs the baseline instead (evo.surface.kernel_choice: never slower than what
+it replaces); the header says which problems run which, and why.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from evo.problem import HOPPER, Problem, Target, shape_distance
 from evo.store.record import Evaluation
 from evo.store.sqlite import Store
 from evo.surface.export_selfcheck import OBJECTIVE_TEXT, SELFCHECK_MAIN, row_clocks, selfcheck_constants
+from evo.surface.kernel_choice import BASELINE_SOURCE, export_choices
 
 __all__ = ["ExportError", "BestKernel", "elites", "find_elite", "export_one", "export_all", "is_smoke", "run_target",
            "render_module", "rerendered", "NO_SOURCE"]
@@ -304,17 +307,19 @@ def nearest(sizes, dtype):
 
 
 def kernel_for(sizes, dtype):
-    """The entry function of the elite for `sizes` and `dtype` (e.g. "bf16")."""
+    """The function serving `sizes` and `dtype` (e.g. "bf16"): the elite's entry, or its baseline where the elite did
+    not beat it (USES says which)."""
     import warnings
 
     key = nearest(sizes, dtype)
     if tuple(sizes) != _EVO_VARIANTS[key]["sizes"] and key not in _EVO_WARNED:
         _EVO_WARNED.add(key)
-        warnings.warn(f"no kernel was measured for {'x'.join(map(str, sizes))} {dtype}: using the elite of "
-                      f"{key}, which was neither timed nor checked at this shape (other unmeasured shapes that "
-                      "this elite serves are not warned about again)", stacklevel=2)
-    return getattr(_evo_load(key), _EVO_ENTRY)
-
+        warnings.warn(f"no kernel was measured for {'x'.join(map(str, sizes))} {dtype}: using the choice of "
+                      f"{key} ({USES[key][0]}), which was neither timed nor checked at this shape (other unmeasured "
+                      "shapes it serves are not warned about again)", stacklevel=2)
+    module = _evo_load(key)
+    return _evo_baseline(module) if USES[key][0] == "baseline" else getattr(module, _EVO_ENTRY)
+{baseline}
 
 def _evo_choose(inputs):
     """The entry function for inputs like these (chosen once per input shapes and dtype)."""
@@ -361,6 +366,7 @@ def export_all(store: Store, experiment: Experiment | None = None) -> tuple[str,
     op = _operator_for(found[0])
     meta = store.all_meta()
     smoke = any(is_smoke(e.evaluation, meta) for e in found)
+    choices = export_choices(found, smoke)
     head = [f"{HEADER_ALL} {op.name}, {len(found)} measured problems, one module.", ""]
     if smoke:
         head += [f"WARNING: {SMOKE_WARNING}.", ""]
@@ -369,6 +375,9 @@ def export_all(store: Store, experiment: Experiment | None = None) -> tuple[str,
              "|log2(size / measured size)|, earliest measured on a tie. That kernel was neither timed nor checked",
              "at the new shape (a warning says so once per elite so used). kernel_for(sizes, dtype) returns it.",
              "Run `python THIS_FILE.py` to self-check every measured elite (see each one's own header).", "",
+             "Never slower than what it replaces: a problem runs evo's elite only where it beat its baseline side by",
+             "side (timed in the same process, on the run's objective clock); elsewhere the baseline it was timed",
+             "against (torch's own op). USES[problem] = (evo or baseline, why).", "",
              "Measured problems (median GPU time and ratio to the baseline; call clock and its ratio where measured):"]
     for e in found:
         ev = e.evaluation
@@ -378,6 +387,8 @@ def export_all(store: Store, experiment: Experiment | None = None) -> tuple[str,
             ratio += f"; call clock {clocks['call_ms']:.4g} ms, {clocks['call_ratio']:.3f}x"
         head.append(f"  {e.problem.key}: {ev.median_ms:.4g} ms{' (NOT a GPU timing)' if smoke else ''}, {ratio}, "
                     f"on {_clean(ev.gpu or '?')}" + ("" if smoke else f"; objective {_clean(clocks['objective'])}"))
+        choice = choices[e.problem.key]
+        head.append(f"    runs {choice.use}: {_clean(choice.why)}")
     variants = {}
     for e in found:
         variants[f"{e.problem.shape_text}:{e.problem.dtype}"] = {
@@ -388,6 +399,9 @@ def export_all(store: Store, experiment: Experiment | None = None) -> tuple[str,
              _PREAMBLE.split("\n", 2)[2].rstrip(), "",
              f"_EVO_OPERATOR = {op.name!r}", f"_EVO_ENTRY = {op.entry!r}", f"_EVO_DIMS = {tuple(op.dims)!r}",
              "_EVO_LOADED = {}", "_EVO_WARNED = set()", "_EVO_CHOSEN = {}  # (input shapes, dtype) -> entry function",
+             "# problem -> (what runs it: evo or baseline, why); never slower than what it replaces",
+             "USES = {" + ", ".join(f"{k!r}: ({c.use!r}, {c.why!r})" for k, c in (
+                 (f"{e.problem.shape_text}:{e.problem.dtype}", choices[e.problem.key]) for e in found)) + "}",
              "# Each measured problem's standalone module, one source line per list item.",
              "_EVO_VARIANTS = {"]
     for key, v in variants.items():
@@ -396,7 +410,8 @@ def export_all(store: Store, experiment: Experiment | None = None) -> tuple[str,
         lines += [f"            {line!r}," for line in v["source"]]
         lines.append("        ]},")
     lines.append("}")
-    return "\n".join(lines) + IMPORT_SOURCE + _DISPATCH.replace("{entry}", op.entry), found
+    return "\n".join(lines) + IMPORT_SOURCE + _DISPATCH.replace("{baseline}", BASELINE_SOURCE).replace(
+        "{entry}", op.entry), found
 
 
 def nearest_distance(a: tuple[int, ...], b: tuple[int, ...]) -> float:

@@ -6,6 +6,10 @@ warning), and the exports are bundled into `<DIR>/<model>/<model>_kernels.py`: s
 the standard library), importing it does no work, `op(role)` returns the entry function of a layer role
 (`qkv`, `o_proj`, `gate_up`, `down`, ...), whose choice of elite follows the runtime token count through the
 shapes of the inputs it is called with. `evo.api.load_zoo` wraps each role as a torch op.
+
+Never slower than what it replaces: per role and token count, the module runs evo's elite only where it beat its
+baseline side by side (evo.surface.kernel_choice); elsewhere torch's own op. The header lists each role and token
+count with what runs it and why (the ratio).
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ from pathlib import Path
 from evo.experiment.rundir import RunDir
 from evo.store.atomic_file import write_atomic
 from evo.store.sqlite import Store
-from evo.surface.export import IMPORT_SOURCE, ExportError, export_all
+from evo.surface.export import IMPORT_SOURCE, ExportError, export_all, is_smoke
+from evo.surface.kernel_choice import KernelChoice, export_choices
 from evo.zoo.model import ModelSpec
 from evo.zoo.problems import layer_problems, run_name
 
@@ -34,8 +39,10 @@ def collect(spec: ModelSpec, tokens: list[int], dtype: str, folder: Path, contex
             ) -> tuple[Path, dict[str, str], list[str]]:
     """Bundle the runs under `folder` into the model's module; returns (its path, role -> operator of the roles it
     serves, the operators left out with why). Raises CollectError when no operator has a correct kernel."""
-    roles = {p.role: p.operator for p in layer_problems(spec, tokens, dtype, context) if p.operator is not None}
+    problems = [p for p in layer_problems(spec, tokens, dtype, context) if p.operator is not None]
+    roles = {p.role: p.operator for p in problems}
     sources: dict[str, str] = {}
+    choices: dict[str, KernelChoice] = {}  # problem key -> what the module runs for it
     missing: list[str] = []
     for operator in dict.fromkeys(roles.values()):
         rd = RunDir(folder / run_name(spec, operator))
@@ -44,27 +51,43 @@ def collect(spec: ModelSpec, tokens: list[int], dtype: str, folder: Path, contex
             continue
         try:
             with Store(rd.store, readonly=True) as store:
-                sources[operator] = export_all(store)[0]
+                sources[operator], found = export_all(store)
+                meta = store.all_meta()
+                choices.update(export_choices(found, any(is_smoke(e.evaluation, meta) for e in found)))
         except ExportError as e:
             missing.append(f"{operator} ({e})")
     if not sources:
         raise CollectError(f"no run under {folder} has a correct kernel yet: {'; '.join(missing)}")
     served = {role: op for role, op in roles.items() if op in sources}
     path = module_path(folder, spec)
-    write_atomic(path, _module_text(spec, served, sources, missing))
+    uses = [_use_line(p, choices) for p in problems if p.operator in sources]
+    write_atomic(path, _module_text(spec, served, sources, missing, uses))
     return path, served, missing
+
+
+def _use_line(p: object, choices: dict[str, KernelChoice]) -> str:
+    """`role T=t (operator shape): evo|baseline, why` for one kernel problem (evo.zoo.problems.KernelProblem)."""
+    import operators
+
+    key = operators.get(p.operator).problem(p.sizes, p.dtype).key  # type: ignore[attr-defined]
+    c = choices.get(key)
+    what = f"{c.use}: {c.why}" if c else "no correct kernel measured: the nearest measured shape's choice serves it"
+    return f"  {p.role} T={p.tokens} ({p.operator} {p.shape_text}): {what}"  # type: ignore[attr-defined]
 
 
 # The start of a zoo module's first line ('"""' before it), by which evo.api.load_zoo knows one before running it
 ZOO_HEADER = "evo kernel zoo:"
 
 
-def _module_text(spec: ModelSpec, roles: dict[str, str], sources: dict[str, str], missing: list[str]) -> str:
+def _module_text(spec: ModelSpec, roles: dict[str, str], sources: dict[str, str], missing: list[str],
+                 uses: list[str]) -> str:
     head = [f"{ZOO_HEADER} {spec.name} (hidden {spec.hidden_size}, intermediate {spec.intermediate_size}, "
             f"{spec.mlp}; vocab {spec.vocab_size}).", "",
             "op(role) is the entry function of a layer role; it runs the elite measured for the shape of its inputs",
             "(the runtime token count), else the nearest measured one (with one warning). Roles and operators:"]
     head += [f"  {role}: {op}" for role, op in roles.items()]
+    head += ["What runs each role and token count: evo's elite only where it beat its baseline side by side (timed in",
+             "the same process, on the run's objective clock), else the baseline (torch's own op), and why:"] + uses
     if missing:
         head += ["Not served (their roles keep PyTorch):"] + [f"  {m}" for m in missing]
     head += ["Each operator's module is `evo export --all` of its run, with its own header and self-check;",

@@ -2,7 +2,8 @@
 
 What the page holds (evo.surface.zoo_report_html draws it):
 - per role and token count, the elite of that kernel problem (the same elite `evo export` and `evo status` pick)
-  against the baseline its search timed beside it in the same process, with its throughput;
+  against the baseline its search timed beside it in the same process, with its throughput, and what the zoo's
+  module runs for it: evo's elite where it beat the baseline, else the baseline (evo.surface.kernel_choice);
 - the layer's end-to-end time per token count, four ways and two clocks (from zoo.json: evo.bench.zoo_layer);
 - a roofline of every elite (arithmetic intensity against achieved TFLOP/s) under the best FLOP/s and bytes/s
   measured by any kernel or baseline of these runs (measured ceilings: lower bounds of what the GPU can do);
@@ -25,6 +26,7 @@ from evo.experiment.rundir import RunDir
 from evo.experiment.spec import Budget
 from evo.search.budget import cut_short
 from evo.store.sqlite import Store
+from evo.surface.kernel_choice import choose
 from evo.surface.report_overview import rounded as _num
 from evo.zoo.model import ModelSpec
 from evo.zoo.problems import layer_problems, run_name
@@ -77,6 +79,8 @@ def _kernel_rows(spec: ModelSpec, tokens: list[int], dtype: str, context: int, f
                 row["status"] = "no correct kernel"
                 continue
             smoke = ev.gpu == SMOKE_GPU
+            choice = choose(ev, smoke, "def selfcheck_baseline(" in (op.selfcheck_source(problem) or ""))
+            row.update(runs=choice.use, runs_why=choice.why)  # what the zoo module runs (evo.surface.kernel_choice)
             row.update(status="smoke (not a timing)" if smoke else "measured", gpu=ev.gpu,
                        genome=" ".join(f"{k}={v}" for k, v in sorted(json.loads(ev.genome)["genes"].items())),
                        baseline=ev.baseline, smoke=smoke)

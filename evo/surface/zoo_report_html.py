@@ -86,7 +86,7 @@ _SCRIPT = r"""
 
 def _kernels_section(data: dict[str, Any]) -> str:
     head = ["role", "T", "operator", "shape", "runs", "status", "GPU ms", "call ms", "baseline", "baseline ms",
-            "ratio", "TFLOP/s", "GB/s", "kernel", "budget"]
+            "ratio", "TFLOP/s", "GB/s", "kernel", "module runs", "budget"]
     out = ['<section id="kernels"><h2>Kernels per role and token count</h2>',
            '<p class="muted">Each kernel problem\'s elite (as <code>evo export</code> picks it) against the baseline '
            'its search timed beside it, in the same process on the same inputs: above 1× the elite is faster. '
@@ -100,7 +100,9 @@ def _kernels_section(data: dict[str, Any]) -> str:
         row = "".join(f"<td>{_e(c)}</td>" for c in cells)
         row += "".join(f"<td>{_e(r.get('baseline') or '-')}</td>" if v is None else f'<td class="num">{_e(v)}</td>'
                        for v in nums)
-        row += f'<td class="mono">{_e(r.get("genome", ""))}</td><td>{_e(r.get("cut_short") or "-")}</td>'
+        runs = f'{r["runs"]}: {r["runs_why"]}' if r.get("runs") else "-"
+        row += (f'<td class="mono">{_e(r.get("genome", ""))}</td><td>{_e(runs)}</td>'
+                f'<td>{_e(r.get("cut_short") or "-")}</td>')
         out.append(f"<tr>{row}</tr>")
     return "\n".join(out + ["</table></section>"])
 

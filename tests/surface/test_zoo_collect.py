@@ -61,3 +61,10 @@ def test_collect_before_any_run_is_one_line(tmp_path, capsys):
     assert main(["zoo", *ARGS, "-o", str(tmp_path), "--collect"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no run under" in err[0] and "Traceback" not in err[0]
+
+
+def test_the_module_header_says_what_runs_each_role_and_claims_no_smoke_win(zoo):
+    head = zoo.read_text().split('"""')[1]
+    assert "norm T=1 (rmsnorm 1x64): evo: smoke run, nothing timed: no win claimed" in head
+    assert "lm_head T=4 (gemm 4x256x64): evo:" in head
+    assert "x cublas" not in head and "runs baseline" not in head  # a smoke run's stand-in fitness beat nothing

@@ -114,3 +114,23 @@ def test_the_report_says_which_budgets_were_cut_short(tmp_path):
     gemm = next(r for r in _data(page)["kernels"] if r["role"] == "qkv")
     assert "(interrupted, or still running)" in gemm["cut_short"]  # no summary: the search never ended
     assert "stopped by wall_s" in page.split('id="evo-data"')[0]  # in the table, not only in the data
+
+
+def test_the_report_says_what_the_module_runs_per_role_and_why(tmp_path):
+    folder = _zoo(tmp_path)
+    assert main(["zoo", *ARGS, "-o", str(tmp_path), "--report"]) == 0
+    page = (folder / "report.html").read_text()
+    rows = _data(page)["kernels"]
+    for r in rows:  # evo's elite only where it beat the baseline timed beside it
+        assert r["runs"] == ("evo" if r["ratio"] > 1 else "baseline"), r
+        shown = float(r["runs_why"].split("x torch-test on the gpu clock")[0].split()[-1])
+        assert shown == pytest.approx(r["ratio"], rel=5e-3)  # (the row's ratio is rounded to 3 digits)
+    assert {r["runs"] for r in rows} == {"evo", "baseline"}  # the fixture's elites win some and lose some
+    assert "module runs" in page
+
+
+def test_a_smoke_zoo_claims_no_win(tmp_path):
+    folder = _zoo(tmp_path, smoke=True)
+    assert main(["zoo", *ARGS, "-o", str(tmp_path), "--report"]) == 0
+    rows = _data((folder / "report.html").read_text())["kernels"]
+    assert all(r["runs"] == "evo" and "no win claimed" in r["runs_why"] for r in rows)
