@@ -10,6 +10,11 @@ is checked against the plain eager layer's. A way that fails (a compile error, a
 its reason. Writes `OUT/zoo.json` and `OUT/zoo.md` (evo.bench.zoo_layer_results) after every token count and
 prints the table last; exit status 1 when an output is outside its tolerance.
 
+Per token count the row also holds the layer's floor (evo.bench.zoo_floor): `floor` (the bytes a fused layer moves at
+the least: weights, KV cache, input and output; over the copy bandwidth measured once at the start of this run,
+`copy_GBps` in the document; and the compute floor at the dense peak) and `floor_share` (each way's time key -> the
+HBM floor over that time).
+
 Without a GPU it refuses in one line (exit status 2) unless `--device cpu` is given: then only the eager ways
 run (the zoo's kernels in the Triton interpreter, as the tests do), compile and graphs recorded as needing CUDA.
 
@@ -32,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from evo.bench.entrants import versions
+from evo.bench.zoo_floor import floor_shares, layer_floor
 from evo.bench.zoo_layer_results import WAYS, to_markdown, write_zoo
 from evo.bench.zoo_profile import EVO_KERNELS, bucket_table, evo_kernel_names, profile_calls, profile_graph
 from evo.experiment.oneline import one_line
@@ -203,6 +209,15 @@ def profile_layer(plain: Any, patched: Any, row: dict[str, Any], dtype: str, dev
             row["profile"][name] = {**summary, "call_us": None if ms is None else round(ms * 1e3, 3)}
 
 
+def _copy_GBps(device: str) -> float | None:
+    """The copy bandwidth of this GPU, measured now (the layer's HBM floor divides by it); None on the CPU."""
+    if device != "cuda":
+        return None
+    from evo.evaluate.roofline import copy_bandwidth
+
+    return round(copy_bandwidth("cuda", nbytes=1 << 28), 1)
+
+
 def _setup(args: argparse.Namespace) -> tuple[Any, dict[str, Callable[..., Any]], list[int]]:
     """The model, the zoo's ops (role -> torch op) and the token counts; ValueError names what is wrong."""
     from evo.api import load_zoo
@@ -254,10 +269,12 @@ def main(argv: list[str] | None = None) -> int:
                                  max_tokens=room), ops)
     doc: dict[str, Any] = {"model": spec.name, "gpu": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
                            "device": args.device, "versions": versions(), "dtype": args.dtype,
-                           "context": args.context,
+                           "context": args.context, "copy_GBps": _copy_GBps(args.device),
                            "zoo_module": str(Path(args.zoo_module).resolve()), "roles": roles, "layers": []}
     for t in tokens:
         row = measure_layer(plain, patched, t, args.dtype, args.device, seed=args.seed, rounds=args.rounds)
+        row["floor"] = layer_floor(plain, t, doc["copy_GBps"], doc["gpu"] if args.device == "cuda" else "", args.dtype)
+        row["floor_share"] = floor_shares(row)
         doc["layers"].append(row)
         json_path, _ = write_zoo(doc, args.out)
         print(f"T={t}: " + ", ".join(f"{w} {row[f'{w}_ms']:.4g} ms" for w in WAYS if row[f"{w}_ms"] is not None)

@@ -11,7 +11,9 @@
                                        "kernels": [{"name": ..., "us": ..., "count": ...}, ...]}, ...},
                  "profile_failures": {"compile_graph": "one line why", ...}}, ...]}
 
-`profile` and `profile_failures` only with `--profile` (evo.bench.zoo_profile: microseconds per layer call).
+Each layer also holds `floor` and `floor_share` (evo.bench.zoo_floor: the layer's HBM floor over the copy bandwidth
+`copy_GBps` measured in the run, and each way's share of it). `profile` and `profile_failures` only with `--profile`
+(evo.bench.zoo_profile: microseconds per layer call).
 Times are milliseconds per layer call (None where the way failed: its reason is in `failures`). The errors are
 ||out - ref|| / ||ref|| in fp32 against the plain eager layer's output. Issue 29's goals, per token count: the
 zoo under torch.compile and CUDA graphs >= 1.10x torch.compile under graphs, and the patched layer in eager code
@@ -24,6 +26,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from evo.bench.zoo_floor import floor_markdown
 from evo.bench.zoo_profile import profile_markdown
 from evo.store.atomic_file import write_atomic
 from evo.zoo.goals import GOALS, TIME_KEYS, WAYS, speedup
@@ -68,5 +71,6 @@ def to_markdown(doc: dict[str, Any]) -> str:
                 for way, why in layer.get("failures", {}).items()]
     if failures:
         lines += ["", "Failures:", ""] + failures
+    lines += floor_markdown(doc["layers"])
     lines += profile_markdown(doc["layers"], doc.get("device", "cuda"))
     return "\n".join(lines) + "\n"

@@ -41,7 +41,13 @@ def test_the_zoo_layer_on_the_cpu_is_within_tolerance(zoo, tmp_path, capsys):
         assert layer["tolerance"] == 3e-3 and layer["max_rel_error"] <= layer["tolerance"]
         assert layer["within_tolerance"]
     table = (tmp_path / "zoo.md").read_text()
-    assert table == capsys.readouterr().out and table.count("\n| ") == 4 and "WRONG" not in table
+    main_table = table.split("\n## ")[0]
+    assert table == capsys.readouterr().out and main_table.count("\n| ") == 4 and "WRONG" not in table
+    # the floor's bytes on the CPU, but no copy bandwidth there: no floor, no share (tests/bench/test_zoo_floor.py)
+    assert doc["copy_GBps"] is None and "none on this device: no floor" in table
+    for layer in doc["layers"]:
+        assert layer["floor"]["bytes"] > layer["floor"]["weights_bytes"] > 0 and layer["floor"]["hbm_ms"] is None
+        assert layer["floor_share"] == {}
 
 
 @pytest.mark.slow
