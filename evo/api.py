@@ -12,7 +12,8 @@ implementation), so `torch.compile(fullgraph=True)` traces it without a graph br
 `mode="reduce-overhead"` captures its launches in CUDA graphs; in eager code it calls the kernel's launcher
 directly, since the custom-op dispatcher would add ~13 us of host time to every call (measured on an H200:
 20.3 us against 7.5 us for the bound launch alone). Loading compiles nothing: the first call of each argument
-signature compiles (or loads from Triton's cache) and binds the kernel.
+signature compiles (or loads from Triton's cache) and binds the kernel. Without a GPU the kernels run in Triton's
+CPU interpreter (on CPU tensors; one RuntimeWarning says so), as exported modules' self-checks do.
 
 Loading a module file imports it, which runs its top-level code as importing any Python file does: load only
 files you trust. Before any of it runs, the file is read as text and refused (LoadError) unless its first line is
@@ -127,9 +128,18 @@ def _operator(path: Path, name: str) -> Any:
 
 def _import(path: Path, text: str) -> Any:
     """The module imported (from a file named by its hash: Triton reads kernel source from files); whatever its
-    top-level code raises, sys.exit included, is a LoadError."""
-    from evo.evaluate.modules import load_source
+    top-level code raises, sys.exit included, is a LoadError. Without a GPU its kernels run in Triton's CPU
+    interpreter, as an exported module's self-check does (evo.launch.interpreter), with one warning saying so."""
+    import warnings
 
+    from evo.evaluate.modules import load_source
+    from evo.launch.interpreter import NO_GPU_LINE, NoDevice, use_interpreter_without_gpu
+
+    try:
+        if use_interpreter_without_gpu():
+            warnings.warn(NO_GPU_LINE, RuntimeWarning, stacklevel=3)  # at the caller's load() / load_zoo()
+    except NoDevice as e:
+        raise LoadError(f"{path}: {e}") from None
     try:
         return load_source(text)
     except SystemExit as e:

@@ -27,6 +27,7 @@ from typing import Any
 from evo.archive.elite import EliteKernel, elite, run_elites
 from evo.evaluate.modules import source_hash
 from evo.experiment.spec import Experiment
+from evo.launch.interpreter import NO_GPU_LINE
 from evo.problem import HOPPER, Problem, Target, shape_distance
 from evo.store.record import Evaluation
 from evo.store.sqlite import Store
@@ -172,7 +173,8 @@ def _clock_lines(clocks: dict[str, Any]) -> list[str]:
     return lines
 
 
-_PREAMBLE = '''import os as _evo_os
+# A generated module's first code: its self-check (`python THIS_FILE.py`) without a GPU runs in the interpreter
+NO_GPU_PREAMBLE = f'''import os as _evo_os
 
 if __name__ == "__main__" and not _evo_os.environ.get("TRITON_INTERPRET"):
     import torch as _evo_torch
@@ -180,7 +182,8 @@ if __name__ == "__main__" and not _evo_os.environ.get("TRITON_INTERPRET"):
     if not _evo_torch.cuda.is_available():
         # no GPU: run the kernel in Triton's CPU interpreter (must be set before @triton.jit runs)
         _evo_os.environ["TRITON_INTERPRET"] = "1"
-'''
+        print({NO_GPU_LINE!r}, file=__import__("sys").stderr)
+'''  # evo.api.load's rule and line (evo.launch.interpreter), in the module's own copy
 
 def _split_future(source: str) -> tuple[list[str], str]:
     """`from __future__` lines must open a module: lift them out of the rendered source."""
@@ -214,7 +217,8 @@ def render_module(op: Any, elite: BestKernel, meta: dict[str, Any], stored: str 
     future, body = _split_future(source)
     parts = ["\n".join(f"# {line}".rstrip() for line in _header(op, elite, meta, smoke, note)), ""]
     parts += future + ([""] if future else [])
-    parts += [_PREAMBLE, "# ---- kernel (rendered by evo from the genome above) " + "-" * 50, body.strip("\n"), ""]
+    parts += [NO_GPU_PREAMBLE, "# ---- kernel (rendered by evo from the genome above) " + "-" * 50,
+              body.strip("\n"), ""]
     parts += [f"_EVO_OPERATOR = {p.operator!r}  # evo.api.load makes the entry a torch op of this operator's schema"]
     if check is None:
         parts.append("# The operator offers no self-check code, so this module has none.")
@@ -396,7 +400,7 @@ def export_all(store: Store, experiment: Experiment | None = None) -> tuple[str,
             "source": render_module(op, e, meta, store.source(e.evaluation.source_hash)).split("\n"),
         }
     lines = ["\n".join(f"# {line}".rstrip() for line in head), "", "import os as _evo_os", "",
-             _PREAMBLE.split("\n", 2)[2].rstrip(), "",
+             NO_GPU_PREAMBLE.split("\n", 2)[2].rstrip(), "",
              f"_EVO_OPERATOR = {op.name!r}", f"_EVO_ENTRY = {op.entry!r}", f"_EVO_DIMS = {tuple(op.dims)!r}",
              "_EVO_LOADED = {}", "_EVO_WARNED = set()", "_EVO_CHOSEN = {}  # (input shapes, dtype) -> entry function",
              "# problem -> (what runs it: evo or baseline, why); never slower than what it replaces",

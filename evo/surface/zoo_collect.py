@@ -19,7 +19,7 @@ from pathlib import Path
 from evo.experiment.rundir import RunDir
 from evo.store.atomic_file import write_atomic
 from evo.store.sqlite import Store
-from evo.surface.export import IMPORT_SOURCE, ExportError, export_all, is_smoke
+from evo.surface.export import IMPORT_SOURCE, NO_GPU_PREAMBLE, ExportError, export_all, is_smoke
 from evo.surface.kernel_choice import KernelChoice, export_choices
 from evo.zoo.model import ModelSpec
 from evo.zoo.problems import layer_problems, run_name
@@ -92,7 +92,7 @@ def _module_text(spec: ModelSpec, roles: dict[str, str], sources: dict[str, str]
         head += ["Not served (their roles keep PyTorch):"] + [f"  {m}" for m in missing]
     head += ["Each operator's module is `evo export --all` of its run, with its own header and self-check;",
              "`python THIS_FILE.py` self-checks them all. evo.api.load_zoo(THIS_FILE) gives the roles as torch ops."]
-    lines = ['"""' + "\n".join(head) + '\n"""', "", "import os as _evo_os", "",
+    lines = ['"""' + "\n".join(head) + '\n"""', "", NO_GPU_PREAMBLE,  # (imports os as _evo_os)
              f"ZOO_MODEL = {spec.name!r}", f"ROLES = {roles!r}  # role -> operator",
              "_ZOO_LOADED = {}", "# each operator's `evo export --all` module, one source line per item",
              "_ZOO_SOURCES = {"]
