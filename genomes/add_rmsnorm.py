@@ -6,7 +6,9 @@ read once); a looped kernel walks each row in BLOCK-wide steps, then reads back 
 step of a layer (a few rows of 2-8k columns, where a launch is a few microseconds and what matters is that nothing
 is read twice) and serving prefill too (thousands of rows: rows per program, warps, cache hints).
 
-The rules are one table (genomes/rule_table.py): each a check and its fix, read by `violations` and `repair`.
+The rules are one table (genomes/rule_table.py): each a check and its fix, read by `violations` and `repair`. Rows
+beyond M, a block wider than a single pass needs and a loop of one step are wasteful but run right (soft rules): a
+genome stays valid for smaller problems.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ from genomes.genes import Categorical, Gene, IntChoice, PowerOfTwo
 from genomes.rowwise import ELEM_BYTES, live_limit, next_pow2
 from genomes.rule_table import Rule, table_repair, table_violations
 
-__all__ = ["AddRMSNormFamily", "RULES", "live_values"]
+__all__ = ["AddRMSNormFamily", "RULES", "live_values", "MIN_BLOCK"]
+
+MIN_BLOCK = 64  # the narrowest BLOCK of the gene
 
 
 def live_values(g: Mapping[str, Any]) -> int:
@@ -50,16 +54,23 @@ def _rows_fit(g: Mapping[str, Any], p: Problem, t: Target) -> str | None:
 
 def _single_covers(g: Mapping[str, Any], p: Problem, t: Target) -> str | None:
     n = p.dims["cols"]
-    if g["mode"] != "single" or g["BLOCK"] == next_pow2(n):
-        return None
-    if g["BLOCK"] < n:
-        return f"single pass needs BLOCK >= N={n} (the whole row)"
-    return f"single pass over N={n} needs BLOCK={next_pow2(n)}, not {g['BLOCK']} (lanes past the row idle)"
+    return f"single pass needs BLOCK >= N={n} (the whole row)" if g["mode"] == "single" and g["BLOCK"] < n else None
+
+
+def _single_block(n: int) -> int:
+    return max(MIN_BLOCK, next_pow2(n))
+
+
+def _single_exact(g: Mapping[str, Any], p: Problem, t: Target) -> str | None:
+    want = _single_block(p.dims["cols"])
+    if g["mode"] == "single" and g["BLOCK"] > want:
+        return f"a single pass over N={p.dims['cols']} needs BLOCK={want}, not {g['BLOCK']} (lanes past the row idle)"
+    return None
 
 
 def _fix_single(fam: Any, g: dict[str, Any], p: Problem, t: Target) -> bool:
     """Widen the block to the row, or loop over the widest block narrower than the row."""
-    if fam._set(g, "BLOCK", next_pow2(p.dims["cols"])):
+    if fam._set(g, "BLOCK", _single_block(p.dims["cols"])):
         return True
     return fam._set(g, "mode", "looped")
 
@@ -115,9 +126,11 @@ def _smem_fits(g: Mapping[str, Any], p: Problem, t: Target) -> str | None:
 
 
 RULES = (
-    Rule("rows_fit", _rows_fit, lambda fam, g, p, t: fam._step_down(g, "ROWS")),
+    Rule("rows_fit", _rows_fit, lambda fam, g, p, t: fam._step_down(g, "ROWS"), hard=False),
     Rule("single_covers_row", _single_covers, _fix_single),
-    Rule("looped_is_narrower", _looped_narrower, _fix_looped),
+    Rule("single_block_exact", _single_exact, lambda fam, g, p, t: fam._set(g, "BLOCK", _single_block(p.dims["cols"])),
+         hard=False),
+    Rule("looped_is_narrower", _looped_narrower, _fix_looped, hard=False),
     Rule("registers", _registers, _fix_registers),
     Rule("threads_busy", _threads_busy, lambda fam, g, p, t: fam._step_down(g, "num_warps")),
     Rule("one_stage_without_loop", _one_stage_without_loop, lambda fam, g, p, t: fam._set(g, "num_stages", 1)),
@@ -130,7 +143,8 @@ class AddRMSNormFamily(GenomeFamily):
 
     def _genes(self) -> list[Gene]:
         return [
-            PowerOfTwo("BLOCK", 64, 32768, group="tile", doc="columns per step (the whole padded row in single pass)"),
+            PowerOfTwo("BLOCK", MIN_BLOCK, 32768, group="tile",
+                       doc="columns per step (the whole padded row in single pass)"),
             PowerOfTwo("ROWS", 1, 16, group="tile", doc="rows per program"),
             Categorical("mode", ("single", "looped"), group="structure",
                         doc="whole rows in registers (one read), or BLOCK-wide steps reading h back"),
@@ -161,7 +175,7 @@ class AddRMSNormFamily(GenomeFamily):
         """Decode first (a handful of rows: one program per row, the whole row, 4-16 warps, hints on and off),
         then several rows per program for prefill, then loops for rows too wide for registers."""
         m, n = problem.dims["rows"], problem.dims["cols"]
-        whole = next_pow2(n)
+        whole = _single_block(n)
         raw = [self.base(BLOCK=whole, num_warps=w) for w in (4, 8, 16)]
         raw += [self.base(BLOCK=whole, num_warps=8, evict_in="evict_first", evict_w="evict_last"),
                 self.base(BLOCK=whole, num_warps=4, evict_w="evict_last", store="evict_first")]

@@ -7,7 +7,8 @@ product costs less than the load (tensor cores with x padded to 16 rows, or FMAs
 
 The rules are one table (genomes/rule_table.py), each a check and its fix, read by `violations` and `repair`.
 `tiles` is 2 for SwiGLU (the gate's and the up projection's rows: two W tiles per step), `norm` says the kernel
-computes its rows' RMSNorm in a prologue.
+computes its rows' RMSNorm in a prologue. Blocks wider than N or K need and more splits than K has steps run right
+but waste work (soft rules): a genome stays valid for smaller problems.
 """
 
 from __future__ import annotations
@@ -134,10 +135,10 @@ def rules(tiles: int = 1, norm: bool = False) -> tuple[Rule, ...]:
             else None
 
     return (
-        Rule("block_n_fits", block_n_fits, lambda fam, g, p, t: fam._step_down(g, "BLOCK_N")),
-        Rule("block_k_fits", block_k_fits, lambda fam, g, p, t: fam._step_down(g, "BLOCK_K")),
+        Rule("block_n_fits", block_n_fits, lambda fam, g, p, t: fam._step_down(g, "BLOCK_N"), hard=False),
+        Rule("block_k_fits", block_k_fits, lambda fam, g, p, t: fam._step_down(g, "BLOCK_K"), hard=False),
         Rule("registers", registers, fix_registers),
-        Rule("split_has_steps", split_has_steps, fix_split),
+        Rule("split_has_steps", split_has_steps, fix_split, hard=False),
         Rule("threads_busy", threads_busy, fix_threads),
         Rule("smem_fits", smem_fits, lambda fam, g, p, t: fam._step_down(g, "num_stages")),
         Rule("canonical_reduction", canonical_reduction, lambda fam, g, p, t: fam._set(g, "reduction", "atomic")),
@@ -152,8 +153,12 @@ class LinearFamily(GenomeFamily):
         if tiles not in (1, 2):
             raise ValueError(f"tiles must be 1 or 2 (SwiGLU's gate and up rows); got {tiles!r}")
         self.tiles, self.norm = tiles, norm
-        self.rules = rules(tiles, norm)
         super().__init__(overrides)
+
+    @property
+    def rules(self) -> tuple[Rule, ...]:
+        # made on demand, not kept: a family is pickled to the workers, and the rules are closures
+        return rules(self.tiles, self.norm)
 
     def _genes(self) -> list[Gene]:
         return [

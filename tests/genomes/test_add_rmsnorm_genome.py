@@ -37,9 +37,17 @@ def test_repair_moves_a_broken_genome_inside_the_rules():
     p = _problem((1, 8192))
     g = fam.make(fam.base(BLOCK=1024, ROWS=16, num_warps=1, num_stages=3))  # block misses the row, 16 rows of 1
     reasons = fam.violations(g, p, HOPPER)
-    assert any("ROWS=16" in r for r in reasons) and any("BLOCK >= N=8192" in r for r in reasons)
+    assert any("BLOCK >= N=8192" in r for r in reasons) and not any("ROWS=16" in r for r in reasons)  # ROWS: soft
     fixed = fam.repair(g, p, HOPPER, None)
     assert fam.violations(fixed, p, HOPPER) == [] and fixed["ROWS"] == 1 and fixed["num_stages"] == 1
+
+
+def test_wasteful_genomes_stay_valid_for_smaller_problems():
+    fam = AddRMSNormFamily()
+    big = fam.make(fam.base(BLOCK=8192, ROWS=2, num_warps=16))  # a 2x8192 elite
+    small = _problem((1, 256))  # e.g. the smoke mode's clipped problem
+    assert fam.violations(big, small, HOPPER) == []
+    assert fam.repair(big, small, HOPPER, None)["BLOCK"] == 256  # repair still aims at the sensible form
 
 
 def test_restricted_domain_that_cannot_hold_the_row_is_refused_in_one_line():

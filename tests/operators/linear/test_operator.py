@@ -137,5 +137,15 @@ def test_names_schema_selfcheck_and_baselines():
 def test_invalid_genome_is_refused():
     op = operators.get("linear")
     p = op.problem((1, 64, 64), "fp16")
-    with pytest.raises(InvalidGenome, match="SPLIT_K=8 exceeds the 1 BLOCK_K steps"):
-        op.render(op.family.make(op.family.base(BLOCK_K=64, SPLIT_K=8)), p, TARGET)
+    with pytest.raises(InvalidGenome, match="fp32 values per thread alive"):
+        op.render(op.family.make(op.family.base(BLOCK_N=256, BLOCK_K=1024, reduce_k="end")), p, TARGET)
+
+
+@pytest.mark.parametrize("name", ["linear", "linear+rmsnorm+swiglu"])
+def test_wasteful_genome_on_a_small_problem_is_right(name):
+    """Blocks wider than N and K and more splits than K has steps (soft rules) still compute the right result."""
+    op = operators.get(name)
+    p = op.problem((2, 20, 48), "fp32")
+    g = op.family.make(op.family.base(math="dot", BLOCK_N=64, BLOCK_K=128, SPLIT_K=4, num_stages=2))
+    assert op.family.violations(g, p, TARGET) == []
+    _check(op, p, [g])
