@@ -97,3 +97,23 @@ def test_the_exported_self_check_reference_catches_a_wrong_cache_write(capsys):
     rope_written(cache, start, 3)[0] *= -1  # keys with the wrong sign
     assert rope_checked_reference(qkv, cos, sin, cache, start, 2e-3).isnan().all()
     assert "FAIL: the keys and values written into the cache" in capsys.readouterr().out
+
+
+def test_evo_bench_judges_each_contenders_cache_write():
+    """`evo bench` checks every contender with the search's check: one that skips the cache write is not timed.
+    (The timer here is a stand-in returning made-up numbers: only the statuses are under test.)"""
+    from types import SimpleNamespace
+
+    from evo.bench.measure import Entrant, measure_contenders
+    from operators.rope_cache.torch_code import torch_rope_cache
+
+    def skips_the_cache(problem):
+        return lambda qkv, cos, sin, cache, start: torch_rope_cache(qkv, cos, sin, cache.clone(), start)
+
+    def stand_in_timer(fns, **_):
+        return [SimpleNamespace(median_ms=1.0, spread_ms=0.0, times_ms=[1.0]) for _ in fns]
+
+    entrants = [Entrant("torch_eager", OP.baselines()[0].make), Entrant("skips", skips_the_cache)]
+    results = measure_contenders(OP, PROBLEM, entrants, timer=stand_in_timer, device="cpu")
+    assert [r.status for r in results] == ["ok", "wrong"]
+    assert "not timed" in results[1].reason and results[1].median_ms is None
