@@ -44,6 +44,7 @@ def load(source: str | Path, shape: str | tuple[int, ...] | None = None,
          dtype: str | None = None) -> Callable[..., Any]:
     """The kernel(s) at `source` as a torch op: an exported module (.py), or a run directory (its elite for
     `shape` and `dtype`, or without a shape every elite behind one dispatch by shape)."""
+    _refuse_a_shadowed_evo()
     path = Path(source)
     if path.is_dir():
         text = _export(path, shape, dtype)
@@ -71,6 +72,7 @@ def load(source: str | Path, shape: str | tuple[int, ...] | None = None,
 def load_zoo(path: str | Path) -> dict[str, Callable[..., Any]]:
     """A model's kernel module (`evo zoo MODEL --collect`) as role -> torch op (`qkv`, `o_proj`, `gate_up`, ...);
     each op picks its elite by the shapes it is called with, i.e. by the runtime token count."""
+    _refuse_a_shadowed_evo()
     path = Path(path)
     text = _read_module(path, "a zoo module is a few MiB")
     from evo.surface.zoo_collect import ZOO_HEADER
@@ -89,6 +91,17 @@ def load_zoo(path: str | Path) -> dict[str, Callable[..., Any]]:
         tag = hashlib.sha256(source.encode()).hexdigest()[:16]
         ops[role] = as_torch_op(zoo.op(role), operator, tag=tag)
     return ops
+
+
+def _refuse_a_shadowed_evo() -> None:
+    """LoadError (one line) where a folder named evo beside the script, such as a clone of evo's repository, was
+    imported as the package evo (evo.surface.package_origin)."""
+    from evo.surface.package_origin import ShadowedPackage, evo_version
+
+    try:
+        evo_version()
+    except ShadowedPackage as e:
+        raise LoadError(str(e)) from None
 
 
 def _checked_module(path: Path, text: str, headers: tuple[str, ...], writer: str) -> ast.Module:

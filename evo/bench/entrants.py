@@ -54,10 +54,10 @@ def versions() -> dict[str, str]:
     import torch
     import triton
 
-    import evo
+    from evo.surface.package_origin import evo_version
 
     out = {"torch": torch.__version__, "triton": triton.__version__, "cuda": str(torch.version.cuda),
-           "python": platform.python_version(), "evo": evo.__version__, "timing": TIMING_PROTOCOL}
+           "python": platform.python_version(), "evo": evo_version(), "timing": TIMING_PROTOCOL}
     try:
         out["helion"] = md.version("helion")
     except md.PackageNotFoundError:

@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
-from evo import __version__
 from evo.experiment.oneline import one_line
 from evo.store.atomic_file import write_atomic
+from evo.surface.package_origin import ShadowedPackage, evo_version
 from evo.surface.safe_stream import DroppingStream, reopen_closed_std_fds, say
 from evo.surface.smoke_label import smoke_score
 
@@ -99,7 +99,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     smoke = experiment.executor.kind == "smoke"
     out = DroppingStream(sys.stdout)  # a closed or broken stdout drops the run's progress, never the run
-    print(f"evo {__version__}: experiment {experiment.name} ({experiment.operator}, {len(experiment.problems)} "
+    print(f"evo {evo_version()}: experiment {experiment.name} ({experiment.operator}, {len(experiment.problems)} "
           f"problems, executor {experiment.executor.kind}) -> {rd.path}{' (resuming)' if args.resume else ''}",
           file=out)
     if smoke:
@@ -319,7 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "  evo export runs/quick_gemm --shape 4096x4096x4096 -o kernel.py\n"
                        "  evo report runs/quick_gemm\n\nRun `evo COMMAND --help` for a command's options. "
                        "Docs: README.md.")
-    p.add_argument("--version", action="version", version=f"evo-kernels {__version__}")
+    p.add_argument("--version", action="version", version=f"evo-kernels {evo_version()}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     r = sub.add_parser("run", help="search kernels for an experiment (YAML)",
@@ -377,6 +377,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     reopen_closed_std_fds()  # before any file is opened: a closed 1 must not become the store's descriptor
+    try:
+        evo_version()  # `python -m evo` beside a folder named evo (a clone) imports that folder as evo
+    except ShadowedPackage as e:
+        say(f"evo: error: {e}")
+        return 2
     args = build_parser().parse_args(argv)
     if not getattr(args, "func", None):
         print("evo: error: no command given; one of run, status, export, report, genes, bench, zoo (see evo --help)",

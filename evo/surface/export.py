@@ -112,7 +112,9 @@ def _when(ts: float | None) -> str:
 
 def _header(op: Any, elite: BestKernel, meta: dict[str, Any], smoke: bool, note: str) -> list[str]:
     ev, p = elite.evaluation, elite.problem
-    from evo import __version__
+    from evo.surface.package_origin import evo_version
+
+    version = evo_version()  # one line where a folder named evo hides the package
 
     genome = json.loads(ev.genome).get("genes", {})
     lines = [
@@ -123,7 +125,7 @@ def _header(op: Any, elite: BestKernel, meta: dict[str, Any], smoke: bool, note:
         lines += [f"WARNING: {SMOKE_WARNING}.", ""]
     versions = ", ".join(f"{_clean(k)} {_clean(v)}" for k, v in sorted(ev.versions.items())) or "versions unknown"
     lines += [
-        f"Exported by evo-kernels {__version__} on {_when(_dt.datetime.now().timestamp())} from run "
+        f"Exported by evo-kernels {version} on {_when(_dt.datetime.now().timestamp())} from run "
         f"{_clean(ev.run_id or '?')} (experiment {_clean(meta.get('experiment') or '?')}).",
         f"Measured on: {_clean(ev.gpu or '?')}; {versions}; at {_when(ev.finished_at)}.",
     ]
