@@ -15,6 +15,10 @@ the least: weights, KV cache, input and output; over the copy bandwidth measured
 `copy_GBps` in the document; and the compute floor at the dense peak) and `floor_share` (each way's time key -> the
 HBM floor over that time).
 
+`--decode-steps N`: then N decode steps of one token after the context, four ways, per call and under ONE CUDA graph
+replayed for every step (evo.bench.zoo_decode: a fixed-capacity KV cache whose length is a device tensor), as
+`decode` in zoo.json and a section of zoo.md; exit status 1 also when its output is outside the tolerance.
+
 Without a GPU it refuses in one line (exit status 2) unless `--device cpu` is given: then only the eager ways
 run (the zoo's kernels in the Triton interpreter, as the tests do), compile and graphs recorded as needing CUDA.
 
@@ -37,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from evo.bench.entrants import versions
+from evo.bench.zoo_decode import measure_decode
 from evo.bench.zoo_floor import floor_shares, layer_floor
 from evo.bench.zoo_layer_results import WAYS, to_markdown, write_zoo
 from evo.bench.zoo_profile import EVO_KERNELS, bucket_table, evo_kernel_names, profile_calls, profile_graph
@@ -68,6 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tokens in the layer's KV cache, as `evo zoo --context` planned the zoo [0]")
     p.add_argument("--profile", action="store_true",
                    help="after all the timings, each way's kernels by name and bucket (torch.profiler) into zoo.json")
+    p.add_argument("--decode-steps", type=int, default=0, metavar="N",
+                   help="also N decode steps of one token after the context, per call and under one CUDA graph "
+                        "replayed every step (e.g. 128 with --context 4096) [0: none]")
     return p
 
 
@@ -231,6 +239,8 @@ def _setup(args: argparse.Namespace) -> tuple[Any, dict[str, Callable[..., Any]]
         raise ValueError(f"--rounds must be at least 1, got {args.rounds}")
     if args.context < 0:
         raise ValueError(f"--context must be 0 or more tokens, got {args.context}")
+    if not 0 <= args.decode_steps <= 1 << 20:
+        raise ValueError(f"--decode-steps must be between 0 and {1 << 20}, got {args.decode_steps}")
     tokens = parse_tokens(args.tokens)
     return load_model(args.model), load_zoo(args.zoo_module), tokens
 
@@ -279,6 +289,13 @@ def main(argv: list[str] | None = None) -> int:
         json_path, _ = write_zoo(doc, args.out)
         print(f"T={t}: " + ", ".join(f"{w} {row[f'{w}_ms']:.4g} ms" for w in WAYS if row[f"{w}_ms"] is not None)
               + f"; error {row['max_rel_error']} (tolerance {row['tolerance']:g})", file=sys.stderr)
+    if args.decode_steps:
+        decode = doc["decode"] = measure_decode(plain, patched, args.decode_steps, args.dtype, args.device,
+                                                TOLERANCE[args.dtype], seed=args.seed, compile_mode=COMPILE_MODE)
+        json_path, _ = write_zoo(doc, args.out)
+        print(f"decode, {args.decode_steps} steps: " + ", ".join(
+            f"{w} {decode[k]:.4g} ms" for w in WAYS for k in (f"{w}_ms", f"{w}_graph_ms") if decode[k] is not None)
+            + f" per step; error {decode['max_rel_error']}", file=sys.stderr)
     if args.profile:  # after all the timings (profile_layer says why)
         evo_names = evo_kernel_names(Path(args.zoo_module).read_text())
         for row in doc["layers"]:
@@ -288,6 +305,9 @@ def main(argv: list[str] | None = None) -> int:
                   + "".join(f"\n  {w}: {why}" for w, why in row["profile_failures"].items()), file=sys.stderr)
     print(to_markdown(doc), end="")
     wrong = [r["tokens"] for r in doc["layers"] if not r["within_tolerance"]]
+    if doc.get("decode") and not doc["decode"]["within_tolerance"]:
+        print(f"evo zoo layer bench: the zoo's decode loop is outside its tolerance (see {json_path})", file=sys.stderr)
+        return 1
     if wrong:
         print(f"evo zoo layer bench: the zoo's layer is outside its tolerance at T={','.join(map(str, wrong))} "
               f"(see {json_path})", file=sys.stderr)

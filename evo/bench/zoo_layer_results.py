@@ -26,6 +26,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from evo.bench.zoo_decode import decode_markdown
 from evo.bench.zoo_floor import floor_markdown
 from evo.bench.zoo_profile import profile_markdown
 from evo.store.atomic_file import write_atomic
@@ -72,5 +73,6 @@ def to_markdown(doc: dict[str, Any]) -> str:
     if failures:
         lines += ["", "Failures:", ""] + failures
     lines += floor_markdown(doc["layers"])
+    lines += decode_markdown(doc.get("decode"))
     lines += profile_markdown(doc["layers"], doc.get("device", "cuda"))
     return "\n".join(lines) + "\n"

@@ -101,3 +101,24 @@ def test_bad_arguments_are_one_line(tmp_path, capsys):
         assert zoo_layer.main([str(tmp_path / "missing.py"), str(TINY), "--device", "cpu", *extra]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and says in err[0], err
+
+
+@pytest.mark.slow
+def test_the_decode_loop_on_the_cpu(zoo, tmp_path, capsys):
+    assert bench(zoo, tmp_path, "--tokens", "1", "--context", "6", "--decode-steps", "4") == 0
+    doc = json.loads((tmp_path / "zoo.json").read_text())
+    d = doc["decode"]
+    assert d["steps"] == 4 and d["context"] == 6 and d["capacity"] >= 10 and d["tokens"] == 1
+    assert d["eager_ms"] > 0 and d["zoo_eager_ms"] > 0  # the zoo's GEMMs and norms in the interpreter
+    assert set(d["errors"]) == {"zoo_eager"} and d["within_tolerance"]
+    assert d["failures"] == {"compile": "needs CUDA", "zoo_compile": "needs CUDA",
+                             **{f"{w}_graph": "needs CUDA" for w in WAYS}}
+    assert "SDPA" in d["note"] and d["zoo_vs_torch_graphs"] is None
+    table = (tmp_path / "zoo.md").read_text()
+    assert "## Decode loop: 4 steps of one token after 6 cached" in table and "| per call | " in table
+
+
+def test_bad_decode_steps_are_one_line(zoo, tmp_path, capsys):
+    assert bench(zoo, tmp_path, "--decode-steps", "-1") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--decode-steps" in err
