@@ -72,7 +72,7 @@ def zoo_command(args: argparse.Namespace) -> int:
     if args.context < 0:
         raise usage_error(f"--context {args.context}: expected the number of tokens in the KV cache, 0 or more")
     try:
-        spec = load_model(args.model)
+        spec = load_model(args.model, name=args.name)
     except ModelError as e:
         raise usage_error(str(e)) from None
     folder = Path(args.output) / spec.name
@@ -115,10 +115,15 @@ def zoo_command(args: argparse.Namespace) -> int:
           f"under {folder}; search them with:")
     for op, path in files.items():
         print(f"  evo run {shlex.quote(str(path))}   # {op}: {counts[op]} problems")
-    again = " ".join(shlex.quote(a) for a in (args.model, "--tokens", args.tokens, "--dtype", args.dtype, "-o",
-                                              args.output, "--context", str(args.context)))
+    again = " ".join(shlex.quote(a) for a in (args.model, *_named(args), "--tokens", args.tokens, "--dtype",
+                                              args.dtype, "-o", args.output, "--context", str(args.context)))
     print(f"then bundle their kernels into one module: evo zoo {again} --collect")
     return 0
+
+
+def _named(args: argparse.Namespace) -> tuple[str, ...]:
+    """`--name NAME` where it was given: a command printed to run again must find the same folder."""
+    return ("--name", args.name) if args.name is not None else ()
 
 
 def _run_all(args: argparse.Namespace, spec: Any, tokens: list[int], folder: Path, files: dict[str, Path],
@@ -137,8 +142,9 @@ def _run_all(args: argparse.Namespace, spec: Any, tokens: list[int], folder: Pat
             print(f"[zoo {i}/{len(files)}] {op}: {roles} (searched to its budget earlier: nothing to do)", flush=True)
             continue
         runs.append(ZooRun(op, path, rd.exists(), roles))
-    again = " ".join(shlex.quote(a) for a in ("evo", "zoo", args.model, "--tokens", args.tokens, "--dtype", args.dtype,
-                                              "-o", args.output, "--context", str(args.context), "--run"))
+    again = " ".join(shlex.quote(a) for a in ("evo", "zoo", args.model, *_named(args), "--tokens", args.tokens,
+                                              "--dtype", args.dtype, "-o", args.output, "--context", str(args.context),
+                                              "--run"))
     status = args.search_zoo(runs, again, args.usage_error) if runs else 0
     if status != 0:
         print(f"[zoo] stopped (exit status {status}); `evo zoo` with the same arguments and --run continues where it "
@@ -217,6 +223,10 @@ def add_zoo_command(subparsers: Any, usage_error: type[Exception], search_zoo: A
                               description=__doc__.split("\n\n")[0])
     z.add_argument("model", metavar="MODEL", help="a Hugging Face config.json or a model YAML, e.g. "
                                                   "experiments/models/llama-3-8b.json")
+    z.add_argument("--name", default=None,
+                   help="the model's name: its folder under DIR and its runs' names (default: the file's name; for a "
+                        "config.json the config's _name_or_path, else its folder's name, else its architecture and "
+                        "sizes)")
     z.add_argument("--tokens", default="1,16,128,2048",
                    help="token counts (the GEMMs' M), comma-separated (default: 1,16,128,2048)")
     z.add_argument("--dtype", default="bf16", help="fp16, bf16 or fp32 (default: bf16)")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -74,8 +74,10 @@ class ModelSpec:
         return self.num_key_value_heads * self.head_dim
 
 
-def load_model(path: str | Path) -> ModelSpec:
-    """The ModelSpec of a `.json` (Hugging Face config) or `.yaml`/`.yml` file; its name defaults to the file's stem."""
+def load_model(path: str | Path, name: str | None = None) -> ModelSpec:
+    """The ModelSpec of a `.json` (Hugging Face config) or `.yaml`/`.yml` file, named `name` if given, else by its
+    `name` field or file's stem; a file named config.* (Hugging Face's name for every model's config) by its
+    `_name_or_path`, else the Hugging Face cache's repository or its folder, else its architecture and sizes."""
     path = Path(path)
     file = str(path)
     if path.suffix not in (".json", ".yaml", ".yml"):
@@ -92,15 +94,59 @@ def load_model(path: str | Path) -> ModelSpec:
         raise ModelError(file, "", "is not UTF-8 text") from None
     except OSError as e:
         raise ModelError(file, "", f"cannot be read: {e.strerror or e}") from None
-    return parse_model(text, "json" if path.suffix == ".json" else "yaml", file, default_name=path.stem)
+    generic = path.stem.lower() == "config"  # two models' config.json must not share one name (and output folder)
+    spec = parse_model(text, "json" if path.suffix == ".json" else "yaml", file,
+                       default_name=_folder_name(path) if generic else path.stem, name_from_config=generic)
+    if name is None:
+        return spec
+    if not _NAME.fullmatch(name):
+        raise ModelError(file, "name", f"expected letters, digits, '_', '-' or '.' (it names the experiments' files "
+                                       f"and runs); got {describe(name)}")
+    return replace(spec, name=name)
 
 
-def parse_model(text: str, fmt: str, file: str = "<model>", default_name: str = "model") -> ModelSpec:
-    """A ModelSpec from `text` in `fmt` ("json": a Hugging Face config; "yaml": ModelSpec's field names)."""
+def _folder_name(path: Path) -> str | None:
+    """The model a config file's folder names: the repository of a Hugging Face cache snapshot
+    (models--ORG--NAME/snapshots/HASH/config.json), else the folder's own name."""
+    folder = path.resolve().parent
+    if folder.parent.name == "snapshots" and folder.parent.parent.name.startswith("models--"):
+        return _as_name(folder.parent.parent.name.split("--")[-1])
+    return _as_name(folder.name)
+
+
+def _as_name(text: str) -> str | None:
+    """`text` made a model name (run directories are named after it), or None when nothing of it is left."""
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", text).lstrip("_.-").rstrip("-")
+    return name or None
+
+
+def _config_name(d: dict, default_name: str | None) -> str:
+    """A Hugging Face config's own name for its model: the last part of `_name_or_path` (a hub id or the folder it
+    was saved from), else `default_name` (its folder's), else its architecture and sizes."""
+    given = d.get("_name_or_path")
+    if isinstance(given, str) and (name := _as_name(given.rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1])):
+        return name
+    if default_name:
+        return default_name
+    arch = d.get("architectures")
+    base = arch[0] if isinstance(arch, list) and arch and isinstance(arch[0], str) else d.get("model_type")
+    sizes = "x".join(str(d[k]) for k in ("hidden_size", "intermediate_size", "num_hidden_layers")
+                     if isinstance(d.get(k), int) and not isinstance(d.get(k), bool))
+    return _as_name(f"{base if isinstance(base, str) else 'model'}-{sizes}") or "model"
+
+
+def parse_model(text: str, fmt: str, file: str = "<model>", default_name: str | None = "model",
+                name_from_config: bool = False) -> ModelSpec:
+    """A ModelSpec from `text` in `fmt` ("json": a Hugging Face config; "yaml": ModelSpec's field names), named by
+    its `name` field, else `default_name`; `name_from_config`: a Hugging Face config's own name for its model comes
+    before `default_name` (evo.zoo.model.load_model's, for a file named config.json)."""
     if fmt == "json":
-        return _from_hf(_load_json(text, file), file, default_name)
+        data = _load_json(text, file)
+        if name_from_config and isinstance(data, dict):
+            default_name = _config_name(data, default_name)
+        return _from_hf(data, file, default_name or "model")
     if fmt == "yaml":
-        return _from_yaml(_load_yaml(text, file), file, default_name)
+        return _from_yaml(_load_yaml(text, file), file, default_name or "model")
     raise ValueError(f"unknown model file format {fmt!r}; expected json or yaml")
 
 

@@ -103,3 +103,28 @@ def test_file_refusals(tmp_path):
         with pytest.raises(ModelError) as e:
             load_model(path)
         assert str(e.value).startswith(str(path)) and words in str(e.value), str(e.value)
+
+
+def _config(folder: Path, **extra) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps({**LLAMA, **extra}))
+    return folder / "config.json"
+
+
+def test_a_config_json_is_named_for_its_model_not_config(tmp_path):
+    # issue 41: two models' config.json were both "config", and shared one output folder
+    assert load_model(_config(tmp_path / "Llama-3.2-1B")).name == "Llama-3.2-1B"
+    assert load_model(_config(tmp_path / "a", _name_or_path="meta-llama/Meta-Llama-3-8B")).name == "Meta-Llama-3-8B"
+    assert load_model(_config(tmp_path / "b", _name_or_path="/home/me/ckpt/my model/")).name == "my-model"
+    snapshot = tmp_path / "hub" / "models--Qwen--Qwen2-7B" / "snapshots" / "0123abcd"
+    assert load_model(_config(snapshot)).name == "Qwen2-7B"  # the Hugging Face cache's repository, not the hash
+    assert load_model(_config(tmp_path / "__")).name == "LlamaForCausalLM-4096x14336x32"  # architecture and sizes
+    assert load_model(MODELS / "llama-3-8b.json").name == "llama-3-8b"  # a file named for its model keeps its name
+
+
+def test_a_name_given_wins_and_is_checked(tmp_path):
+    config = _config(tmp_path / "x", _name_or_path="org/other")
+    assert load_model(config, name="mine").name == "mine"
+    assert load_model(MODELS / "tiny.yaml", name="tiny-2").name == "tiny-2"  # over a YAML's own name too
+    with pytest.raises(ModelError, match="name: expected letters.*got 'a b'"):
+        load_model(config, name="a b")

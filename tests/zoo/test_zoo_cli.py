@@ -119,3 +119,21 @@ def test_run_skips_what_was_searched_to_its_budget(tmp_path, capsys, monkeypatch
     assert "rmsnorm: norm T=1, norm T=4 (searched to its budget earlier: nothing to do)" in capsys.readouterr().out
     calls.clear()  # a larger budget is another search: resumed, not skipped
     assert main([*args, "--wall-s", "99"]) == 130 and calls[0][0] == "rmsnorm.yaml"
+
+
+def test_two_config_jsons_get_two_folders_and_name_sets_one(tmp_path, capsys):
+    import json
+
+    llama = json.loads((ROOT / "experiments" / "models" / "llama-3.2-1b.json").read_text())
+    for model in ("Llama-A", "Llama-B"):
+        (tmp_path / model).mkdir()
+        (tmp_path / model / "config.json").write_text(json.dumps(llama))
+        assert main(["zoo", str(tmp_path / model / "config.json"), "--tokens", "1", "-o", str(tmp_path / "out")]) == 0
+    assert main(["zoo", str(tmp_path / "Llama-A" / "config.json"), "--name", "mine", "--tokens", "1",
+                 "-o", str(tmp_path / "out")]) == 0
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["Llama-A", "Llama-B", "mine"]
+    out = capsys.readouterr().out
+    assert "--name mine --tokens 1" in out  # the printed --collect command finds the same folder
+    assert load_experiment(tmp_path / "out" / "mine" / "gemm.yaml").name == "mine_gemm"
+    assert main(["zoo", str(tmp_path / "Llama-A" / "config.json"), "--name", "../up", "-o", str(tmp_path)]) == 2
+    assert "name: expected letters" in capsys.readouterr().err
