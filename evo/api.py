@@ -26,11 +26,11 @@ from __future__ import annotations
 import ast
 import hashlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["load", "load_zoo", "as_torch_op", "LoadError"]
+__all__ = ["load", "load_zoo", "as_torch_op", "patch_model", "unpatch_model", "LoadError"]
 
 MAX_MODULE_BYTES = 64 << 20  # an `evo export --all` of thousands of elites is a few MiB
 _LOADED: dict[str, Callable[..., Any]] = {}  # op name -> its dispatching callable (a source loads once)
@@ -102,6 +102,22 @@ def _refuse_a_shadowed_evo() -> None:
         evo_version()
     except ShadowedPackage as e:
         raise LoadError(str(e)) from None
+
+
+def patch_model(model: Any, zoo: str | Path | Mapping[str, Callable[..., Any]], quiet: bool = False) -> Any:
+    """A Hugging Face model (Llama, Qwen2, Mistral, Phi-3) patched in place to run a zoo's kernels where the zoo
+    measured them (evo.zoo.hf_patch): `zoo` is the module `evo zoo --collect` wrote, or its ops (role -> op). Returns
+    the report (`PatchReport`: what runs where) and prints its one line to stderr unless `quiet`."""
+    from evo.zoo.hf_patch import patch_model as patch
+
+    return patch(model, zoo if isinstance(zoo, Mapping) else load_zoo(zoo), quiet=quiet)
+
+
+def unpatch_model(model: Any) -> Any:
+    """`model` with every patch of `patch_model` undone: it computes bit for bit what it did before."""
+    from evo.zoo.hf_patch import unpatch_model as unpatch
+
+    return unpatch(model)
 
 
 def _checked_module(path: Path, text: str, headers: tuple[str, ...], writer: str) -> ast.Module:

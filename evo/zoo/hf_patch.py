@@ -1,0 +1,287 @@
+"""Patch a Hugging Face `transformers` model (Llama, Qwen2, Mistral, Phi-3) to run a zoo's kernels, and unpatch it.
+
+    from evo.api import patch_model, unpatch_model
+    report = patch_model(model, "runs/zoo/llama-3-8b/llama-3-8b_kernels.py")   # prints one line: what runs where
+    model.generate(...)                                                        # eager, or compiled with a static cache
+    unpatch_model(model)                                                       # the model as it was, bit for bit
+
+(`evo.api.patch_model` loads the zoo module; `patch_model` here takes its ops, role -> callable.) What changes, on
+the model's module INSTANCES only (no class is touched, so other models are unaffected):
+
+- every decoder layer's `forward` (evo.zoo.hf_forward.decoder_forward): q, k and v as ONE GEMM (the zoo's qkv
+  role, merged weights); o_proj and down with the residual add in the GEMM's epilogue (gemm+residual, which is why
+  the whole layer's forward is replaced); gate_up as one GEMM with SwiGLU (gemm+swiglu, B = [gate | up]);
+- the RMSNorms' `forward` (the two of each layer and the final one) and the lm_head's;
+- the attention implementation: `evo` (evo.zoo.hf_attention), which calls the zoo's attention op where
+  transformers needs no mask, else SDPA;
+- weights: the zoo's gemm operators take B = W^T, [K, N] row-major, so each patched GEMM's weight is copied ONCE
+  here, transposed (and q/k/v, gate/up concatenated), into a non-persistent buffer `evo_<role>` of its layer (not in
+  the state dict; it moves with `.to()`): no call transposes or copies a weight, at the cost of a second copy of the
+  patched weights (the report line says how much). An op of the `linear` operators reads nn.Linear's [N, K] weight
+  in place (only q/k/v and gate/up of models that keep them apart are concatenated). Patch after the weights are
+  final: a copy does not follow later changes (patch again to refresh it).
+
+A call runs the zoo's op only where the zoo measured its token count, dtype and this model's sizes
+(evo.zoo.hf_roles); any other call runs transformers' own code, so a zoo of decode token counts leaves prefill to
+torch. A role the zoo has no kernel for, or none for this model, keeps torch's code; the report's line names them.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from evo.zoo import hf_attention
+from evo.zoo.hf_forward import LayerRoles, decoder_forward, lm_head_forward, norm_forward
+from evo.zoo.hf_roles import (
+    DEFAULT_OPERATORS,
+    DTYPE_NAMES,
+    ROLE_OPERATORS,
+    Bound,
+    OpForm,
+    measured,
+    op_form,
+    served_tokens,
+)
+
+__all__ = ["patch_model", "unpatch_model", "PatchReport", "FAMILIES"]
+
+FAMILIES = ("llama", "qwen2", "mistral", "phi3")
+_GEMMS = ("qkv", "o_proj", "gate_up", "down")
+_NOT_ROUTED = {"sampling_softmax": "transformers samples in its own code",
+               "up": "a GELU MLP's role; these families gate theirs (gate_up)"}
+
+
+@dataclass(frozen=True)
+class PatchReport:
+    """What a patch did: role -> (operator, token counts it serves, None: every count) for the roles on evo's
+    kernels, role -> why for those torch keeps, and the bytes of weights copied at patch time."""
+
+    model: str
+    layers: int
+    dtype: str
+    served: dict[str, tuple[str, tuple[int, ...] | None]] = field(default_factory=dict)
+    kept: dict[str, str] = field(default_factory=dict)
+    copied_bytes: int = 0
+
+    def line(self) -> str:
+        """The one line a patch prints."""
+        groups: dict[tuple[int, ...] | None, list[str]] = {}
+        for role, (_, tokens) in self.served.items():
+            groups.setdefault(tokens, []).append(role)
+        on = "; ".join(f"{', '.join(roles)} at " + ("every T" if t is None else "T=" + ",".join(map(str, t)))
+                       for t, roles in groups.items()) or "no role"
+        text = f"evo patch: {self.model} ({self.layers} layers, {self.dtype}): evo's kernels for {on}"
+        text += " (other token counts run torch)" if any(t is not None for t in groups) else ""
+        if self.kept:
+            text += "; torch keeps " + "; ".join(f"{role} ({why})" for role, why in self.kept.items())
+        if self.copied_bytes:
+            text += f"; {self.copied_bytes / 2**20:.1f} MiB of weights copied once (transposed/merged for the GEMMs)"
+        return text
+
+
+def _base(model: nn.Module) -> nn.Module:
+    """The decoder stack (`model.model` of a *ForCausalLM, or the model itself)."""
+    inner = getattr(model, "model", None)
+    return inner if isinstance(inner, nn.Module) and hasattr(inner, "layers") else model
+
+
+def _check_model(model: Any) -> str:
+    config = getattr(model, "config", None)
+    kind = getattr(config, "model_type", None)
+    if not isinstance(model, nn.Module) or kind is None:
+        raise ValueError(f"patch_model takes a transformers model; got {type(model).__name__}")
+    if kind not in FAMILIES:
+        raise ValueError(f"patch_model serves the {', '.join(FAMILIES)} families; {type(model).__name__} is "
+                         f"{kind!r}")
+    layers = getattr(_base(model), "layers", None)
+    if not isinstance(layers, nn.ModuleList) or not len(layers):
+        raise ValueError(f"{type(model).__name__} has no decoder layers (model.layers) to patch")
+    return kind
+
+
+def _dims(model: nn.Module) -> dict[str, tuple[int, ...]]:
+    """Role -> the sizes its measured problems must have besides the token count (see served_tokens)."""
+    layer = _base(model).layers[0]
+    attn, mlp = layer.self_attn, layer.mlp
+    heads, kv_heads = model.config.num_attention_heads, model.config.num_key_value_heads
+    q, kv, d = heads * attn.head_dim, kv_heads * attn.head_dim, attn.head_dim
+    hidden, inter = mlp.down_proj.out_features, mlp.down_proj.in_features
+    dims = {"norm": (hidden,), "attention": (heads, kv_heads, d), "qkv": (q + 2 * kv, hidden),
+            "o_proj": (hidden, q), "gate_up": (inter, hidden), "down": (hidden, inter)}
+    head = getattr(model, "lm_head", None)
+    if isinstance(head, nn.Linear):
+        dims["lm_head"] = (head.out_features, head.in_features)
+    return dims
+
+
+def _bind(model: nn.Module, ops: Mapping[str, Callable[..., Any]], dtype: torch.dtype
+          ) -> tuple[dict[str, Bound], dict[str, str]]:
+    """The roles the ops can serve in this model, and why each other role keeps torch."""
+    dims, kept, bound = _dims(model), {}, {}
+    layer = _base(model).layers[0]
+    for role, op in ops.items():
+        if not callable(op):
+            raise ValueError(f"the op for role {role!r} is not callable: {op!r}")
+        if role not in dims:
+            kept[role] = _NOT_ROUTED.get(role, "not a role of this model")
+            continue
+        operator = getattr(op, "operator", None) or DEFAULT_OPERATORS[role]
+        if operator not in ROLE_OPERATORS[role]:
+            kept[role] = f"its operator {operator} cannot serve it"
+            continue
+        if role == "gate_up" and _gate_up_bias(layer.mlp):
+            kept[role] = f"{operator} takes no bias; this MLP's gate and up have one"
+            continue
+        tokens, why = served_tokens(role, measured(op), dims[role], DTYPE_NAMES.get(dtype, str(dtype)))
+        if tokens is not None and not tokens:
+            kept[role] = why
+            continue
+        form = op_form(operator) if role in (*_GEMMS, "lm_head") else None
+        bound[role] = Bound(role, op, operator, dtype, tokens, form)
+    for role in dims:
+        if role not in bound and role not in kept:
+            kept[role] = "no kernel in the zoo"
+    return bound, kept
+
+
+def _gate_up_bias(mlp: nn.Module) -> bool:
+    names = ("gate_proj", "up_proj", "gate_up_proj")
+    return any(getattr(getattr(mlp, n, None), "bias", None) is not None for n in names)
+
+
+def _parts(layer: nn.Module, role: str) -> tuple[str, list[str]]:
+    """The model's nn.Linear modules a role's GEMM merges, in the zoo's order (q, k, v; gate, up): their parent
+    module's name on the layer and theirs."""
+    attn, mlp = layer.self_attn, layer.mlp
+    if role == "qkv":
+        return "self_attn", ["qkv_proj"] if hasattr(attn, "qkv_proj") else ["q_proj", "k_proj", "v_proj"]
+    if role == "gate_up":
+        return "mlp", ["gate_up_proj"] if hasattr(mlp, "gate_up_proj") else ["gate_proj", "up_proj"]
+    return ("self_attn", ["o_proj"]) if role == "o_proj" else ("mlp", ["down_proj"])
+
+
+def _weight(layer: nn.Module, role: str, form: OpForm) -> tuple[tuple[str, ...], int]:
+    """Where the op's weight lives: the model's own weight read in place, or a buffer `evo_<role>` made once."""
+    parent, names = _parts(layer, role)
+    if form.weight == "nk" and len(names) == 1:
+        return (parent, names[0], "weight"), 0
+    linears = [getattr(getattr(layer, parent), n) for n in names]
+    with torch.no_grad():
+        w = torch.cat([m.weight.detach() for m in linears], dim=0)
+        w = w.t().contiguous() if form.weight == "kn" else w.contiguous()
+    layer.register_buffer(f"evo_{role}", w, persistent=False)
+    return (f"evo_{role}",), w.numel() * w.element_size()
+
+
+def _bias(layer: nn.Module, role: str) -> tuple[str, ...] | None:
+    """Where the role's bias lives (None: it has none): the model's own, or a buffer of q, k and v's merged."""
+    parent, names = _parts(layer, role)
+    linears = [getattr(getattr(layer, parent), n) for n in names]
+    if all(m.bias is None for m in linears):
+        return None
+    if len(names) == 1:
+        return (parent, names[0], "bias")
+    with torch.no_grad():
+        b = torch.cat([m.bias.detach() if m.bias is not None else m.weight.new_zeros(m.out_features)
+                       for m in linears])
+    layer.register_buffer(f"evo_{role}_bias", b, persistent=False)
+    return (f"evo_{role}_bias",)
+
+
+def _patch_layer(layer: nn.Module, bound: dict[str, Bound]) -> int:
+    """Install the layer's forward and its weight buffers; returns the bytes copied."""
+    attn, mlp = layer.self_attn, layer.mlp
+    family = sys.modules[type(attn).__module__]
+    weights, biases, copied = {}, {}, 0
+    for role in _GEMMS:
+        if role in bound:
+            weights[role], n = _weight(layer, role, bound[role].form)
+            copied += n
+            bias = _bias(layer, role)
+            if bias is not None:
+                biases[role] = bias
+    q, kv = attn.config.num_attention_heads * attn.head_dim, attn.config.num_key_value_heads * attn.head_dim
+    # Qwen2 passes its layer's window, Mistral and Phi-3 the config's; Llama none (None: SDPA ignores it)
+    window = getattr(attn, "sliding_window", getattr(attn.config, "sliding_window", None))
+    layer._evo_roles = LayerRoles(
+        qkv=bound.get("qkv"), o_proj=bound.get("o_proj"), gate_up=bound.get("gate_up"), down=bound.get("down"),
+        weights=weights, biases=biases, split=(q, kv, kv), merged_qkv=hasattr(attn, "qkv_proj"),
+        merged_gate_up=hasattr(mlp, "gate_up_proj"), rope=family.apply_rotary_pos_emb,
+        eager_attention=family.eager_attention_forward, sliding_window=window)
+    layer.forward = types.MethodType(decoder_forward, layer)
+    if "attention" in bound:
+        attn._evo_attention = bound["attention"]
+    return copied
+
+
+def patch_model(model: nn.Module, ops: Mapping[str, Callable[..., Any]], quiet: bool = False) -> PatchReport:
+    """`model` patched in place to run `ops` (role -> op: `evo.api.load_zoo`'s, or callables taking the zoo's
+    operands) where they serve (see the module docstring); an earlier patch is undone first. Prints the report's
+    line to stderr unless `quiet`. ValueError, before anything changes, for a model of another family or an op that
+    is not callable."""
+    _check_model(model)
+    if not isinstance(ops, Mapping):
+        raise ValueError(f"ops must map roles to callables; got {type(ops).__name__}")
+    param = next(model.parameters())
+    bound, kept = _bind(model, ops, param.dtype)
+    unpatch_model(model)
+    hf_attention.register()
+    base = _base(model)
+    copied = 0
+    for layer in base.layers:
+        copied += _patch_layer(layer, bound)
+    if "norm" in bound:
+        norms = [m for layer in base.layers for m in (layer.input_layernorm, layer.post_attention_layernorm)]
+        for norm in norms + ([base.norm] if isinstance(getattr(base, "norm", None), nn.Module) else []):
+            norm._evo_norm = bound["norm"]
+            norm.forward = types.MethodType(norm_forward, norm)
+    head = getattr(model, "lm_head", None)
+    if "lm_head" in bound:
+        head._evo_lm_head = bound["lm_head"]
+        if bound["lm_head"].form.weight == "kn":
+            with torch.no_grad():
+                head.register_buffer("evo_weight", head.weight.detach().t().contiguous(), persistent=False)
+            copied += head.evo_weight.numel() * head.evo_weight.element_size()
+        head.forward = types.MethodType(lm_head_forward, head)
+    model._evo_patch = {"attn_implementation": model.config._attn_implementation}
+    if "attention" in bound:
+        model.set_attn_implementation(hf_attention.NAME)
+    _forget_compiled(model)
+    report = PatchReport(type(model).__name__, len(base.layers), DTYPE_NAMES.get(param.dtype, str(param.dtype)),
+                         {r: (b.operator, None if b.tokens is None else tuple(sorted(b.tokens)))
+                          for r, b in bound.items()}, kept, copied)
+    if not quiet:
+        print(report.line(), file=sys.stderr)
+    return report
+
+
+def unpatch_model(model: nn.Module) -> nn.Module:
+    """`model` itself with every patch undone: forwards, buffers and attn_implementation as they were."""
+    state = getattr(model, "_evo_patch", None)
+    for module in model.modules():
+        for name in ("forward", "_evo_roles", "_evo_norm", "_evo_lm_head", "_evo_attention"):
+            if name in module.__dict__:
+                delattr(module, name)
+        for name in [n for n in module._buffers if n.startswith("evo_")]:
+            del module._buffers[name]
+    if state is not None:
+        if model.config._attn_implementation != state["attn_implementation"]:
+            model.set_attn_implementation(state["attn_implementation"])
+        del model._evo_patch
+        _forget_compiled(model)
+    return model
+
+
+def _forget_compiled(model: nn.Module) -> None:
+    """Drop the compiled call generate() keeps on the model (`_compiled_call`): it was traced through the forwards
+    as they were, so the next compiled generate traces the model as it is now."""
+    for name in ("_compiled_call", "_last_compile_config"):
+        if name in model.__dict__:
+            delattr(model, name)
