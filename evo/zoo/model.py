@@ -31,10 +31,22 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # it names run directories, a
 _HF_ACT = {"silu": "swiglu", "swish": "swiglu", "gelu": "gelu", "gelu_new": "gelu_tanh",
            "gelu_pytorch_tanh": "gelu_tanh"}
 _GATED_GELU = ("gemma", "gemma2", "gemma3", "gemma3_text")  # GELU in a gated MLP (GeGLU): no operator for it yet
+# Families whose MLP is gated, down(act(gate(x)) * up(x)), whatever hidden_act says (Hugging Face's *MLP classes),
+# and families whose MLP is plain, down(act(up(x))); a model_type in neither keeps the activation's usual MLP
+_GATED = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "phi3", "olmo", "olmo2", "granite", "cohere",
+          "internlm2", "stablelm", *_GATED_GELU)
+_PLAIN = ("gpt2", "gpt_neox", "gptj", "gpt_bigcode", "phi", "falcon", "starcoder2", "codegen", "bloom")
+# Keys of what the plan does not compute, found in a config whatever its model_type (a Gemma's without one)
+_UNPLANNED = {
+    "hidden_activation": "Gemma's name for its activation: Gemma's MLP gates a GELU (GeGLU), which no evo operator "
+                         "runs yet",
+    "attn_logit_softcapping": "soft-capped attention logits (Gemma 2): evo's attention does not cap them",
+    "final_logit_softcapping": "soft-capped final logits (Gemma 2): evo's lm_head and softmax do not cap them",
+}
 _MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
 _YAML_KEYS = ("name", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
               "vocab_size", "norm", "mlp", "tie_word_embeddings", "attention_bias", "mlp_bias", "rms_norm_eps",
-              "rope_theta")
+              "rope_theta", "sliding_window")
 _REQUIRED = ("hidden_size", "intermediate_size", "num_attention_heads", "vocab_size")
 
 
@@ -64,6 +76,8 @@ class ModelSpec:
     mlp_bias: bool = False
     rms_norm_eps: float = 1e-6  # the norms' epsilon (the reference layer's and the rmsnorm kernels' runtime eps)
     rope_theta: float = 10000.0  # the rotary embedding's base
+    sliding_window: int = 0  # each query sees its last W keys only (0: all): the plan's causal attention is exact
+    #                          while the KV cache and the new tokens hold at most W (evo zoo refuses longer ones)
 
     @property
     def q_size(self) -> int:
@@ -199,6 +213,17 @@ def _from_hf(data: Any, file: str, default_name: str) -> ModelSpec:
         raise ModelError(file, "hidden_act", f"expected one of {', '.join(_HF_ACT)}; got {describe(act)}")
     if model_type in _GATED_GELU:
         raise ModelError(file, "model_type", f"{model_type!r} gates a GELU (GeGLU): no evo operator for it yet")
+    for key, what in _UNPLANNED.items():
+        if d.get(key) is not None:
+            raise ModelError(file, key, f"{what}; the plan would compute another model"
+                                        f"{' (this config names no model_type)' if not model_type else ''}")
+    if model_type in _GATED and _HF_ACT[act] != "swiglu":
+        raise ModelError(file, "hidden_act", f"{act!r} in a {model_type} config, whose MLP is gated (down(act(gate(x)) "
+                                             "* up(x))): a GELU gate (GeGLU) that no evo operator runs yet; evo plans "
+                                             "a gated MLP with silu only (SwiGLU)")
+    if model_type in _PLAIN and _HF_ACT[act] == "swiglu":
+        raise ModelError(file, "hidden_act", f"{act!r} in a {model_type} config, whose MLP is not gated: evo plans "
+                                             "silu in a gated MLP only (SwiGLU)")
     fields = {k: d[k] for k in ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
                                 "head_dim", "vocab_size", "mlp_bias", "rms_norm_eps", "rope_theta")
               if d.get(k) is not None}
@@ -210,6 +235,8 @@ def _from_hf(data: Any, file: str, default_name: str) -> ModelSpec:
         raise ModelError(file, "attention_bias", f"in a {model_type or 'Llama-family'} config it biases o_proj as "
                                                  "well as Q, K and V; evo's zoo plans Q, K and V biases only")
     fields["tie_word_embeddings"] = d.get("tie_word_embeddings", True)  # PretrainedConfig's default
+    if d.get("sliding_window") is not None and d.get("use_sliding_window") is not False:  # Qwen2 turns it off
+        fields["sliding_window"] = d["sliding_window"]
     return _build(fields, file, default_name)
 
 
@@ -246,10 +273,12 @@ def _build(d: dict, file: str, default_name: str) -> ModelSpec:
     if flags["mlp_bias"] and mlp == "swiglu":  # gate and up would be biased: gemm+swiglu takes no bias
         raise ModelError(file, "mlp_bias", "a SwiGLU MLP with biases: the fused gemm+swiglu takes no bias yet")
     eps = _positive(d.get("rms_norm_eps", 1e-6), "rms_norm_eps", 0.1, file)
+    window = d.get("sliding_window", 0)
+    window = 0 if window == 0 and not isinstance(window, bool) else _size(window, "sliding_window", file)
     theta = _positive(d.get("rope_theta", 10000.0), "rope_theta", 1e12, file)
     return ModelSpec(name=name, num_key_value_heads=kv_heads, head_dim=head_dim,
                      norm=_choice(d.get("norm", "rmsnorm"), "norm", NORMS, file),
-                     mlp=mlp, rms_norm_eps=eps, rope_theta=theta, **sizes, **flags)
+                     mlp=mlp, rms_norm_eps=eps, rope_theta=theta, sliding_window=window, **sizes, **flags)
 
 
 def _size(value: Any, field: str, file: str) -> int:

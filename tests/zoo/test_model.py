@@ -128,3 +128,30 @@ def test_a_name_given_wins_and_is_checked(tmp_path):
     assert load_model(MODELS / "tiny.yaml", name="tiny-2").name == "tiny-2"  # over a YAML's own name too
     with pytest.raises(ModelError, match="name: expected letters.*got 'a b'"):
         load_model(config, name="a b")
+
+
+@pytest.mark.parametrize("change,field,words", [
+    # issue 41: Llama's MLP is gated whatever hidden_act says: a GELU there is GeGLU, never a plain GELU MLP
+    (dict(hidden_act="gelu_pytorch_tanh"), "hidden_act", "whose MLP is gated"),
+    (dict(model_type="qwen2", hidden_act="gelu"), "hidden_act", "GeGLU"),
+    (dict(model_type="gpt_neox", hidden_act="silu"), "hidden_act", "not gated"),
+    # a Gemma config without model_type: its GeGLU and soft-capping must not vanish from the plan
+    (dict(model_type=..., hidden_act="gelu_pytorch_tanh", hidden_activation="gelu_pytorch_tanh"),
+     "hidden_activation", "no model_type"),
+    (dict(model_type=..., attn_logit_softcapping=50.0), "attn_logit_softcapping", "soft-capped attention logits"),
+    (dict(model_type=..., final_logit_softcapping=30.0), "final_logit_softcapping", "soft-capped final logits"),
+    (dict(sliding_window="all"), "sliding_window", "positive integer"),
+])
+def test_what_the_plan_would_compute_otherwise_is_refused(change, field, words):
+    with pytest.raises(ModelError) as e:
+        parse_model(_bad_json(**change), "json", "m.json")
+    assert e.value.field == field and words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_mlp_follows_the_family_and_the_window_is_kept():
+    assert parse_model(_bad_json(model_type="gpt_neox", hidden_act="gelu", mlp_bias=True), "json").mlp == "gelu"
+    assert parse_model(_bad_json(model_type="llama"), "json").mlp == "swiglu"
+    assert parse_model(_bad_json(sliding_window=4096), "json").sliding_window == 4096
+    assert parse_model(_bad_json(sliding_window=None), "json").sliding_window == 0
+    off = parse_model(_bad_json(model_type="qwen2", sliding_window=4096, use_sliding_window=False), "json")
+    assert off.sliding_window == 0  # Qwen2 names a window it does not use

@@ -137,3 +137,16 @@ def test_two_config_jsons_get_two_folders_and_name_sets_one(tmp_path, capsys):
     assert load_experiment(tmp_path / "out" / "mine" / "gemm.yaml").name == "mine_gemm"
     assert main(["zoo", str(tmp_path / "Llama-A" / "config.json"), "--name", "../up", "-o", str(tmp_path)]) == 2
     assert "name: expected letters" in capsys.readouterr().err
+
+
+def test_a_context_past_the_sliding_window_is_refused(tmp_path, capsys):
+    import json
+
+    config = json.loads((ROOT / "experiments" / "models" / "mistral-7b.json").read_text())
+    (tmp_path / "mistral.json").write_text(json.dumps({**config, "sliding_window": 4096}))
+    args = ["zoo", str(tmp_path / "mistral.json"), "-o", str(tmp_path / "out"), "--tokens", "1"]
+    assert main([*args, "--context", "4095"]) == 0  # 4095 + 1 fits the window: full attention is the same
+    capsys.readouterr()
+    assert main([*args, "--context", "4096"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "sliding window of its last 4096 tokens" in err
