@@ -30,24 +30,25 @@ from evo.launch.runtime import BoundKernel
 
 
 @triton.jit
-def _inverse_rms(x_rows, eps, K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+def _inverse_rms(x_rows, m_ok, eps, K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
     """rsqrt(mean(x^2) + eps) of each of the program's rows of x, over all of K."""
     offs_k = tl.arange(0, BLOCK_K)
     squares = tl.zeros([BLOCK_M, BLOCK_K], dtype=tl.float32)
     for k in tl.range(0, K, BLOCK_K):
         ks = k + offs_k
-        x = tl.load(x_rows + ks[None, :], mask=(ks < K)[None, :], other=0.0).to(tl.float32)
+        x = tl.load(x_rows + ks[None, :], mask=m_ok[:, None] & (ks < K)[None, :], other=0.0).to(tl.float32)
         squares += x * x
     return tl.rsqrt(tl.sum(squares, axis=1) / K + eps)
 
 
 @triton.jit
-def _x_tile(x_rows, nw_ptr, rstd, ks, K: tl.constexpr, MASK_K: tl.constexpr, NORM: tl.constexpr):
-    """[BLOCK_M, BLOCK_K] of x at columns ks, normed when NORM, in x's dtype."""
+def _x_tile(x_rows, m_ok, nw_ptr, rstd, ks, K: tl.constexpr, MASK_K: tl.constexpr, NORM: tl.constexpr):
+    """[BLOCK_M, BLOCK_K] of x at columns ks, normed when NORM, in x's dtype; rows past M are zeros, never read
+    (x padded to 16 rows for tl.dot costs no loads)."""
     if MASK_K:
-        x = tl.load(x_rows + ks[None, :], mask=(ks < K)[None, :], other=0.0)
+        x = tl.load(x_rows + ks[None, :], mask=m_ok[:, None] & (ks < K)[None, :], other=0.0)
     else:
-        x = tl.load(x_rows + ks[None, :])
+        x = tl.load(x_rows + ks[None, :], mask=m_ok[:, None], other=0.0)
     if NORM:
         if MASK_K:
             nw = tl.load(nw_ptr + ks, mask=ks < K, other=0.0)
@@ -68,7 +69,7 @@ def _w_tile(w_rows, ks, K: tl.constexpr, MASK_K: tl.constexpr, EVICT_W: tl.const
 
 
 @triton.jit
-def _partial(x_rows, w_rows, nw_ptr, rstd, k_lo, K: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr,
+def _partial(x_rows, m_ok, w_rows, nw_ptr, rstd, k_lo, K: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr,
              BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MASK_K: tl.constexpr, NORM: tl.constexpr,
              DOT: tl.constexpr, REDUCE_AT_END: tl.constexpr, NUM_STAGES: tl.constexpr, EVICT_W: tl.constexpr):
     """The fp32 [BLOCK_N, BLOCK_M] product of the program's W rows and x rows over K in [k_lo, k_lo + CHUNK)."""
@@ -78,14 +79,14 @@ def _partial(x_rows, w_rows, nw_ptr, rstd, k_lo, K: tl.constexpr, CHUNK: tl.cons
         for k in tl.range(k_lo, k_lo + CHUNK, BLOCK_K, num_stages=NUM_STAGES):
             ks = k + offs_k
             w = _w_tile(w_rows, ks, K, MASK_K, EVICT_W)
-            x = _x_tile(x_rows, nw_ptr, rstd, ks, K, MASK_K, NORM)
+            x = _x_tile(x_rows, m_ok, nw_ptr, rstd, ks, K, MASK_K, NORM)
             acc = tl.dot(w, tl.trans(x), acc)
     elif REDUCE_AT_END:
         lanes = tl.zeros([BLOCK_N, BLOCK_M, BLOCK_K], dtype=tl.float32)
         for k in tl.range(k_lo, k_lo + CHUNK, BLOCK_K, num_stages=NUM_STAGES):
             ks = k + offs_k
             w = _w_tile(w_rows, ks, K, MASK_K, EVICT_W).to(tl.float32)
-            x = _x_tile(x_rows, nw_ptr, rstd, ks, K, MASK_K, NORM).to(tl.float32)
+            x = _x_tile(x_rows, m_ok, nw_ptr, rstd, ks, K, MASK_K, NORM).to(tl.float32)
             lanes += w[:, None, :] * x[None, :, :]
         acc = tl.sum(lanes, axis=2)
     else:
@@ -93,7 +94,7 @@ def _partial(x_rows, w_rows, nw_ptr, rstd, k_lo, K: tl.constexpr, CHUNK: tl.cons
         for k in tl.range(k_lo, k_lo + CHUNK, BLOCK_K, num_stages=NUM_STAGES):
             ks = k + offs_k
             w = _w_tile(w_rows, ks, K, MASK_K, EVICT_W).to(tl.float32)
-            x = _x_tile(x_rows, nw_ptr, rstd, ks, K, MASK_K, NORM).to(tl.float32)
+            x = _x_tile(x_rows, m_ok, nw_ptr, rstd, ks, K, MASK_K, NORM).to(tl.float32)
             acc += tl.sum(w[:, None, :] * x[None, :, :], axis=2)
     return acc
 
@@ -136,20 +137,21 @@ def linear_kernel(x_ptr, w_ptr, y_ptr, res_ptr, nw_ptr, ws_ptr, count_ptr, M, N,
     pid_m = tl.program_id(2)
     rows_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rows_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    # rows past the edge read the last row again and are never stored: the loads need no row masks
+    m_ok = rows_m < M
+    # W's rows past N read the last row again and are never stored: W's loads need no row mask
     last_n = tl.minimum(rows_n, N - 1)
-    x_rows = x_ptr + tl.minimum(rows_m, M - 1).to(tl.int64)[:, None] * K
+    x_rows = x_ptr + rows_m.to(tl.int64)[:, None] * K
     w_rows = w_ptr + last_n.to(tl.int64)[:, None] * K
     rstd = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
     if NORM:
-        rstd = _inverse_rms(x_rows, eps, K, BLOCK_M, BLOCK_K)
+        rstd = _inverse_rms(x_rows, m_ok, eps, K, BLOCK_M, BLOCK_K)
     k_lo = pid_k * CHUNK
-    acc = _partial(x_rows, w_rows, nw_ptr, rstd, k_lo, K, CHUNK, BLOCK_M, BLOCK_N, BLOCK_K, MASK_K, NORM, DOT,
+    acc = _partial(x_rows, m_ok, w_rows, nw_ptr, rstd, k_lo, K, CHUNK, BLOCK_M, BLOCK_N, BLOCK_K, MASK_K, NORM, DOT,
                    REDUCE_AT_END, NUM_STAGES, EVICT_W)
     up = acc
     if SWIGLU:  # the up projection's rows follow the gate's N rows
         up_rows = w_ptr + (last_n + N).to(tl.int64)[:, None] * K
-        up = _partial(x_rows, up_rows, nw_ptr, rstd, k_lo, K, CHUNK, BLOCK_M, BLOCK_N, BLOCK_K, MASK_K, NORM, DOT,
+        up = _partial(x_rows, m_ok, up_rows, nw_ptr, rstd, k_lo, K, CHUNK, BLOCK_M, BLOCK_N, BLOCK_K, MASK_K, NORM, DOT,
                       REDUCE_AT_END, NUM_STAGES, EVICT_W)
     if SPLIT_K == 1:
         _store(acc, up, y_ptr, res_ptr, rows_m, rows_n, M, N, RESIDUAL, SWIGLU)
@@ -160,7 +162,7 @@ def linear_kernel(x_ptr, w_ptr, y_ptr, res_ptr, nw_ptr, ws_ptr, count_ptr, M, N,
         up_slots = gate_slots + slots * BLOCK_M * BLOCK_N
         # a slot is [BLOCK_M, BLOCK_N], row m's partials contiguous: padded rows of x are neither written nor read
         at = tl.arange(0, BLOCK_M)[None, :] * BLOCK_N + tl.arange(0, BLOCK_N)[:, None]
-        keep = (rows_m < M)[None, :] & (rows_n >= 0)[:, None]
+        keep = m_ok[None, :] & (rows_n >= 0)[:, None]
         if ORDERED:
             tl.store(gate_slots + pid_k * (BLOCK_M * BLOCK_N) + at, acc, mask=keep)
             if SWIGLU:
