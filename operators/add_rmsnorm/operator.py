@@ -161,6 +161,12 @@ class AddRMSNormOperator(Operator):
                      "torch.compile of x + residual and the fp32 RMSNorm formula, default mode, static shape"),
         ]
 
+    def bench_baselines(self) -> list[Baseline]:
+        """The two above, and the fp32 formula in eager PyTorch (what a model's own RMSNorm module computes)."""
+        return self.baselines() + [Baseline("torch_formula", lambda problem: _formula,
+                                            "x + residual, then the fp32 formula x * rsqrt(mean(x^2) + eps) * w "
+                                            "in eager PyTorch (several kernels)")]
+
     def flops(self, problem: Problem) -> int:
         """~5 per element: the add, square, sum, and two multiplies."""
         return 5 * problem.dims["rows"] * problem.dims["cols"]

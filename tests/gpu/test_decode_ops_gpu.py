@@ -12,7 +12,7 @@ search's own check (poisoned output, inputs untouched) on bf16, and timed (trito
 beside the baseline and a device copy in the same process. No search runs: the best seed is a lower bound on what
 `evo run experiments/bench_gemm_decode.yaml` finds. Writes JSON to $EVO_OUT (or /tmp); prints the table last.
 
-    python tests/gpu/test_decode_ops_gpu.py [--random 0] [--budget-s 540] [--compile]
+    python tests/gpu/test_decode_ops_gpu.py [--random 0] [--budget-s 480] [--compile]
     python -m pytest tests/gpu/test_decode_ops_gpu.py -m gpu -s       (a quick subset, checks only what it times)
 """
 
@@ -152,7 +152,7 @@ def graph_replay_check() -> str:
     return "; ".join(failures)
 
 
-def run_all(n_random: int = 0, budget_s: float = 540.0, with_compile: bool = False,
+def run_all(n_random: int = 0, budget_s: float = 480.0, with_compile: bool = False,
             problems: list[tuple[str, tuple[int, ...]]] | None = None) -> dict[str, Any]:
     import torch
     import triton
@@ -228,7 +228,7 @@ def test_decode_operators_are_correct_and_timed():
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--random", type=int, default=0, help="random genomes per problem besides the seeds")
-    parser.add_argument("--budget-s", type=float, default=540.0, help="stop starting kernels after this many seconds")
+    parser.add_argument("--budget-s", type=float, default=480.0, help="stop starting kernels after this many seconds")
     parser.add_argument("--compile", action="store_true", help="also time torch.compile max-autotune per problem")
     args = parser.parse_args(argv)
     result = run_all(args.random, args.budget_s, args.compile)

@@ -86,6 +86,10 @@ def test_eager_baseline_and_reference_agree(op):
     ref = op.reference(*inputs)
     for b, r in zip(base, ref, strict=True):
         assert float((b - r).norm() / r.norm()) < 1e-5
+    assert [b.name for b in op.bench_baselines()] == ["torch_eager", "torch_compile", "torch_formula"]
+    formula = op.bench_baselines()[2].make(p)(*inputs)
+    for b, r in zip(formula, ref, strict=True):
+        assert float((b - r).norm() / r.norm()) < 1e-5
 
 
 def test_variant_names_and_invalid_genome(op):
