@@ -1,0 +1,66 @@
+"""The tiny zoo's real kernels (tests/fixtures/tiny_zoo.py: smoke-searched, fp16, T = 1 and 4) in Hugging Face
+models of the four families, in Triton's interpreter: logits within the zoo's tolerance, generate() with a static
+cache, unpatch bit for bit; and a compiled decode step (fullgraph) whose graph holds evo's ops."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from tests.zoo._hf_models import FAMILIES, prompt, rel, tiny_model
+
+pytest.importorskip("transformers")
+
+from evo.api import load_zoo, patch_model, unpatch_model  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_tiny_zoo_runs_each_family(tiny_zoo, family):
+    model = tiny_model(family, torch.float16)
+    ids = prompt()
+    with torch.no_grad():
+        ref = model(ids).logits
+    tokens = model.generate(ids, max_new_tokens=3, do_sample=False, cache_implementation="static")
+    report = patch_model(model, load_zoo(tiny_zoo), quiet=True)
+    assert {r: t for r, (_, t) in report.served.items()} == {
+        r: (1, 4) for r in ("norm", "qkv", "attention", "o_proj", "gate_up", "down", "lm_head")}
+    with torch.no_grad():
+        assert rel(model(ids).logits, ref) < 5e-3
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # no elite measured for the decode steps' key lengths: the nearest serves
+        assert torch.equal(model.generate(ids, max_new_tokens=3, do_sample=False, cache_implementation="static"),
+                           tokens)
+    unpatch_model(model)
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, ref)
+
+
+def test_a_compiled_decode_step_holds_the_zoo_s_ops(tiny_zoo):
+    from transformers.generation import CompileConfig
+
+    graphs: list[list[str]] = []
+
+    def recording_backend(gm, example_inputs):  # dynamo's graph, run as traced
+        graphs.append([str(n.target) for n in gm.graph.nodes if n.op == "call_function"])
+        return gm.forward
+
+    model = tiny_model("llama", torch.float16)
+    ids = prompt()
+    tokens = model.generate(ids, max_new_tokens=3, do_sample=False)
+    patch_model(model, load_zoo(tiny_zoo), quiet=True)
+    config = CompileConfig(backend=recording_backend, fullgraph=True, mode=None)
+    config._compile_all_devices = True  # transformers compiles generate()'s decode steps on GPUs only, unless told
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = model.generate(ids, max_new_tokens=3, do_sample=False, cache_implementation="static",
+                             compile_config=config)
+    assert torch.equal(out, tokens)
+    assert len(graphs) == 1  # one graph, no break: every decode step replays it
+    evo_ops = [t for t in graphs[0] if t.startswith("evo.")]
+    per_layer = ("rmsnorm", "gemm_", "gemm_residual", "gemm_swiglu")
+    assert all(any(name in t for t in evo_ops) for name in per_layer), evo_ops
+    assert len(evo_ops) == 2 * 6 + 2  # 2 norms and 4 GEMMs a layer, the final norm and lm_head (attention: SDPA)
