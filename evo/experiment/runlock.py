@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from types import TracebackType
 
-__all__ = ["RunLock", "RunDirError", "PID_NAME", "check_run_path"]
+__all__ = ["RunLock", "RunDirError", "PID_NAME", "check_run_path", "check_free", "check_writable"]
 
 PID_NAME = "run.pid"
 
@@ -47,6 +47,43 @@ def check_run_path(path: Path) -> None:
         raise RunDirError(f"{path} is a file, not a run directory: choose another --out or output")
 
 
+def check_free(path: Path) -> None:
+    """Raise RunDirError (the refusal RunLock.acquire gives) when a live run holds run directory `path`: said before
+    anything else about it, since neither --resume nor a new run can use it until that run ends."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return  # no directory (yet), or none this user may open: the lock's own refusal comes later
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # taken and at once given back: a probe, not a hold
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    except BlockingIOError:
+        raise RunDirError(_in_use(Path(path))) from None
+    finally:
+        os.close(fd)
+
+
+def check_writable(path: Path) -> None:
+    """Raise RunDirError (one line) when this user cannot write run directory `path`, or when it does not exist yet
+    the folder it would be made in: said before a new run prints anything or starts a worker."""
+    path = Path(path)
+    target = next((p for p in (path, *path.parents) if p.exists()), None)
+    if target is not None and not os.access(target, os.W_OK | os.X_OK):
+        what = "the run directory" if target == path else f"the folder {path} would be made in,"
+        raise RunDirError(f"cannot start a run in {path}: {what} {target} is not writable by this user; choose "
+                          "another --out or output, or make it writable (chmod u+w)")
+
+
+def _in_use(path: Path) -> str:
+    try:
+        pid = int((path / PID_NAME).read_text().strip())
+    except (OSError, ValueError):
+        pid = None
+    holder = f" (pid {pid})" if pid is not None else ""
+    return (f"{path} is in use by another evo run{holder}: one run directory takes one writer; wait for it to end "
+            "(then --resume continues it), or use --out DIR for a new run")
+
+
 class RunLock:
     """An exclusive, non-blocking lock on run directory `path`, created (with its parents) when missing.
 
@@ -72,9 +109,7 @@ class RunLock:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            holder = self._holder()
-            raise RunDirError(f"{self.path} is in use by another evo run{holder}: one run directory takes one "
-                              f"writer; wait for it to end, or use --out DIR for a new run") from None
+            raise RunDirError(_in_use(self.path)) from None
         self._fd = fd
         try:
             (self.path / PID_NAME).write_text(f"{os.getpid()}\n")
@@ -92,13 +127,6 @@ class RunLock:
         fcntl.flock(self._fd, fcntl.LOCK_UN)
         os.close(self._fd)
         self._fd = None
-
-    def _holder(self) -> str:
-        try:
-            pid = int((self.path / PID_NAME).read_text().strip())
-        except (OSError, ValueError):
-            return ""
-        return f" (pid {pid})"
 
     def __enter__(self) -> RunLock:
         return self.acquire()

@@ -154,12 +154,15 @@ def _check_before_workers(rd: Any, experiment: Any, args: argparse.Namespace) ->
     the run directory (a file, a symbolic-link loop), a results database that is the run's own store, and on
     --resume a store that cannot be resumed or an experiment that changed in what decides results (e.g. its seed).
     run_experiment checks the same again."""
-    from evo.experiment.runlock import check_run_path
+    from evo.experiment.runlock import check_free, check_run_path, check_writable
     from evo.store.resumable import check_resumable, resume_changes
     from evo.store.shared import default_path, refuse_own_store
     from evo.store.sqlite import StoreError
 
     check_run_path(rd.path)
+    check_free(rd.path)  # a live run's directory: neither --resume nor a new run can have it until that run ends
+    if not args.resume:
+        check_writable(rd.path)
     if experiment.memory.enabled:
         refuse_own_store(default_path(experiment.memory.db, rd.path), rd.store, UsageError)
     if rd.exists() and not args.resume:

@@ -3,12 +3,14 @@ directory, a full disk, Ctrl-C before the search starts; and where outputs and h
 
 from __future__ import annotations
 
+import re
 import shlex
 import shutil
 import sqlite3
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -240,3 +242,37 @@ def test_allow_changes_without_resume_is_refused(tmp_path, capsys):
     assert main(["run", str(exp), "--out", str(tmp_path / "r"), "--allow-changes"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--allow-changes goes with --resume" in err and not (tmp_path / "r").exists()
+
+
+def test_a_run_directory_a_live_run_holds_is_refused_as_in_use_before_anything(tmp_path, capsys):
+    # issue 41: the refusal of a new run advised --resume, which then failed with "in use by another evo run"
+    run = make_run(tmp_path / "runs")
+    with RunLock(run):  # the live run
+        for resume in ([], ["--resume"]):
+            assert main(["run", str(run / "experiment.yaml"), "--out", str(run), *resume]) == 2
+            captured = capsys.readouterr()
+            assert captured.out == ""  # refused before the start-up lines
+            (line,) = captured.err.splitlines()
+            assert re.search(r"in use by another evo run \(pid \d+\)", line) and "pass --resume" not in line
+    assert main(["run", str(run / "experiment.yaml"), "--out", str(run)]) == 2  # ended: the advice fits now
+    assert "pass --resume to continue it" in capsys.readouterr().err
+
+
+def test_a_new_run_where_it_cannot_write_is_one_line_before_any_output(tmp_path):
+    prefix = _without_write_permission()
+    if prefix is None:
+        pytest.skip("setpriv cannot drop the right to override file permissions here")
+    locked = tmp_path / "read-only"
+    locked.mkdir()
+    locked.chmod(0o555)
+    smoke = Path(__file__).resolve().parents[2] / "experiments" / "smoke.yaml"
+    try:
+        for out in (locked / "run", locked):  # a run directory to be made in it, and an empty one to write
+            done = subprocess.run([*prefix, sys.executable, "-m", "evo.surface.cli", "run", str(smoke), "--out",
+                                   str(out)], capture_output=True, text=True, timeout=120)
+            assert done.returncode == 2 and done.stdout == "", done.stdout
+            (line,) = done.stderr.splitlines()
+            assert f"{locked} is not writable by this user" in line
+    finally:
+        locked.chmod(0o755)
+    assert not (locked / "run").exists()
