@@ -18,7 +18,7 @@ from evo.experiment.oneline import one_line
 from evo.store.atomic_file import write_atomic
 from evo.surface.package_origin import ShadowedPackage, evo_version
 from evo.surface.safe_stream import DroppingStream, reopen_closed_std_fds, say
-from evo.surface.smoke_label import smoke_score
+from evo.surface.smoke_label import smoke_score, smoke_value
 
 __all__ = ["main", "UsageError"]
 
@@ -237,8 +237,12 @@ def _cmd_export(args: argparse.Namespace) -> int:
             ev = elite.evaluation
             ratio = f", {ev.ratio:.3f}x {ev.baseline} on the {ev.objective} clock" if ev.ratio else ""
             call = f", {ev.call_ms:.4g} ms per call" if ev.call_ms else ""
-            measured = f"smoke score {smoke_score(ev.median_ms)}" if is_smoke(ev, store.all_meta()) else \
-                f"{ev.median_ms:.4g} ms GPU time{call}{ratio} on {ev.gpu or '?'}"
+            if is_smoke(ev, store.all_meta()):
+                import operators
+
+                measured = f"smoke score {smoke_score(smoke_value(operators.get(p.operator), p, ev))}"
+            else:
+                measured = f"{ev.median_ms:.4g} ms GPU time{call}{ratio} on {ev.gpu or '?'}"
             what = f"elite of {p.key} ({measured})"
         smoke = _is_smoke(store, None)
     _warn_damaged(store)

@@ -33,6 +33,7 @@ from evo.store.record import Evaluation
 from evo.store.sqlite import Store
 from evo.surface.export_selfcheck import OBJECTIVE_TEXT, SELFCHECK_MAIN, row_clocks, selfcheck_constants
 from evo.surface.kernel_choice import BASELINE_SOURCE, export_choices
+from evo.surface.smoke_label import smoke_score, smoke_value
 
 __all__ = ["ExportError", "BestKernel", "elites", "find_elite", "export_one", "export_all", "is_smoke", "run_target",
            "render_module", "rerendered", "NO_SOURCE"]
@@ -130,7 +131,8 @@ def _header(op: Any, elite: BestKernel, meta: dict[str, Any], smoke: bool, note:
         f"Measured on: {_clean(ev.gpu or '?')}; {versions}; at {_when(ev.finished_at)}.",
     ]
     if smoke:
-        lines.append(f"Smoke fitness (from the CPU smoke evaluator, NOT a GPU timing): {ev.median_ms:.4g}.")
+        lines.append(f"Smoke score (the CPU smoke evaluator's, as evo status and evo report show it): "
+                     f"{smoke_score(smoke_value(op, p, ev))}.")
     else:
         spread = f", inter-quartile range {ev.spread_ms:.3g} ms" if ev.spread_ms is not None else ""
         lines.append(f"Median time: {ev.median_ms:.4g} ms of GPU time (CUDA events around one launch, L2 flushed "
@@ -391,7 +393,8 @@ def export_all(store: Store, experiment: Experiment | None = None) -> tuple[str,
         ratio = f"{clocks['gpu_ratio']:.3f}x {ev.baseline}" if clocks["gpu_ratio"] and not smoke else "-"
         if clocks["call_ratio"] and not smoke:
             ratio += f"; call clock {clocks['call_ms']:.4g} ms, {clocks['call_ratio']:.3f}x"
-        head.append(f"  {e.problem.key}: {ev.median_ms:.4g} ms{' (NOT a GPU timing)' if smoke else ''}, {ratio}, "
+        measured = f"smoke score {smoke_score(smoke_value(op, e.problem, ev))}" if smoke else f"{ev.median_ms:.4g} ms"
+        head.append(f"  {e.problem.key}: {measured}, {ratio}, "
                     f"on {_clean(ev.gpu or '?')}" + ("" if smoke else f"; objective {_clean(clocks['objective'])}"))
         choice = choices[e.problem.key]
         head.append(f"    runs {choice.use}: {_clean(choice.why)}")

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from evo.archive.elite import problem_archive
+from evo.archive.reachable import experiment_reachable
 from evo.experiment.spec import Budget, DescriptorSpec, Experiment
 from evo.problem import Problem
 from evo.search.budget import cut_short
@@ -213,6 +214,8 @@ def report_data(inp: ReportInput, x: str | None = None, y: str | None = None) ->
     if smoke:
         for p in problems:
             _smoke_view(p)
+    for p in problems:  # coverage also over the cells the experiment's genomes can reach (evo.archive.reachable)
+        p["summary"]["reachable"] = _reachable(store, p["key"], exp, specs, noise, meta)
     run_meta = {
         "name": inp.name, "experiment": exp.name if exp else "", "operator": exp.operator if exp else "",
         "seed": exp.seed if exp else meta.get("seed"), "executor": exp.executor.kind if exp else "",
@@ -227,6 +230,13 @@ def report_data(inp: ReportInput, x: str | None = None, y: str | None = None) ->
         run_meta["store_meta"]["target"] = f"CPU Triton interpreter (kernels checked against the limits of {name})"
     return {"run": run_meta, "smoke": smoke, "problems": problems, "sources": sources,
             "experiment_text": inp.experiment_text, "overview": overview_data(store, measured, smoke)}
+
+
+def _reachable(store: Store, key: str, exp: Experiment | None, specs: tuple[DescriptorSpec, ...], noise: float,
+               meta: dict[str, Any]) -> int | None:
+    problem = Problem.from_json(next(store.iter(key)).problem)
+    archive = problem_archive(store, problem, specs, noise)
+    return experiment_reachable(archive, problem, exp, run_target(meta))
 
 
 def _smoke_view(p: dict[str, Any]) -> None:

@@ -198,13 +198,21 @@ def _objective_text(p: dict[str, Any], smoke: bool) -> str:
             'the table shows the GPU, call and host times of each elite.')
 
 
+def _coverage(s: dict[str, Any]) -> str:
+    """Filled cells over those the genomes can reach (evo.archive.reachable), and over the whole grid."""
+    grid = f"{s['filled']} of {s['cells']} cells of the grid"
+    if not s.get("reachable"):
+        return f"{_n(s['coverage'], 3)} ({grid})"
+    return f"{s['filled'] / s['reachable']:.0%} of {s['reachable']} reachable cells ({grid})"
+
+
 def _problem_section(p: dict[str, Any], pi: int, smoke: bool) -> str:
     s = p["summary"]
     unit = p["unit"]
     best = f"{_n(s['best'])} {unit}" + (f", {_n(s['best_ratio'], 3)}x {p['baseline']}" if s["best_ratio"] else "")
     parts = [f'<section class="problem" id="problem-{pi}"><h2>{_e(p["key"])}</h2>',
              f'<p>{s["evaluations"]} evaluations, {s["ok"]} correct; best {_e(best)}'
-             + f'; coverage {_n(s["coverage"], 3)} ({s["filled"]} of {s["cells"]} cells); QD-score '
+             + f'; coverage {_e(_coverage(s))}; QD-score '
              f'{_n(s["qd_score"])}; elapsed {_n(s["elapsed_s"], 3)} s. Archive descriptors: '
              f'{_e(", ".join(p["axes"]))}.{_e(_objective_text(p, smoke))}'
              + (f' <b>Budget {_e(s["cut_short"])}.</b>' if s.get("cut_short") else '') + '</p>',

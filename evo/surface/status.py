@@ -8,10 +8,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from evo.archive.elite import problem_archive, settings
+from evo.archive.reachable import experiment_reachable
 from evo.experiment.spec import Budget, Experiment
 from evo.problem import Problem
 from evo.search.budget import cut_short
 from evo.store.sqlite import Store
+from evo.surface.export import run_target
 from evo.surface.smoke_label import smoke_score
 
 __all__ = ["ProblemStatus", "run_status", "format_status", "sol_share"]
@@ -39,6 +41,7 @@ class ProblemStatus:
     host_us: float | None = None  # the best's host time of one call
     objective: str | None = None  # the clock best, ratio and SOL are on (None: no correct evaluation)
     cut_short: str = ""  # words when the search ended before its floor in evaluations (evo.search.budget)
+    reachable: int | None = None  # cells the experiment's (restricted) genomes can reach (evo.archive.reachable)
 
 
 def sol_share(store: Store, problem_key: str, median_ms: float | None) -> float | None:
@@ -87,7 +90,8 @@ def run_status(store: Store, experiment: Experiment | None = None) -> list[Probl
             sol_share=sol_share(store, key, best.median_ms if best else None),  # SOL: a GPU-time floor
             elapsed_s=float(spent) if spent is not None else (max(times) - min(times)) if times else None,
             call_ms=best.call_ms if best else None, host_us=best.host_us if best else None, objective=objective,
-            cut_short=cut_short(store.meta(f"summary:{key}"), len(evs), floor)))
+            cut_short=cut_short(store.meta(f"summary:{key}"), len(evs), floor),
+            reachable=experiment_reachable(archive, problem, experiment, run_target(store.all_meta()))))
     return rows
 
 
@@ -105,6 +109,15 @@ def _best_head(rows: list[ProblemStatus], smoke: bool) -> str:
     return "best" if smoke or not used else f"best (objective {'/'.join(used)})"
 
 
+def _coverage(r: ProblemStatus) -> str:
+    """Filled cells over those the genomes can reach, with the grid's size: "75% of 8 reachable (6/45 cells)"."""
+    if r.coverage is None:
+        return "-"
+    if not r.reachable:
+        return f"{r.coverage:.0%} ({r.filled}/{r.cells} cells)"
+    return f"{r.filled / r.reachable:.0%} of {r.reachable} reachable ({r.filled}/{r.cells} cells)"
+
+
 def format_status(rows: list[ProblemStatus], smoke: bool = False) -> str:
     """A plain-text table; a smoke run's throughput column is labelled as not a timing, and its clocks are left
     out (nothing of it is timed). `call`: the best's per-call time; `host`: its host time of one call."""
@@ -115,7 +128,7 @@ def format_status(rows: list[ProblemStatus], smoke: bool = False) -> str:
         failed = " ".join(f"{_ABBREV.get(k, k)} {n}" for k, n in sorted(r.failed.items(), key=lambda kv: -kv[1]))
         best = "-" if r.best is None else smoke_score(r.best) if smoke else f"{r.best:.4g} {r.unit}"
         ratio = f"{r.ratio:.2f}x {r.baseline}".strip() if r.ratio is not None and not smoke else "-"
-        coverage = f"{r.coverage:.0%} ({r.filled}/{r.cells})" if r.coverage is not None else "-"
+        coverage = _coverage(r)
         sol = "n/a (smoke)" if smoke else f"{r.sol_share:.0%}" if r.sol_share is not None else "-"
         call = f"{r.call_ms:.4g} ms" if r.call_ms is not None and not smoke else "-"
         host = f"{r.host_us:.3g} us" if r.host_us is not None and not smoke else "-"
