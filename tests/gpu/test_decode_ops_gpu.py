@@ -12,7 +12,7 @@ search's own check (poisoned output, inputs untouched) on bf16, and timed (trito
 beside the baseline and a device copy in the same process. No search runs: the best seed is a lower bound on what
 `evo run experiments/bench_gemm_decode.yaml` finds. Writes JSON to $EVO_OUT (or /tmp); prints the table last.
 
-    python tests/gpu/test_decode_ops_gpu.py [--random 0] [--budget-s 480] [--compile]
+    python tests/gpu/test_decode_ops_gpu.py [--random 0] [--budget-s 480] [--compile] [--only linear,...]
     python -m pytest tests/gpu/test_decode_ops_gpu.py -m gpu -s       (a quick subset, checks only what it times)
 """
 
@@ -230,8 +230,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--random", type=int, default=0, help="random genomes per problem besides the seeds")
     parser.add_argument("--budget-s", type=float, default=480.0, help="stop starting kernels after this many seconds")
     parser.add_argument("--compile", action="store_true", help="also time torch.compile max-autotune per problem")
+    parser.add_argument("--only", default="", help="only the operators named, comma-separated (e.g. linear)")
     args = parser.parse_args(argv)
-    result = run_all(args.random, args.budget_s, args.compile)
+    problems = [("linear", s) for s in LINEAR_SHAPES] + VARIANT_PROBLEMS
+    if args.only:
+        problems = [(name, s) for name, s in problems if name in args.only.split(",")]
+    result = run_all(args.random, args.budget_s, args.compile, problems)
     path = write_result(result)
     print(f"JSON: {path}")
     print(summary_table(result))

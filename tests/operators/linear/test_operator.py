@@ -137,7 +137,7 @@ def test_names_schema_selfcheck_and_baselines():
 def test_invalid_genome_is_refused():
     op = operators.get("linear")
     p = op.problem((1, 64, 64), "fp16")
-    with pytest.raises(InvalidGenome, match="fp32 values per thread alive"):
+    with pytest.raises(InvalidGenome, match="registers per thread"):
         op.render(op.family.make(op.family.base(BLOCK_N=256, BLOCK_K=1024, reduce_k="end")), p, TARGET)
 
 
