@@ -194,7 +194,8 @@ def _read_module(path: Path, why: str) -> str:
 def as_torch_op(entry: Callable[..., Any], operator: Any, tag: str) -> Callable[..., Any]:
     """`entry` (a rendered module's entry function) as a custom op `evo::<operator>_<tag>` with the operator's
     schema and fake implementation; the returned callable is the op under torch.compile and `entry` itself in
-    eager code."""
+    eager code. It takes `out=` as the entry does (README's promise): eager calls write into it without allocating,
+    compiled ones copy the op's result into it."""
     import torch
 
     if not operator.torch_schema:
@@ -215,8 +216,12 @@ def as_torch_op(entry: Callable[..., Any], operator: Any, tag: str) -> Callable[
     is_compiling = torch.compiler.is_compiling
     eager = operator.eager_entry(entry)
 
-    def dispatch(*args: Any) -> Any:
-        return op(*args) if is_compiling() else eager(*args)
+    def dispatch(*args: Any, out: Any = None) -> Any:
+        if out is None:
+            return op(*args) if is_compiling() else eager(*args)
+        if is_compiling():  # the op's schema returns a fresh tensor: traced as the op, then copied into `out`
+            return out.copy_(op(*args))
+        return operator.call_into(entry, *args, out=out)  # eager: the launcher writes into `out`, allocating nothing
 
     dispatch.__name__ = dispatch.__qualname__ = f"{ident}_{tag}"
     dispatch.__doc__ = entry.__doc__

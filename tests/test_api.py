@@ -167,3 +167,25 @@ def test_a_run_directory_without_a_shape_loads_every_elite_behind_one_dispatch(g
     assert len(module._EVO_CHOSEN) == 2  # chosen once per input shapes and dtype, then a dictionary look-up
     out = torch.empty(64, 64)
     assert mm.entry(torch.randn(64, 64), torch.randn(64, 64), out=out) is out  # the entry's own options pass on
+
+
+def test_the_op_takes_out_as_the_entry_does():
+    # issue 41: README promotes out=, and the loaded op refused it
+    module, problem = _gemm_module("out")
+    mm = as_torch_op(module.matmul, GEMM, tag="api_out")
+    a, b = GEMM.make_inputs(problem, 4, device="cpu")
+    out = torch.full((a.shape[0], b.shape[1]), float("nan"))
+    assert mm(a, b, out=out) is out and torch.allclose(out, a @ b, atol=1e-4)
+
+    def layer(a, b, out):
+        return mm(a, b, out=out) * 1
+
+    into = torch.full_like(out, float("nan"))
+    compiled = torch.compile(layer, fullgraph=True, backend="eager")
+    assert torch.allclose(compiled(a, b, into), a @ b, atol=1e-4) and torch.allclose(into, a @ b, atol=1e-4)
+    norm = as_torch_op(load_source(RMSNORM.render(RMSNORM.family.make(RMSNORM.family.base()),
+                                                  RMSNORM.problem((6, 40), "fp32"), HOPPER)).rmsnorm,
+                       RMSNORM, tag="api_out_rmsnorm")
+    x, w = RMSNORM.make_inputs(RMSNORM.problem((6, 40), "fp32"), 3, device="cpu")
+    y = torch.empty_like(x)
+    assert norm(x, w, 0.5, out=y) is y and torch.allclose(y, norm(x, w, 0.5), atol=1e-6)
