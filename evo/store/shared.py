@@ -47,8 +47,8 @@ def refuse_own_store(path: Path, store: Path, error: type[Exception] = ValueErro
     also through a link, a relative path or a hard link. Every evaluation would be stored in it twice."""
     try:
         same = os.path.samefile(path, store)
-    except OSError:  # one of them does not exist yet (a new run): the same file is the same resolved name
-        same = Path(path).expanduser().resolve() == Path(store).resolve()
+    except OSError:  # one of them does not exist yet (a new run), or a link loops: the same resolved name
+        same = os.path.realpath(Path(path).expanduser()) == os.path.realpath(store)
     if same:
         raise error(f"the results database {path} is this run's own store {store}: every evaluation would be stored "
                     f"twice; set memory.db (or ${ENV_VAR}) to another file, or memory: false")
