@@ -211,9 +211,12 @@ def _cmd_export(args: argparse.Namespace) -> int:
     from evo.experiment.config import parse_shape
     from evo.problem import DTYPES
     from evo.surface.export import export_all, export_one, is_smoke, rerendered
+    from evo.surface.winning_config import config_text
 
     if args.all == bool(args.shape):
         raise UsageError("give either --shape SHAPE or --all")
+    if args.config and args.output:
+        raise UsageError("--config prints the winning configuration and writes no module: leave out -o")
     if args.dtype is not None and args.dtype not in DTYPES:
         raise UsageError(f"--dtype {args.dtype!r}: expected one of {', '.join(DTYPES)}")
     sizes = None
@@ -245,7 +248,11 @@ def _cmd_export(args: argparse.Namespace) -> int:
                 measured = f"{ev.median_ms:.4g} ms GPU time{call}{ratio} on {ev.gpu or '?'}"
             what = f"elite of {p.key} ({measured})"
         smoke = _is_smoke(store, None)
+        config = config_text(found if args.all else [elite], store.all_meta()) if args.config else None
     _warn_damaged(store)
+    if config is not None:  # --config: the winning configuration for the user's own kernel, no module written
+        print(config)
+        return 0
     out = Path(args.output or default)
     try:
         write_atomic(out, text)  # a full disk or a signal leaves the old file or none, never half a module
@@ -356,6 +363,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--all", action="store_true", help="every measured problem in one dispatching module")
     e.add_argument("-o", "--output", metavar="FILE",
                    help="output file (default: RUN/OPERATOR_SHAPE_DTYPE.py, in the run directory)")
+    e.add_argument("--config", action="store_true",
+                   help="print the elite's genes and its triton.Config (and a dict of it) for your own kernel, "
+                        "instead of writing a module")
     e.set_defaults(func=_cmd_export)
 
     h = sub.add_parser("report", help="write the run's HTML report (one offline file)",
