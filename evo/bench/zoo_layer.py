@@ -265,15 +265,16 @@ def main(argv: list[str] | None = None) -> int:
     from evo.zoo.patch import patch, roles_of
 
     dtype = getattr(torch, DTYPES[args.dtype])
-    # one seed, so both layers hold the same weights; patch() adds the transposed copies of the patched roles
-    room = max(tokens)  # the KV cache's room for new tokens (written in place, as serving code does)
+    # one seed, so both layers hold the same weights; patch() adds the transposed copies of the patched gemm roles
+    # the KV cache's room for new tokens (written in place, as serving code does): the largest T, as the plan's rope
+    room = max(tokens)
     plain = DecoderLayer(spec, dtype=dtype, device=args.device, seed=args.seed, context=args.context, max_tokens=room)
     ops = {role: op for role, op in zoo_ops.items() if role in roles_of(plain)}
     if not ops:
         print(f"evo zoo layer bench: {one_line(args.zoo_module)} serves none of {spec.name}'s layer roles "
               f"({', '.join(roles_of(plain))})", file=sys.stderr)
         return 2
-    operators = {p.role: p.operator for p in layer_problems(spec, tokens[:1], args.dtype, args.context)}
+    operators = {p.role: p.operator for p in layer_problems(spec, tokens, args.dtype, args.context)}
     roles = {role: str(operators.get(role)) for role in ops}
     patched = patch(DecoderLayer(spec, dtype=dtype, device=args.device, seed=args.seed, context=args.context,
                                  max_tokens=room), ops)

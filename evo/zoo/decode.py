@@ -11,8 +11,11 @@ rotates its tokens' queries and keys at positions length..length+T-1 (RoPE from 
 does from its context), writes keys and values there with `index_copy_` (a slice would need the length on the host:
 a device-to-host sync per step that no CUDA graph captures), attends over the whole capacity with a mask from the
 length tensor, and adds T to the length in place. The layer's patched roles (evo.zoo.patch) run as in `forward`:
-norms, projections and MLP. Attention is torch's SDPA over the masked cache: evo's attention kernel takes its key
-length from the shapes, not from a tensor, so a patched `attention` role is not used here (the report says so).
+norms, projections and MLP (the linear roles at T <= 16, norms fused), and a patched `rope` role (rope_cache) does the
+rotation and the KV write in one launch with the length tensor as its start position and the layer's fp32 tables
+(grown to the cache's capacity by `DecodeState.for_layer`). Attention is torch's SDPA over the masked cache: evo's
+attention kernel takes its key length from the shapes, not from a tensor, so a patched `attention` role is not used
+here (the report says so).
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ class DecodeState:
         cache = torch.zeros(2, 1, s.num_key_value_heads, capacity, s.head_dim, dtype=layer.kv_cache.dtype,
                             device=layer.kv_cache.device)
         cache[:, :, :, :layer.context] = layer.kv_cache[:, :, :, :layer.context]
+        if "rope" in layer.kernels:  # the rope role's tables cover every position of this cache
+            layer.rope_cache_args(capacity)
         return cls(cache, torch.tensor([layer.context], dtype=torch.int32, device=cache.device))
 
     def reset(self, layer: DecoderLayer) -> None:
@@ -73,6 +78,9 @@ def check_decode(layer: DecoderLayer, x: torch.Tensor, cache: torch.Tensor, leng
     for name, t in (("x", x), ("the KV cache", cache)):
         if t.dtype != layer.kv_cache.dtype:
             raise ValueError(f"decode step: {name} is {t.dtype}, the layer {layer.kv_cache.dtype}")
+    if "rope" in layer.kernels and layer.rope_cos.shape[0] < cache.shape[3]:
+        raise ValueError(f"decode step: the rope role's tables hold {layer.rope_cos.shape[0]} positions, the KV cache "
+                         f"{cache.shape[3]} (make the state with DecodeState.for_layer after patching)")
 
 
 def decode_step(layer: DecoderLayer, x: torch.Tensor, cache: torch.Tensor, length: torch.Tensor,
@@ -85,21 +93,25 @@ def decode_step(layer: DecoderLayer, x: torch.Tensor, cache: torch.Tensor, lengt
         check_decode(layer, x, cache, length)
     s = layer.spec
     t = x.shape[0]
-    qkv = layer._linear("qkv", layer.qkv_proj, layer._norm(layer.input_norm, x))
-    q, k, v = qkv.split([s.q_size, s.kv_size, s.kv_size], dim=-1)
-    q = q.reshape(t, s.num_attention_heads, s.head_dim).transpose(0, 1).unsqueeze(0)
-    k = k.reshape(t, s.num_key_value_heads, s.head_dim).transpose(0, 1).unsqueeze(0)
-    v = v.reshape(t, s.num_key_value_heads, s.head_dim).transpose(0, 1).unsqueeze(0)
+    qkv = layer._project("qkv", layer.qkv_proj, x, norm=layer.input_norm)
     positions = length.long() + torch.arange(t, device=x.device)
-    freqs = positions.float()[:, None] * layer.inv_freq[None, :]
-    emb = torch.cat((freqs, freqs), dim=-1)
-    q, k = apply_rope(q, emb.cos(), emb.sin()), apply_rope(k, emb.cos(), emb.sin())
-    cache[0].index_copy_(2, positions, k)
-    cache[1].index_copy_(2, positions, v)
+    rope = layer.kernels.get("rope")
+    if rope is not None:  # rotation and the KV write in one launch, at the length tensor's position
+        q = rope(qkv, layer.rope_cos, layer.rope_sin, cache, length)
+    else:
+        q, k, v = qkv.split([s.q_size, s.kv_size, s.kv_size], dim=-1)
+        q = q.reshape(t, s.num_attention_heads, s.head_dim).transpose(0, 1).unsqueeze(0)
+        k = k.reshape(t, s.num_key_value_heads, s.head_dim).transpose(0, 1).unsqueeze(0)
+        v = v.reshape(t, s.num_key_value_heads, s.head_dim).transpose(0, 1).unsqueeze(0)
+        freqs = positions.float()[:, None] * layer.inv_freq[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        q, k = apply_rope(q, emb.cos(), emb.sin()), apply_rope(k, emb.cos(), emb.sin())
+        cache[0].index_copy_(2, positions, k)
+        cache[1].index_copy_(2, positions, v)
     seen = torch.arange(cache.shape[3], device=x.device)[None, :] <= positions[:, None]  # [T, capacity], causal
     out = F.scaled_dot_product_attention(q, cache[0], cache[1], attn_mask=seen[None, None],
                                          enable_gqa=s.num_attention_heads != s.num_key_value_heads)
-    h = layer._linear("o_proj", layer.o_proj, out.squeeze(0).transpose(0, 1).reshape(t, s.q_size), residual=x)
-    y = layer.mlp(layer._norm(layer.post_attention_norm, h), residual=h)
+    h = layer._project("o_proj", layer.o_proj, out.squeeze(0).transpose(0, 1).reshape(t, s.q_size), residual=x)
+    y = layer.ffn(h)
     length.add_(t)
     return y

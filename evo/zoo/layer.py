@@ -6,7 +6,11 @@ The layer runs exactly the kernels `evo.zoo.problems.layer_problems` lists, unde
     x -> input_norm -> qkv -> RoPE -> causal attention (GQA, over the KV cache and x) -> o_proj + x = h
     h -> post_attention_norm -> gate_up (SwiGLU) | up (GELU) -> down + h
 
-Weights are nn.Linear's ([out, in]); a GEMM operator's B is their transpose ([in, out], row-major). No weights
+Weights are nn.Linear's ([out, in]); a GEMM operator's B is their transpose ([in, out], row-major), a linear
+operator's (the `linear_*` roles, T <= 16) the weight itself, with the norm before it in its prologue where the role
+fuses it (evo.zoo.problems.LINEAR_ROLES): a patched linear_qkv skips the separate input norm. The `rope` role
+(rope_cache) rotates q and k and writes K and V into the cache in one launch, from fp32 cos/sin tables of the cache's
+positions and a start-position tensor, all made once at patch time. No weights
 are downloaded: every tensor is drawn from `seed` (std `init_std`, 0.02 by default, so bf16 activations stay
 small and finite). Small weights also make the MLP's and attention's share of the output small next to the
 residual, and the activation's input small (where exact and tanh GELU agree to ~1e-7): a check meant to tell such
@@ -23,8 +27,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from evo.zoo.model import ModelSpec
+from evo.zoo.problems import LINEAR_MAX_TOKENS, LINEAR_ROLES
 
-__all__ = ["DecoderLayer", "LMHead", "RMSNorm", "apply_rope", "linears", "DEFAULT_EPS", "ROPE_THETA", "INIT_STD"]
+__all__ = ["DecoderLayer", "LMHead", "RMSNorm", "apply_rope", "rope_tables", "linears", "DEFAULT_EPS", "ROPE_THETA",
+           "INIT_STD"]
 
 DEFAULT_EPS = 1e-6  # RMSNorm's own default; a layer takes its spec's rms_norm_eps (Llama 3: 1e-5)
 ROPE_THETA = 10000.0  # what a spec without rope_theta says
@@ -53,6 +59,14 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return (xf * cos + rotated * sin).to(x.dtype)
 
 
+def rope_tables(inv_freq: torch.Tensor, positions: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin [positions, head_dim] (fp32) of positions 0..positions-1: row p holds what `DecoderLayer.rope`
+    computes for position p, bit for bit (the same fp32 product of the position and inv_freq)."""
+    freqs = torch.outer(torch.arange(positions, device=inv_freq.device, dtype=torch.float32), inv_freq)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos().contiguous(), emb.sin().contiguous()
+
+
 class _Routed(nn.Module):
     """A module whose GEMMs and norms go through `self.kernels` (role -> callable) when a role is patched in
     (evo.zoo.patch), and through torch otherwise."""
@@ -76,6 +90,29 @@ class _Routed(nn.Module):
             y = linear(x)
             return y if residual is None else residual + y
         return op(*self._gemm_args(role, linear, x, residual))
+
+    def _fused(self, role: str, tokens: int) -> Callable[..., torch.Tensor] | None:
+        """The patched `linear_<role>` op where it serves `tokens` rows (T <= LINEAR_MAX_TOKENS), else None."""
+        op = self.kernels.get(f"linear_{role}")
+        return op if op is not None and tokens <= LINEAR_MAX_TOKENS else None
+
+    def _project(self, role: str, linear: nn.Linear, x: torch.Tensor, norm: RMSNorm | None = None,
+                 residual: torch.Tensor | None = None) -> torch.Tensor:
+        """norm (if given) then the role's projection (+ residual): one `linear_<role>` launch on nn.Linear's weight
+        (the norm in its prologue where LINEAR_ROLES fuses it) at T <= LINEAR_MAX_TOKENS where that role is patched,
+        else the norm and the gemm role (or torch) apart."""
+        op = self._fused(role, x.shape[0])
+        if op is None:
+            return self._linear(role, linear, x if norm is None else self._norm(norm, x), residual)
+        args: tuple[Any, ...] = (x, linear.weight)
+        if LINEAR_ROLES[f"linear_{role}"][1]:
+            if norm is None:
+                raise ValueError(f"linear_{role} fuses the norm before it; no norm was given")
+            args += (norm.weight,)
+        elif norm is not None:
+            args = (self._norm(norm, x), linear.weight)
+        args += (residual,) if residual is not None else ()
+        return op(*args, norm.eps) if LINEAR_ROLES[f"linear_{role}"][1] else op(*args)
 
     def _gemm_args(self, role: str, linear: nn.Linear, x: torch.Tensor,
                    residual: torch.Tensor | None = None) -> tuple[Any, ...]:
@@ -112,7 +149,8 @@ class DecoderLayer(_Routed):
     sees the operands the kernel problems of T tokens and this context describe (evo.zoo.problems).
     """
 
-    ROLES = ("norm", "qkv", "attention", "o_proj", "gate_up", "up", "down")
+    ROLES = ("norm", "qkv", "rope", "attention", "o_proj", "gate_up", "up", "down", "linear_qkv", "linear_o_proj",
+             "linear_gate_up", "linear_down")
 
     def __init__(self, spec: ModelSpec, dtype: torch.dtype = torch.bfloat16, device: str | torch.device = "cpu",
                  seed: int = 0, eps: float | None = None, rope_theta: float | None = None,
@@ -170,6 +208,20 @@ class DecoderLayer(_Routed):
         emb = torch.cat((freqs, freqs), dim=-1)
         return emb.cos(), emb.sin()
 
+    def rope_cache_args(self, positions: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(cos, sin, start) for the rope role: fp32 tables of at least `positions` rows (non-persistent buffers
+        `rope_cos`/`rope_sin`, made again only to grow) and `rope_start`, the context as a one-element int32 device
+        tensor."""
+        cos = self._buffers.get("rope_cos")
+        if cos is None or cos.shape[0] < positions:
+            c, s = rope_tables(self.inv_freq, positions)
+            self.register_buffer("rope_cos", c, persistent=False)
+            self.register_buffer("rope_sin", s, persistent=False)
+        if "rope_start" not in self._buffers:
+            start = torch.tensor([self.context], dtype=torch.int32, device=self.inv_freq.device)
+            self.register_buffer("rope_start", start, persistent=False)
+        return self.rope_cos, self.rope_sin, self.rope_start
+
     def attention(self, qkv: torch.Tensor) -> torch.Tensor:
         """Causal attention of the fused projection qkv [T, q + 2 kv] -> [T, q] over the cache and the new keys
         (the mask aligned to the bottom right); key/value head j serves query heads j*g .. j*g+g-1 (g = heads /
@@ -177,20 +229,26 @@ class DecoderLayer(_Routed):
         is_causal without a cache, with no mask for one token, and with torch's lower-right causal bias else."""
         s = self.spec
         t = qkv.shape[0]
-        q, k, v = qkv.split([s.q_size, s.kv_size, s.kv_size], dim=-1)
-        q = q.reshape(t, s.num_attention_heads, s.head_dim).transpose(0, 1).unsqueeze(0)  # [1, H, T, D]
-        k = k.reshape(t, s.num_key_value_heads, s.head_dim).transpose(0, 1).unsqueeze(0)
-        v = v.reshape(t, s.num_key_value_heads, s.head_dim).transpose(0, 1).unsqueeze(0)
-        cos, sin = self.rope(t)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        if self.context:  # written after the context in place; attention reads the cache up to them
-            if t > self.max_tokens:
-                raise ValueError(f"{t} new tokens over a KV cache with room for {self.max_tokens} "
-                                 "(DecoderLayer's max_tokens)")
+        if self.context and t > self.max_tokens:
+            raise ValueError(f"{t} new tokens over a KV cache with room for {self.max_tokens} "
+                             "(DecoderLayer's max_tokens)")
+        rope = self.kernels.get("rope")
+        if rope is not None and self.context:  # RoPE and the KV write in one launch, the cache passed whole
+            q = rope(qkv, self.rope_cos, self.rope_sin, self.kv_cache, self.rope_start)
             end = self.context + t
-            self.kv_cache[0, :, :, self.context:end].copy_(k)
-            self.kv_cache[1, :, :, self.context:end].copy_(v)
             k, v = self.kv_cache[0, :, :, :end], self.kv_cache[1, :, :, :end]
+        else:
+            q, k, v = qkv.split([s.q_size, s.kv_size, s.kv_size], dim=-1)
+            q = q.reshape(t, s.num_attention_heads, s.head_dim).transpose(0, 1).unsqueeze(0)  # [1, H, T, D]
+            k = k.reshape(t, s.num_key_value_heads, s.head_dim).transpose(0, 1).unsqueeze(0)
+            v = v.reshape(t, s.num_key_value_heads, s.head_dim).transpose(0, 1).unsqueeze(0)
+            cos, sin = self.rope(t)
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+            if self.context:  # written after the context in place; attention reads the cache up to them
+                end = self.context + t
+                self.kv_cache[0, :, :, self.context:end].copy_(k)
+                self.kv_cache[1, :, :, self.context:end].copy_(v)
+                k, v = self.kv_cache[0, :, :, :end], self.kv_cache[1, :, :, :end]
         op = self.kernels.get("attention")
         if op is not None:
             out = op(q, k, v)
@@ -222,14 +280,24 @@ class DecoderLayer(_Routed):
                 hidden = F.gelu(self.up_proj(x), approximate="tanh" if self.spec.mlp == "gelu_tanh" else "none")
             else:
                 hidden = op(*self._gemm_args("up", self.up_proj, x))
-        return self._linear("down", self.down_proj, hidden, residual)
+        return self._project("down", self.down_proj, hidden, residual=residual)
+
+    def ffn(self, h: torch.Tensor) -> torch.Tensor:
+        """The layer's second half: mlp(post_attention_norm(h), residual=h), the norm, gate_up and SwiGLU as one
+        linear_gate_up launch where that role serves these rows."""
+        op = self._fused("gate_up", h.shape[0]) if self.spec.mlp == "swiglu" else None
+        if op is None:
+            return self.mlp(self._norm(self.post_attention_norm, h), residual=h)
+        norm = self.post_attention_norm
+        hidden = op(h, self.gate_up_proj.weight, norm.weight, norm.eps)
+        return self._project("down", self.down_proj, hidden, residual=h)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() != 2 or x.shape[1] != self.spec.hidden_size:
             raise ValueError(f"expected x of shape [T, {self.spec.hidden_size}]; got {list(x.shape)}")
-        qkv = self._linear("qkv", self.qkv_proj, self._norm(self.input_norm, x))
-        h = self._linear("o_proj", self.o_proj, self.attention(qkv), residual=x)
-        return self.mlp(self._norm(self.post_attention_norm, h), residual=h)
+        qkv = self._project("qkv", self.qkv_proj, x, norm=self.input_norm)
+        h = self._project("o_proj", self.o_proj, self.attention(qkv), residual=x)
+        return self.ffn(h)
 
 
 class LMHead(_Routed):
@@ -238,7 +306,7 @@ class LMHead(_Routed):
     operators/softmax.py computes it). With tied embeddings the weight is the embedding table's; here it is
     drawn like any other."""
 
-    ROLES = ("norm", "lm_head", "sampling_softmax")
+    ROLES = ("norm", "lm_head", "linear_lm_head", "sampling_softmax")
 
     def __init__(self, spec: ModelSpec, dtype: torch.dtype = torch.bfloat16, device: str | torch.device = "cpu",
                  seed: int = 0, eps: float | None = None, init_std: float = INIT_STD) -> None:
@@ -251,7 +319,7 @@ class LMHead(_Routed):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() != 2 or x.shape[1] != self.spec.hidden_size:
             raise ValueError(f"expected x of shape [T, {self.spec.hidden_size}]; got {list(x.shape)}")
-        return self._linear("lm_head", self.lm_head, self._norm(self.norm, x))
+        return self._project("lm_head", self.lm_head, x, norm=self.norm)
 
     def probabilities(self, x: torch.Tensor) -> torch.Tensor:
         """softmax(forward(x)) over the vocabulary [T, vocab]: what sampling draws the next tokens from."""

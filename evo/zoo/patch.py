@@ -18,6 +18,18 @@ residual; operators/rmsnorm.py: x, weight, eps):
     down              gemm+residual | gemm+bias+residual   op(h, B_down[, bias], residual)
     lm_head           gemm                                 op(x, B_lm_head)     LMHead only
     sampling_softmax  softmax                              op(logits)           LMHead.probabilities only
+    rope              rope_cache                           op(qkv, cos, sin, cache, start) -> q [1, H, T, D]
+    linear_qkv        linear+rmsnorm                       op(x, W_qkv, input_norm.weight, eps)   (no separate norm)
+    linear_o_proj     linear+residual                      op(attn, W_o, residual)
+    linear_gate_up    linear+rmsnorm+swiglu                op(h, W_gate_up, post_attention_norm.weight, eps)
+    linear_down       linear+residual                      op(hidden, W_down, residual)
+    linear_lm_head    linear+rmsnorm                       op(x, W_lm_head, norm.weight, eps)     LMHead only
+
+The `linear_*` roles (evo.zoo.problems.LINEAR_ROLES) read nn.Linear's weight W [out, in] in place (no copy) and run
+at T <= 16 (LINEAR_MAX_TOKENS); at more rows the gemm role (or torch) runs. One that fuses a norm replaces that norm's
+call too. They take no bias: a layer whose projection has one refuses its linear role (patch the gemm role). `rope`
+needs the layer's KV cache (context >= 1): it gets fp32 cos/sin tables of the cache's positions and the start
+position as a device tensor, made once here (DecoderLayer.rope_cache_args), and the cache whole, written in place.
 
 A run directory of `evo zoo`'s experiment holds one elite per shape; `load(run)` without a shape dispatches by
 the input's shape (to the nearest measured one for a token count the plan was not made for).
@@ -39,15 +51,31 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from evo.zoo.layer import DecoderLayer, LMHead, linears
+from evo.zoo.problems import LINEAR_ROLES
 
 __all__ = ["patch", "unpatch", "roles_of"]
 
 
 def roles_of(module: DecoderLayer | LMHead) -> tuple[str, ...]:
     """The roles `module` can route: the norm, one per GEMM it runs (gate_up or up, by the spec's MLP), a layer's
-    attention and the head's sampling softmax."""
-    extra = ("sampling_softmax",) if isinstance(module, LMHead) else ("attention",)
-    return ("norm", *linears(module), *extra)
+    rope (with a KV cache) and attention, the head's sampling softmax, and the linear roles its projections allow."""
+    if isinstance(module, LMHead):
+        return ("norm", "lm_head", "linear_lm_head", "sampling_softmax")
+    fused = tuple(r for r in LINEAR_ROLES if LINEAR_ROLES[r][0] in linears(module) and r not in _unservable(module))
+    return ("norm", *linears(module), *(("rope",) if module.context else ()), "attention", *fused)
+
+
+def _unservable(module: DecoderLayer | LMHead) -> dict[str, str]:
+    """Roles of the layer's kind that this layer cannot take, and why (one clause)."""
+    out = {}
+    if isinstance(module, DecoderLayer):
+        for role, (plain, _) in LINEAR_ROLES.items():
+            linear = linears(module).get(plain)
+            if linear is not None and linear.bias is not None:
+                out[role] = f"linear takes no bias and its {plain} has one (patch the gemm role {plain})"
+        if not module.context:
+            out["rope"] = "it has no KV cache (context 0) for rope_cache to write"
+    return out
 
 
 def patch(module: DecoderLayer | LMHead, ops: Mapping[str, Callable[..., object]]) -> DecoderLayer | LMHead:
@@ -56,8 +84,11 @@ def patch(module: DecoderLayer | LMHead, ops: Mapping[str, Callable[..., object]
     callable, before anything changes."""
     if not isinstance(module, (DecoderLayer, LMHead)):
         raise ValueError(f"patch takes a DecoderLayer or an LMHead; got {type(module).__name__}")
-    roles = roles_of(module)
+    roles, unservable = roles_of(module), _unservable(module)
     for role, op in ops.items():
+        if role in unservable:
+            raise ValueError(f"{type(module).__name__} of {module.spec.name} cannot take role {role!r}: "
+                             f"{unservable[role]}")
         if role not in roles:
             raise ValueError(f"{type(module).__name__} of {module.spec.name} has no role {role!r}; its roles are "
                              f"{', '.join(roles)}")
@@ -67,14 +98,16 @@ def patch(module: DecoderLayer | LMHead, ops: Mapping[str, Callable[..., object]
     for role, linear in linears(module).items():
         if role in ops:
             module.register_buffer(f"{role}_b", linear.weight.detach().t().contiguous(), persistent=False)
+    if "rope" in ops and isinstance(module, DecoderLayer):
+        module.rope_cache_args(module.kv_cache.shape[3])
     module.kernels.update(ops)
     return module
 
 
 def unpatch(module: DecoderLayer | LMHead) -> DecoderLayer | LMHead:
     """`module` itself, every role back on torch and the transposed weights freed."""
-    for role in linears(module):
-        if f"{role}_b" in module._buffers:
-            del module._buffers[f"{role}_b"]
+    for name in [*(f"{role}_b" for role in linears(module)), "rope_cos", "rope_sin", "rope_start"]:
+        if name in module._buffers:
+            del module._buffers[name]
     module.kernels.clear()
     return module

@@ -9,6 +9,19 @@ the residual add. The model then runs the lm_head GEMM and a softmax over the vo
 Attention is that of one sequence: its T new tokens attend causally to `context` tokens already in the KV cache
 and to each other (`attention+causal` of T queries against context + T keys, the mask aligned to the bottom
 right); context 0 is a prefill of T tokens, a long context with a few tokens the decode of one sequence.
+
+The plan per T (issue 40's decode operators):
+- T <= LINEAR_MAX_TOKENS (16, where `linear` streams the weight): the projections are `linear` roles reading
+  nn.Linear's weight in place, norms fused: linear_qkv (linear+rmsnorm: the input norm in its prologue),
+  linear_o_proj (linear+residual), linear_gate_up (linear+rmsnorm+swiglu: the post-attention norm fused),
+  linear_down (linear+residual), linear_lm_head (linear+rmsnorm: the final norm fused); no separate norm. A GELU
+  MLP keeps its gemm `up` role and a `norm` role for the post-attention norm; a projection with a bias (Qwen2's
+  qkv, a GELU MLP's mlp_bias) keeps its gemm role (and the norm it would have fused), one note saying which.
+- T > 16: the gemm roles (norm, qkv, o_proj, gate_up | up, down, lm_head).
+- every T with context >= 1: `rope` (rope_cache: RoPE of q and k and the KV-cache write in one launch). Its
+  problem's context dim is the cache's capacity less T (what its dispatch reads from the cache it is given): the
+  layer's cache holds the context and room for the largest T planned (DecoderLayer(max_tokens=max(tokens))).
+- attention+causal and the sampling softmax at every T, as before.
 """
 
 from __future__ import annotations
@@ -17,20 +30,26 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from evo.experiment.spec import OBJECTIVES, Budget
 from evo.problem import operator_file_stem
 from evo.zoo.model import ModelSpec
 
-__all__ = ["KernelProblem", "layer_problems", "experiments_for", "run_name"]
+__all__ = ["KernelProblem", "layer_problems", "experiments_for", "run_name", "LINEAR_MAX_TOKENS", "LINEAR_ROLES"]
+
+LINEAR_MAX_TOKENS = 16  # the most rows the linear operators are planned for (their genome is made for M <= 16)
+# role -> the gemm role it replaces at T <= LINEAR_MAX_TOKENS, and whether the norm before it is fused
+LINEAR_ROLES = {"linear_qkv": ("qkv", True), "linear_o_proj": ("o_proj", False), "linear_gate_up": ("gate_up", True),
+                "linear_down": ("down", False), "linear_lm_head": ("lm_head", True)}
 
 
 @dataclass(frozen=True)
 class KernelProblem:
     """One kernel a forward pass at `tokens` tokens runs: its role in the model, the evo operator that searches it
     (None: none does), its sizes in the operator's dims (gemm: M, N, K; rmsnorm/softmax: rows, cols; attention:
-    batch, heads, kv_heads, q_len, kv_len, head_dim), and how many times a layer (or, for the head, the model)
-    runs it."""
+    batch, heads, kv_heads, q_len, kv_len, head_dim; linear: M, N, K; rope_cache: tokens, heads, kv_heads, head_dim,
+    context), and how many times a layer (or, for the head, the model) runs it."""
 
     role: str
     operator: str | None
@@ -51,10 +70,11 @@ class KernelProblem:
         return "x".join(str(s) for s in self.sizes)
 
 
-def layer_problems(spec: ModelSpec, tokens: Sequence[int], dtype: str = "bf16", context: int = 0
-                   ) -> list[KernelProblem]:
+def layer_problems(spec: ModelSpec, tokens: Sequence[int], dtype: str = "bf16", context: int = 0,
+                   linear_max_tokens: int = LINEAR_MAX_TOKENS) -> list[KernelProblem]:
     """The kernel problems of one decoder layer and of the model's head, for each token count in `tokens`, with
-    `context` tokens already in the KV cache."""
+    `context` tokens already in the KV cache; the linear roles serve T <= `linear_max_tokens` (0: the gemm roles at
+    every T)."""
     if isinstance(context, bool) or not isinstance(context, int) or context < 0:
         raise ValueError(f"the context (tokens already in the KV cache) must be an integer >= 0; got {context!r}")
     attention_dtypes = _attention_dtypes()
@@ -62,18 +82,28 @@ def layer_problems(spec: ModelSpec, tokens: Sequence[int], dtype: str = "bf16", 
     for t in tokens:
         if isinstance(t, bool) or not isinstance(t, int) or t <= 0:
             raise ValueError(f"token counts must be positive integers; got {t!r}")
-        out.extend(_problems_at(spec, t, dtype, context, attention_dtypes))
+    room = max(tokens, default=0)
+    for t in tokens:
+        out.extend(_problems_at(spec, t, dtype, context, attention_dtypes, room, linear_max_tokens))
     return out
 
 
-def _problems_at(spec: ModelSpec, t: int, dtype: str, context: int, attention_dtypes: tuple[str, ...]
-                 ) -> list[KernelProblem]:
+def _problems_at(spec: ModelSpec, t: int, dtype: str, context: int, attention_dtypes: tuple[str, ...], room: int,
+                 linear_max_tokens: int) -> list[KernelProblem]:
     h, inter = spec.hidden_size, spec.intermediate_size
     qkv_width = spec.q_size + 2 * spec.kv_size
 
     def kp(role: str, operator: str | None, sizes: tuple[int, ...], **kw: object) -> KernelProblem:
         return KernelProblem(role, operator, sizes, dtype, t, **kw)  # type: ignore[arg-type]
 
+    attention = kp("attention", "attention+causal" if dtype in attention_dtypes else None,
+                   (1, spec.num_attention_heads, spec.num_key_value_heads, t, context + t, spec.head_dim),
+                   note="" if dtype in attention_dtypes else f"attention: no {dtype} kernels (the operator takes "
+                                                             f"{', '.join(attention_dtypes)}); torch runs it")
+    rope = _rope(spec, t, dtype, context, room)
+    head = [kp("sampling_softmax", "softmax", (t, spec.vocab_size), scope="model")]
+    if t <= linear_max_tokens:
+        return _linear_problems(spec, kp, attention, rope) + head
     if spec.mlp == "swiglu":  # B is the merged gate-up weight [hidden, 2 * intermediate]
         up = kp("gate_up", "gemm+swiglu", (t, inter, h))
     else:
@@ -82,16 +112,66 @@ def _problems_at(spec: ModelSpec, t: int, dtype: str, context: int, attention_dt
         kp("norm", "rmsnorm", (t, h), uses=2,
            note="norm: the input and post-attention norms of a layer; the final norm, before lm_head, has their shape"),
         kp("qkv", "gemm+bias" if spec.attention_bias else "gemm", (t, qkv_width, h)),
-        kp("attention", "attention+causal" if dtype in attention_dtypes else None,
-           (1, spec.num_attention_heads, spec.num_key_value_heads, t, context + t, spec.head_dim),
-           note="" if dtype in attention_dtypes else f"attention: no {dtype} kernels (the operator takes "
-                                                     f"{', '.join(attention_dtypes)}); torch runs it"),
+        *rope, attention,
         kp("o_proj", "gemm+residual", (t, h, spec.q_size)),
         up,
         kp("down", "gemm+bias+residual" if spec.mlp_bias else "gemm+residual", (t, h, inter)),
         kp("lm_head", "gemm", (t, spec.vocab_size, h), scope="model"),
-        kp("sampling_softmax", "softmax", (t, spec.vocab_size), scope="model"),
-    ]
+    ] + head
+
+
+def _linear_problems(spec: ModelSpec, kp: Any, attention: KernelProblem, rope: list[KernelProblem]
+                     ) -> list[KernelProblem]:
+    """The problems of T <= LINEAR_MAX_TOKENS: the linear roles, a gemm role (with its norm apart) where a bias or a
+    GELU MLP leaves linear out (one note names them)."""
+    t = attention.tokens
+    h, inter = spec.hidden_size, spec.intermediate_size
+    qkv_width = spec.q_size + 2 * spec.kv_size
+    kept: list[str] = []
+    norms = 1  # the final norm is lm_head's prologue; a layer's norm is fused unless its GEMM keeps gemm
+    if spec.attention_bias:
+        qkv = kp("qkv", "gemm+bias", (t, qkv_width, h))
+        kept.append("qkv (gemm+bias: linear takes no bias)")
+        norms += 1
+    else:
+        qkv = kp("linear_qkv", "linear+rmsnorm", (t, qkv_width, h))
+    if spec.mlp == "swiglu":
+        up = kp("linear_gate_up", "linear+rmsnorm+swiglu", (t, inter, h))
+    else:
+        up = kp("up", "gemm+" + ("bias+" if spec.mlp_bias else "") + spec.mlp, (t, inter, h))
+        kept.append(f"up ({up.operator}: linear has no {spec.mlp})")
+        norms += 1
+    if spec.mlp_bias:
+        down = kp("down", "gemm+bias+residual", (t, h, inter))
+        kept.append("down (gemm+bias+residual: linear takes no bias)")
+    else:
+        down = kp("linear_down", "linear+residual", (t, h, inter))
+    note = (f"T <= {LINEAR_MAX_TOKENS}: {spec.name} keeps the gemm roles for {'; '.join(kept)}, with the norm "
+            "before them apart") if kept else ""
+    out = [qkv, *rope, attention, kp("linear_o_proj", "linear+residual", (t, h, spec.q_size)), up, down,
+           kp("linear_lm_head", "linear+rmsnorm", (t, spec.vocab_size, h), scope="model")]
+    if norms > 1:
+        out.insert(0, kp("norm", "rmsnorm", (t, h), uses=norms - 1,
+                         note="norm: the layer's norms that no linear role fuses (the final norm is linear_lm_head's)"))
+    return [KernelProblem(**{**p.__dict__, "note": note}) if note and p.operator and p.operator.startswith("gemm")
+            else p for p in out]
+
+
+def _rope(spec: ModelSpec, t: int, dtype: str, context: int, room: int) -> list[KernelProblem]:
+    """The rope role (rope_cache) where the layer has a KV cache (context >= 1) and the operator takes its heads and
+    dtype; else none, with a note saying why."""
+    if not context:
+        return []
+    import operators
+
+    op = operators.get("rope_cache")
+    sizes = (t, spec.num_attention_heads, spec.num_key_value_heads, spec.head_dim, context + room - t)
+    try:
+        op.problem(sizes, dtype)
+    except ValueError as e:
+        return [KernelProblem("rope", None, sizes, dtype, t, note=f"rope: rope_cache cannot serve {spec.name} "
+                                                                  f"({e}); torch runs RoPE and the KV write")]
+    return [KernelProblem("rope", "rope_cache", sizes, dtype, t)]
 
 
 def _attention_dtypes() -> tuple[str, ...]:
@@ -102,7 +182,8 @@ def _attention_dtypes() -> tuple[str, ...]:
 
 def experiments_for(spec: ModelSpec, tokens: Sequence[int], dtype: str = "bf16", *, wall_s: float = 30.0,
                     output: str = "runs/zoo", evaluations: int | None = None, executor: str = "ray",
-                    context: int = 0, objective: str = "gpu") -> dict[str, str]:
+                    context: int = 0, objective: str = "gpu", linear_max_tokens: int = LINEAR_MAX_TOKENS
+                    ) -> dict[str, str]:
     """Operator name -> the YAML text of one experiment searching all of that operator's shapes (a shape that
     several roles share is searched once). `wall_s` (and `evaluations`, when given) is the budget per problem;
     run directories go under `output`, each named `run_name(spec, operator)`; `executor` is "ray" (GPUs) or
@@ -113,7 +194,7 @@ def experiments_for(spec: ModelSpec, tokens: Sequence[int], dtype: str = "bf16",
     if isinstance(wall_s, bool) or not isinstance(wall_s, (int, float)) or not 0 < wall_s < math.inf:
         raise ValueError(f"wall_s must be a positive number of seconds; got {wall_s!r}")
     shapes: dict[str, dict[tuple[int, ...], list[str]]] = {}
-    for p in layer_problems(spec, tokens, dtype, context):
+    for p in layer_problems(spec, tokens, dtype, context, linear_max_tokens):
         if p.operator is not None:
             shapes.setdefault(p.operator, {}).setdefault(p.sizes, []).append(f"{p.role} T={p.tokens}")
     if executor not in ("ray", "smoke"):

@@ -39,7 +39,8 @@ def _stand_ins(spec, tokens: int = 8) -> dict:
         op = operators.get(name)
         return lambda a, b, *rest: op.reference(a, b, *rest).to(a.dtype)
 
-    plan = {p.role: p.operator for p in layer_problems(spec, [tokens]) if p.scope == "layer" and p.searchable}
+    plan = {p.role: p.operator for p in layer_problems(spec, [tokens], linear_max_tokens=0)
+            if p.scope == "layer" and p.searchable}
     ops = {("norm" if role == NORM_ROLE else role): from_reference(name) for role, name in plan.items()}
     ops["norm"] = _norm_op
     return ops
@@ -47,11 +48,13 @@ def _stand_ins(spec, tokens: int = 8) -> dict:
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
 def test_roles_are_the_kernel_plan_s(spec):
-    plan = [p for p in layer_problems(spec, [4]) if p.searchable]
+    """The roles of a layer with a KV cache are those the plan gives it at a decode and a prefill token count."""
+    plan = [p for p in layer_problems(spec, [4, 32], context=8) if p.searchable]
     layer_roles = {"norm" if p.role == NORM_ROLE else p.role for p in plan if p.scope == "layer"}
-    assert set(roles_of(DecoderLayer(spec))) == layer_roles
+    assert set(roles_of(DecoderLayer(spec, context=8))) == layer_roles
+    assert set(roles_of(DecoderLayer(spec))) == layer_roles - {"rope"}  # no cache, no rope
     head_roles = {p.role for p in plan if p.scope == "model"} | {"norm"}  # the final norm is a layer norm's shape
-    assert set(roles_of(LMHead(spec))) == head_roles == {"norm", "lm_head", "sampling_softmax"}
+    assert set(roles_of(LMHead(spec))) == head_roles == {"norm", "lm_head", "linear_lm_head", "sampling_softmax"}
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
@@ -141,7 +144,8 @@ def test_refusals_change_nothing_and_unpatch_restores_torch():
     x = hidden_states(TINY, 5)
     ref = layer(x)
     patch(layer, {"o_proj": lambda a, b, residual: a @ b})
-    for ops, message in [({"up": _norm_op}, "no role 'up'; its roles are norm, qkv, o_proj, down, gate_up, attention"),
+    roles = "norm, qkv, o_proj, down, gate_up, attention, linear_qkv, linear_o_proj, linear_gate_up, linear_down"
+    for ops, message in [({"up": _norm_op}, f"no role 'up'; its roles are {roles}"),
                          ({"lm_head": _norm_op}, "has no role 'lm_head'"),
                          ({"qkv": "kernel.py"}, "for role 'qkv' is not callable")]:
         with pytest.raises(ValueError, match=message):
@@ -177,7 +181,7 @@ def _kernel(name: str, sizes: tuple[int, ...], dtype: str, **genes):
 def _tiny_kernels(tokens: int, dtype: str) -> dict:
     """Role -> an evo kernel rendered for that role's problem in the tiny model's kernel plan at `tokens`."""
     ops = {}
-    for p in layer_problems(TINY, [tokens], dtype):
+    for p in layer_problems(TINY, [tokens], dtype, linear_max_tokens=0):
         if p.scope == "layer" and p.searchable:
             genes = {"rmsnorm": {}, "attention+causal": dict(BLOCK_M=16, BLOCK_N=16, num_warps=2)}.get(
                 p.operator, dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16))
@@ -193,7 +197,7 @@ def test_evo_kernels_run_the_tiny_head(dtype):
     x = hidden_states(TINY, tokens, torch_dtype)
     ref = LMHead(TINY, dtype=torch.float32, init_std=0.2)
     logits, probs = ref(x.float()), ref.probabilities(x.float())
-    plan = {p.role: p for p in layer_problems(TINY, [tokens], dtype)}
+    plan = {p.role: p for p in layer_problems(TINY, [tokens], dtype, linear_max_tokens=0)}
     ops = {role: _kernel(plan[role].operator, plan[role].sizes, dtype, **genes) for role, genes in
            [("lm_head", dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=16)), ("sampling_softmax", {})]}
     ops["norm"] = _kernel("rmsnorm", plan[NORM_ROLE].sizes, dtype)  # the final norm has the layer norms' shape

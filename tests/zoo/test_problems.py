@@ -18,28 +18,51 @@ def _by_role(problems: list[KernelProblem], tokens: int) -> dict[str, tuple[str 
 
 def test_llama_3_8b():
     problems = layer_problems(load_model(MODELS / "llama-3-8b.json"), [16, 2048])
-    assert len(problems) == 16 and {p.dtype for p in problems} == {"bf16"}
-    assert _by_role(problems, 16) == {
-        "norm": ("rmsnorm", (16, 4096)),
-        "qkv": ("gemm", (16, 4096 + 2 * 8 * 128, 4096)),
-        "attention": ("attention+causal", (1, 32, 8, 16, 16, 128)),
-        "o_proj": ("gemm+residual", (16, 4096, 4096)),
-        "gate_up": ("gemm+swiglu", (16, 14336, 4096)),
-        "down": ("gemm+residual", (16, 4096, 14336)),
-        "lm_head": ("gemm", (16, 128256, 4096)),
-        "sampling_softmax": ("softmax", (16, 128256)),
+    assert len(problems) == 15 and {p.dtype for p in problems} == {"bf16"}
+    assert _by_role(problems, 2048) == {
+        "norm": ("rmsnorm", (2048, 4096)),
+        "qkv": ("gemm", (2048, 4096 + 2 * 8 * 128, 4096)),
+        "attention": ("attention+causal", (1, 32, 8, 2048, 2048, 128)),
+        "o_proj": ("gemm+residual", (2048, 4096, 4096)),
+        "gate_up": ("gemm+swiglu", (2048, 14336, 4096)),
+        "down": ("gemm+residual", (2048, 4096, 14336)),
+        "lm_head": ("gemm", (2048, 128256, 4096)),
+        "sampling_softmax": ("softmax", (2048, 128256)),
     }
     norm = next(p for p in problems if p.operator == "rmsnorm")
     assert norm.uses == 2 and norm.scope == "layer"
-    assert {p.role for p in problems if p.scope == "model"} == {"lm_head", "sampling_softmax"}
+    assert {p.role for p in problems if p.scope == "model"} == {"lm_head", "linear_lm_head", "sampling_softmax"}
     assert all(p.searchable for p in problems)
+
+
+def test_llama_3_8b_decode_runs_the_linear_roles_and_rope_cache():
+    """T <= 16: the projections read nn.Linear's weights (linear), the norms fused into qkv, gate_up and lm_head;
+    with a KV cache, rope_cache at every T, its context dim the cache's capacity (context + the largest T) less T."""
+    problems = layer_problems(load_model(MODELS / "llama-3-8b.json"), [1, 16, 2048], context=4096)
+    assert _by_role(problems, 1) == {
+        "linear_qkv": ("linear+rmsnorm", (1, 6144, 4096)),
+        "rope": ("rope_cache", (1, 32, 8, 128, 4096 + 2048 - 1)),
+        "attention": ("attention+causal", (1, 32, 8, 1, 4097, 128)),
+        "linear_o_proj": ("linear+residual", (1, 4096, 4096)),
+        "linear_gate_up": ("linear+rmsnorm+swiglu", (1, 14336, 4096)),
+        "linear_down": ("linear+residual", (1, 4096, 14336)),
+        "linear_lm_head": ("linear+rmsnorm", (1, 128256, 4096)),
+        "sampling_softmax": ("softmax", (1, 128256)),
+    }
+    assert set(_by_role(problems, 16)) == set(_by_role(problems, 1))
+    assert _by_role(problems, 2048)["rope"] == ("rope_cache", (2048, 32, 8, 128, 4096))
+    assert "linear_qkv" not in _by_role(problems, 2048) and "norm" in _by_role(problems, 2048)
+    assert not any(p.note for p in problems if p.tokens <= 16)
+    # the linear roles can be left out: the gemm roles at every T
+    assert "qkv" in _by_role(layer_problems(load_model(MODELS / "llama-3-8b.json"), [1], linear_max_tokens=0), 1)
+    assert "rope" not in _by_role(layer_problems(load_model(MODELS / "llama-3-8b.json"), [1]), 1)  # no cache
 
 
 def test_a_kv_cache_lengthens_the_keys_of_attention_only():
     spec = load_model(MODELS / "llama-3-8b.json")
     plain, cached = layer_problems(spec, [4], context=8188), layer_problems(spec, [4])
     assert _by_role(plain, 4)["attention"] == ("attention+causal", (1, 32, 8, 4, 8192, 128))
-    assert {k: v for k, v in _by_role(plain, 4).items() if k != "attention"} == \
+    assert {k: v for k, v in _by_role(plain, 4).items() if k not in ("attention", "rope")} == \
         {k: v for k, v in _by_role(cached, 4).items() if k != "attention"}
     for bad in (-1, 1.5, True):
         with pytest.raises(ValueError, match="context"):
@@ -57,10 +80,18 @@ def test_fp32_leaves_attention_to_torch_and_says_so():
 
 
 def test_qwen2_has_a_qkv_bias():
-    by_role = _by_role(layer_problems(load_model(MODELS / "qwen2-7b.json"), [1]), 1)
+    """linear takes no bias: Qwen2's qkv keeps gemm+bias at T <= 16, with its input norm apart, and one note says so."""
+    problems = layer_problems(load_model(MODELS / "qwen2-7b.json"), [1, 4])
+    by_role = _by_role(problems, 1)
     assert by_role["qkv"] == ("gemm+bias", (1, 3584 + 2 * 4 * 128, 3584))
-    assert by_role["gate_up"] == ("gemm+swiglu", (1, 18944, 3584))
-    assert by_role["lm_head"] == ("gemm", (1, 152064, 3584))
+    assert by_role["norm"] == ("rmsnorm", (1, 3584)) and next(p for p in problems if p.role == "norm").uses == 1
+    assert by_role["linear_gate_up"] == ("linear+rmsnorm+swiglu", (1, 18944, 3584))
+    assert by_role["linear_lm_head"] == ("linear+rmsnorm", (1, 152064, 3584))
+    notes = list(dict.fromkeys(p.note for p in problems if p.note and not p.note.startswith("norm:")))
+    assert notes == ["T <= 16: qwen2-7b keeps the gemm roles for qkv (gemm+bias: linear takes no bias), with the norm "
+                     "before them apart"]
+    assert _by_role(layer_problems(load_model(MODELS / "qwen2-7b.json"), [32]), 32)["gate_up"] == \
+        ("gemm+swiglu", (32, 18944, 3584))
 
 
 @pytest.mark.parametrize("mlp,mlp_bias,up,down", [
@@ -71,9 +102,15 @@ def test_qwen2_has_a_qkv_bias():
 ])
 def test_gelu_models(mlp, mlp_bias, up, down):
     spec = ModelSpec("g", 256, 1024, 4, 4, 64, 500, mlp=mlp, mlp_bias=mlp_bias)
-    by_role = _by_role(layer_problems(spec, [8], "fp16"), 8)
-    assert by_role["up"] == (up, (8, 1024, 256)) and by_role["down"] == (down, (8, 256, 1024))
+    by_role = _by_role(layer_problems(spec, [32], "fp16"), 32)
+    assert by_role["up"] == (up, (32, 1024, 256)) and by_role["down"] == (down, (32, 256, 1024))
     assert "gate_up" not in by_role
+    # T <= 16: linear has no GELU, so up keeps its gemm role and the post-attention norm its own; down is linear's
+    # unless it has a bias
+    decode = _by_role(layer_problems(spec, [8], "fp16"), 8)
+    assert decode["up"] == (up, (8, 1024, 256)) and decode["norm"] == ("rmsnorm", (8, 256))
+    assert decode["linear_qkv"][0] == "linear+rmsnorm" and "linear_gate_up" not in decode
+    assert decode.get("down", decode.get("linear_down")) == (down if mlp_bias else "linear+residual", (8, 256, 1024))
 
 
 def test_bad_token_counts():
@@ -105,7 +142,7 @@ def test_experiments_parse_and_hold_the_plans_problems(model):
 
 def test_the_ranking_clock_is_chosen():
     spec = load_model(MODELS / "tiny.yaml")
-    text = experiments_for(spec, [4], objective="call")["gemm"]
+    text = experiments_for(spec, [32], objective="call")["gemm"]
     assert parse_experiment(text, "gemm.yaml").evaluation.objective == "call"
     with pytest.raises(ValueError, match="objective must be one of call, gpu"):
         experiments_for(spec, [4], objective="graph")
@@ -114,7 +151,7 @@ def test_the_ranking_clock_is_chosen():
 def test_a_shape_shared_by_roles_is_searched_once():
     # o_proj (T x hidden x heads*head_dim) and down (T x hidden x intermediate) coincide here
     spec = ModelSpec("same", 128, 128, 2, 2, 64, 300)
-    text = experiments_for(spec, [4])["gemm+residual"]
+    text = experiments_for(spec, [4])["linear+residual"]
     experiment = parse_experiment(text)
-    assert [p.key for p in experiment.problems] == ["gemm+residual:4x128x128:bf16"]
-    assert "o_proj T=4, down T=4" in text
+    assert [p.key for p in experiment.problems] == ["linear+residual:4x128x128:bf16"]
+    assert "linear_o_proj T=4, linear_down T=4" in text
