@@ -18,31 +18,39 @@ class LinearMath:
     norm: bool = False  # y = rmsnorm(x) @ W^T: inputs (x, W, norm_weight, ...)
     residual: bool = False  # y += residual: inputs (..., residual)
     swiglu: bool = False  # W is [2N, K], gate rows then up rows: y = silu(x Wg^T) * (x Wu^T)
+    bias: bool = False  # y += bias[N] (before the residual): inputs (..., bias, residual)
+
+    @property
+    def operands(self) -> tuple[str, ...]:
+        """The entry's tensors after x and the weight, in order."""
+        named = (("norm_weight", self.norm), ("bias", self.bias), ("residual", self.residual))
+        return tuple(name for name, on in named if on)
 
     @property
     def text(self) -> str:
         x = "rmsnorm(x)" if self.norm else "x"
         y = f"silu({x} @ Wg^T) * ({x} @ Wu^T)" if self.swiglu else f"{x} @ W^T"
-        return y + (" + residual" if self.residual else "")
+        return y + (" + bias" if self.bias else "") + (" + residual" if self.residual else "")
 
     @property
     def weight_form(self) -> str:
         return "[2N, K] (the gate's N rows, then the up projection's)" if self.swiglu else "[N, K] (nn.Linear's layout)"
 
-    def _split(self, inputs: tuple[Any, ...]) -> tuple[Any, Any, Any, Any]:
+    def _split(self, inputs: tuple[Any, ...]) -> tuple[Any, Any, Any, Any, Any]:
         x, w, *rest = inputs
         norm_weight = rest.pop(0) if self.norm else None
+        bias = rest.pop(0) if self.bias else None
         residual = rest.pop(0) if self.residual else None
-        return x, w, norm_weight, residual
+        return x, w, norm_weight, bias, residual
 
     def reference(self, *inputs: Any, eps: float) -> Any:
         """The exact result in fp32 (the normed rows not rounded)."""
         import torch
 
-        x, w, norm_weight, residual = (t.float() if t is not None else None for t in self._split(inputs))
+        x, w, norm_weight, bias, residual = (t.float() if t is not None else None for t in self._split(inputs))
         if self.norm:
             x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * norm_weight
-        y = torch.matmul(x, w.t())
+        y = torch.matmul(x, w.t()) + (bias if self.bias else 0.0)
         if self.swiglu:
             gate, up = y.chunk(2, dim=-1)
             y = torch.nn.functional.silu(gate) * up
@@ -50,21 +58,22 @@ class LinearMath:
 
     def eager(self, eps: float) -> Any:
         """The function a PyTorch user writes, in the inputs' dtype: RMSNorm (torch's own where it has one),
-        cuBLAS on W's [N, K] layout, then SwiGLU and the residual as torch ops."""
+        cuBLAS on W's [N, K] layout (F.linear, as nn.Linear, with a bias), then SwiGLU and the residual as torch
+        ops."""
         import torch
 
         functional = torch.nn.functional
         has_rms_norm = hasattr(functional, "rms_norm")
 
         def linear(*inputs: Any) -> Any:
-            x, w, norm_weight, residual = self._split(inputs)
+            x, w, norm_weight, bias, residual = self._split(inputs)
             if self.norm:
                 if has_rms_norm:
                     x = functional.rms_norm(x, (x.shape[-1],), norm_weight, eps)
                 else:
                     xf = x.float()
                     x = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * norm_weight.float()).to(x.dtype)
-            y = torch.matmul(x, w.t())
+            y = functional.linear(x, w, bias) if self.bias else torch.matmul(x, w.t())
             if self.swiglu:
                 gate, up = y.chunk(2, dim=-1)
                 y = functional.silu(gate) * up
@@ -75,7 +84,7 @@ class LinearMath:
 
 def linear_baselines(math: LinearMath, eps: float) -> list[Baseline]:
     """The primary baseline: cuBLAS for the plain GEMM, the eager function for a fused variant."""
-    plain = not (math.norm or math.residual or math.swiglu)
+    plain = not (math.operands or math.swiglu)
     name = "cublas" if plain else "eager"
     doc = "torch.matmul(x, W.t()) (cuBLAS on nn.Linear's layout)" if plain else \
         f"PyTorch eager: {math.text} as cuBLAS (torch.matmul(x, W.t())) and one torch op per part"

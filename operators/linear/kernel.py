@@ -16,8 +16,8 @@ BLOCK_K steps; loads run along K, W's contiguous axis, in 16-byte vectors. Struc
   CUDA graph replays it with no extra kernels);
 - NORM: y = rmsnorm(x) @ W^T, each program recomputing its rows' inverse RMS over all of K first (cheap for a few
   rows), the normed rows rounded to x's dtype as an eager RMSNorm's output is;
-- RESIDUAL: y += residual[M, N]; SWIGLU: W is the merged [2N, K] gate-up weight (the gate's N rows, then the up
-  projection's) and y = silu(x @ Wg^T) * (x @ Wu^T).
+- BIAS: y += bias[N]; RESIDUAL: then y += residual[M, N]; SWIGLU: W is the merged [2N, K] gate-up weight (the
+  gate's N rows, then the up projection's) and y = silu(x @ Wg^T) * (x @ Wu^T).
 """
 
 import torch
@@ -100,13 +100,16 @@ def _partial(x_rows, m_ok, w_rows, nw_ptr, rstd, k_lo, K: tl.constexpr, CHUNK: t
 
 
 @triton.jit
-def _store(acc, up, y_ptr, res_ptr, rows_m, rows_n, M, N, RESIDUAL: tl.constexpr, SWIGLU: tl.constexpr):
+def _store(acc, up, y_ptr, res_ptr, b_ptr, rows_m, rows_n, M, N, BIAS: tl.constexpr, RESIDUAL: tl.constexpr,
+           SWIGLU: tl.constexpr):
     """The epilogue on the fp32 [BLOCK_N, BLOCK_M] tile, then y[m, n] in y's dtype."""
     offs = rows_m.to(tl.int64)[None, :] * N + rows_n[:, None]
     mask = (rows_m < M)[None, :] & (rows_n < N)[:, None]
     out = acc
     if SWIGLU:
         out = acc * tl.sigmoid(acc) * up
+    if BIAS:
+        out += tl.load(b_ptr + rows_n, mask=rows_n < N, other=0.0).to(tl.float32)[:, None]
     if RESIDUAL:
         out += tl.load(res_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     tl.store(y_ptr + offs, out.to(y_ptr.dtype.element_ty), mask=mask)
@@ -127,11 +130,11 @@ def _total(slots, at, keep, SPLIT_K: tl.constexpr, TILE: tl.constexpr, ORDERED: 
 
 
 @triton.jit
-def linear_kernel(x_ptr, w_ptr, y_ptr, res_ptr, nw_ptr, ws_ptr, count_ptr, M, N, eps,
+def linear_kernel(x_ptr, w_ptr, y_ptr, res_ptr, nw_ptr, b_ptr, ws_ptr, count_ptr, M, N, eps,
                   K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                   SPLIT_K: tl.constexpr, CHUNK: tl.constexpr, MASK_K: tl.constexpr, DOT: tl.constexpr,
-                  REDUCE_AT_END: tl.constexpr, ORDERED: tl.constexpr, NORM: tl.constexpr, RESIDUAL: tl.constexpr,
-                  SWIGLU: tl.constexpr, NUM_STAGES: tl.constexpr, EVICT_W: tl.constexpr):
+                  REDUCE_AT_END: tl.constexpr, ORDERED: tl.constexpr, NORM: tl.constexpr, BIAS: tl.constexpr,
+                  RESIDUAL: tl.constexpr, SWIGLU: tl.constexpr, NUM_STAGES: tl.constexpr, EVICT_W: tl.constexpr):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     pid_m = tl.program_id(2)
@@ -154,7 +157,7 @@ def linear_kernel(x_ptr, w_ptr, y_ptr, res_ptr, nw_ptr, ws_ptr, count_ptr, M, N,
         up = _partial(x_rows, m_ok, up_rows, nw_ptr, rstd, k_lo, K, CHUNK, BLOCK_M, BLOCK_N, BLOCK_K, MASK_K, NORM, DOT,
                       REDUCE_AT_END, NUM_STAGES, EVICT_W)
     if SPLIT_K == 1:
-        _store(acc, up, y_ptr, res_ptr, rows_m, rows_n, M, N, RESIDUAL, SWIGLU)
+        _store(acc, up, y_ptr, res_ptr, b_ptr, rows_m, rows_n, M, N, BIAS, RESIDUAL, SWIGLU)
     else:
         tile = pid_m * tl.num_programs(0) + pid_n
         slots = SPLIT_K if ORDERED else 1  # per accumulator of a tile, each BLOCK_M * BLOCK_N values
@@ -180,7 +183,7 @@ def linear_kernel(x_ptr, w_ptr, y_ptr, res_ptr, nw_ptr, ws_ptr, count_ptr, M, N,
             total_up = total
             if SWIGLU:
                 total_up = _total(up_slots, at, keep, SPLIT_K, BLOCK_M * BLOCK_N, ORDERED)
-            _store(total, total_up, y_ptr, res_ptr, rows_m, rows_n, M, N, RESIDUAL, SWIGLU)
+            _store(total, total_up, y_ptr, res_ptr, b_ptr, rows_m, rows_n, M, N, BIAS, RESIDUAL, SWIGLU)
             tl.atomic_xchg(count_ptr + tile, 0, sem="relaxed", scope="gpu")  # counted from zero by the next launch
 
 
@@ -190,10 +193,10 @@ def _described(t):
     return repr(t)[:60]
 
 
-def linear_plan(x, weight, norm_weight, residual, out, config):
+def linear_plan(x, weight, norm_weight, bias, residual, out, config):
     """Check the arguments (ValueError naming what is wrong) and fix what depends only on their signature: sizes,
-    grid, workspace and the bound kernel. Returns run(x, weight, norm_weight, residual, out, eps) for every call of
-    this signature. `config` holds the genome's constants (the rendered module's CONFIG). The workspace belongs to
+    grid, workspace and the bound kernel. Returns run(x, weight, norm_weight, bias, residual, out, eps) for every call
+    of this signature. `config` holds the genome's constants (the rendered module's CONFIG). The workspace belongs to
     the plan, like cuBLAS's: one stream at a time."""
     if not isinstance(x, torch.Tensor) or x.dim() == 0 or x.shape[-1] == 0:
         raise ValueError(f"x must be a tensor with rows of at least one element; got {_described(x)}")
@@ -209,6 +212,8 @@ def linear_plan(x, weight, norm_weight, residual, out, config):
     if config["NORM"] and (not isinstance(norm_weight, torch.Tensor) or norm_weight.shape != (k,)
                            or norm_weight.device != x.device):
         raise ValueError(f"norm_weight must have shape ({k},) on {x.device}; got {_described(norm_weight)}")
+    if config["BIAS"] and (not isinstance(bias, torch.Tensor) or bias.shape != (n,) or bias.device != x.device):
+        raise ValueError(f"bias must have shape ({n},) on {x.device}; got {_described(bias)}")
     if config["RESIDUAL"] and (not isinstance(residual, torch.Tensor) or residual.shape != shape
                                or residual.dtype != x.dtype or residual.device != x.device):
         raise ValueError(f"residual must have shape {shape} in x's dtype and device; got {_described(residual)}")
@@ -226,20 +231,22 @@ def linear_plan(x, weight, norm_weight, residual, out, config):
     kernel = BoundKernel(linear_kernel, (tiles_n, split, blocks_m),
                          {"num_warps": config["NUM_WARPS"], "num_stages": config["NUM_STAGES"]})
     consts = (k, block_m, block_n, block_k, split, chunk, split * chunk != k, config["DOT"], config["REDUCE_AT_END"],
-              config["ORDERED"], config["NORM"], config["RESIDUAL"], config["SWIGLU"], config["NUM_STAGES"],
-              config["EVICT_W"])
-    tensors = [x, weight] + ([norm_weight] if config["NORM"] else []) + ([residual] if config["RESIDUAL"] else [])
+              config["ORDERED"], config["NORM"], config["BIAS"], config["RESIDUAL"], config["SWIGLU"],
+              config["NUM_STAGES"], config["EVICT_W"])
+    tensors = [x, weight] + [t for t, on in ((norm_weight, config["NORM"]), (bias, config["BIAS"]),
+                                             (residual, config["RESIDUAL"])) if on]
     contiguous = all(t.is_contiguous() for t in tensors)
 
-    def run(x, weight, norm_weight, residual, out, eps):
+    def run(x, weight, norm_weight, bias, residual, out, eps):
         if not contiguous:  # each call copies into contiguous rows first
             x, weight = x.contiguous(), weight.contiguous()
             norm_weight = norm_weight.contiguous() if config["NORM"] else x
+            bias = bias.contiguous() if config["BIAS"] else x
             residual = residual.contiguous() if config["RESIDUAL"] else x
         y = torch.empty(shape, dtype=x.dtype, device=x.device) if out is None else out
         if m and n:
             kernel(x, weight, y, residual if config["RESIDUAL"] else x, norm_weight if config["NORM"] else x,
-                   workspace, counters, m, n, eps, *consts)
+                   bias if config["BIAS"] else x, workspace, counters, m, n, eps, *consts)
         return y
 
     run.kernel = kernel  # for inspection

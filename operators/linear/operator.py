@@ -4,9 +4,11 @@ fused variants for a decoder layer's roles (issue 40's decode operators):
   linear+residual          y = x @ W^T + residual                      o_proj, down
   linear+swiglu            y = silu(x @ Wg^T) * (x @ Wu^T)             gate_up (W = [Wg; Wu], [2N, K])
   linear+rmsnorm           y = rmsnorm(x) @ W^T                        qkv (the input norm in the prologue)
+  linear+rmsnorm+bias      y = rmsnorm(x) @ W^T + bias                 qkv of models with a bias (Qwen2)
   linear+rmsnorm+swiglu    the post-attention norm, gate_up and SwiGLU in one kernel
 
-The entry is `linear(x, weight[, norm_weight][, residual], out=None[, eps=1e-6])`. Made for M <= 16 (decode); any
+The entry is `linear(x, weight[, norm_weight][, bias][, residual], out=None[, eps=1e-6])`; `out` may be the residual
+itself (each element is read before it is written, by the program that writes it). Made for M <= 16 (decode); any
 M runs. The rendered module is a header (the genome's constants and the entry) above operators/linear/kernel.py
 pasted verbatim. Throughput is reported in GB/s: at these sizes the kernel streams W.
 """
@@ -30,7 +32,7 @@ __all__ = ["LinearOperator", "linear_variant", "KERNEL_FILE", "OPTIONS"]
 
 KERNEL_FILE = Path(__file__).with_name("kernel.py")
 SELFCHECK_FILE = Path(__file__).with_name("selfcheck.py")
-OPTIONS = ("rmsnorm", "swiglu", "residual")  # in the order a name spells them
+OPTIONS = ("rmsnorm", "swiglu", "bias", "residual")  # in the order a name spells them
 EPS = 1e-6
 
 # Relative Frobenius error accepted per dtype: the GEMM's (operators/gemm/operator.py: fp32 tl.dot runs in tf32 on
@@ -58,8 +60,8 @@ def linear(x, weight{params}, out=None{eps_param}):
     key = (signature(x), signature(weight){signatures}, None if out is None else signature(out))
     run = _PLANS.get(key)
     if run is None:
-        run = _PLANS.add(key, linear_plan(x, weight, {norm}, {residual}, out, CONFIG))
-    return run(x, weight, {norm}, {residual}, out, {eps})
+        run = _PLANS.add(key, linear_plan(x, weight, {norm}, {bias}, {residual}, out, CONFIG))
+    return run(x, weight, {norm}, {bias}, {residual}, out, {eps})
 
 
 '''
@@ -76,12 +78,13 @@ class LinearOperator(Operator):
         if unknown or len(set(options)) != len(options):
             raise ValueError(f"linear takes the options {', '.join(OPTIONS)} (each once, in that order); "
                              f"got {'+'.join(('linear', *options))!r}")
-        if "swiglu" in options and "residual" in options:
-            raise ValueError("linear+swiglu+residual is not a layer's part: SwiGLU's output feeds the down projection")
-        self.math = LinearMath("rmsnorm" in options, "residual" in options, "swiglu" in options)
+        if "swiglu" in options and ("residual" in options or "bias" in options):
+            raise ValueError("linear+swiglu takes neither a residual (SwiGLU's output feeds the down projection) nor a "
+                             "bias (the gate and up projections of LLMs have none)")
+        self.math = LinearMath("rmsnorm" in options, "residual" in options, "swiglu" in options, "bias" in options)
         self.name = "+".join(("linear", *(o for o in OPTIONS if o in options)))
-        params = ["Tensor x", "Tensor weight"] + ["Tensor norm_weight"] * self.math.norm \
-            + ["Tensor residual"] * self.math.residual + [f"float eps={EPS!r}"] * self.math.norm
+        params = ["Tensor x", "Tensor weight"] + [f"Tensor {e}" for e in self.math.operands] \
+            + [f"float eps={EPS!r}"] * self.math.norm
         self.torch_schema = f"({', '.join(params)}) -> Tensor"
         super().__init__(overrides)
 
@@ -100,16 +103,17 @@ class LinearOperator(Operator):
                   "SPLIT_K": g["SPLIT_K"], "DOT": g["math"] == "dot", "REDUCE_AT_END": g["reduce_k"] == "end",
                   "ORDERED": g["reduction"] == "ordered", "NUM_WARPS": g["num_warps"], "NUM_STAGES": g["num_stages"],
                   "EVICT_W": "" if g["evict_w"] == "none" else g["evict_w"],
-                  "NORM": mm.norm, "RESIDUAL": mm.residual, "SWIGLU": mm.swiglu}
+                  "NORM": mm.norm, "BIAS": mm.bias, "RESIDUAL": mm.residual, "SWIGLU": mm.swiglu}
         title = (f"evo kernel: {self.name} ({mm.text}) rendered from genome {genome.hash} for {problem.key} on "
                  f"sm_{target.arch}.\n\n" + textwrap.fill(f"Genome: {genome}", 100))
-        extra = ["norm_weight"] * mm.norm + ["residual"] * mm.residual
+        extra = list(mm.operands)
         return _HEADER.format(
             title=title, runtime=runtime_source().rstrip("\n"), config=_config_text(config),
             params="".join(f", {e}" for e in extra), eps_param=f", eps={EPS!r}" if mm.norm else "",
             doc=f"{mm.text}, for x[..., K] and weight {mm.weight_form}; returns y[..., N] in x's dtype.",
             signatures="".join(f", signature({e})" for e in extra),
-            norm="norm_weight" if mm.norm else "None", residual="residual" if mm.residual else "None",
+            norm="norm_weight" if mm.norm else "None", bias="bias" if mm.bias else "None",
+            residual="residual" if mm.residual else "None",
             eps="eps" if mm.norm else "0.0") + pasted_source(KERNEL_FILE)
 
     # -- as a torch op ----------------------------------------------------------------------------------
@@ -121,7 +125,7 @@ class LinearOperator(Operator):
     def call_into(self, entry: Any, *args: Any, out: Any) -> Any:
         if not self.math.norm:
             return entry(*args, out=out)
-        tensors, eps = args[:3 + self.math.residual], args[3 + self.math.residual:]
+        tensors, eps = args[:2 + len(self.math.operands)], args[2 + len(self.math.operands):]
         return entry(*tensors, out=out, **({"eps": eps[0]} if eps else {}))
 
     # -- judging a kernel -------------------------------------------------------------------------------
@@ -130,8 +134,8 @@ class LinearOperator(Operator):
 
     def make_inputs(self, problem: Problem, seed: int, device: str = "cuda") -> tuple[Any, ...]:
         """x[M, K] standard normal, W[N, K] (or [2N, K]) normal with variance 1/K as nn.Linear's weights are (outputs
-        of unit size in every dtype), then norm_weight[K] and residual[M, N] standard normal where the variant
-        takes them."""
+        of unit size in every dtype), then norm_weight[K], bias[N] and residual[M, N] standard normal where the
+        variant takes them."""
         import torch
 
         d = problem.dims
@@ -147,7 +151,7 @@ class LinearOperator(Operator):
     def tensor_shapes(self, problem: Problem) -> list[tuple[int, ...]]:
         d = problem.dims
         shapes = [(d["M"], d["K"]), (self._w_rows(problem), d["K"])]
-        shapes += [(d["K"],)] * self.math.norm + [(d["M"], d["N"])] * self.math.residual
+        shapes += [(d["K"],)] * self.math.norm + [(d["N"],)] * self.math.bias + [(d["M"], d["N"])] * self.math.residual
         return shapes + [(d["M"], d["N"])]
 
     def reference(self, *inputs: Any) -> Any:
@@ -155,7 +159,7 @@ class LinearOperator(Operator):
 
     def tolerance(self, problem: Problem) -> float:
         mm = self.math
-        return (FUSED_TOLERANCE if mm.norm or mm.swiglu or mm.residual else TOLERANCE)[problem.dtype]
+        return (FUSED_TOLERANCE if mm.operands or mm.swiglu else TOLERANCE)[problem.dtype]
 
     def baselines(self) -> list[Baseline]:
         return linear_baselines(self.math, EPS)
@@ -170,7 +174,8 @@ class LinearOperator(Operator):
         """Plain-torch self-check code for exported kernels: the problem's constants above operators/linear/selfcheck.py
         pasted verbatim."""
         d, mm = problem.dims, self.math
-        parts = tuple(o for o, on in (("rmsnorm", mm.norm), ("swiglu", mm.swiglu), ("residual", mm.residual)) if on)
+        parts = tuple(o for o, on in (("rmsnorm", mm.norm), ("swiglu", mm.swiglu), ("bias", mm.bias),
+                                      ("residual", mm.residual)) if on)
         head = ["import torch", "", f"SELFCHECK_SIZES = ({d['M']}, {d['N']}, {d['K']})  # (M, N, K)",
                 f"SELFCHECK_DTYPE = torch.{DTYPES[problem.dtype]}", f"SELFCHECK_PARTS = {parts!r}",
                 f"SELFCHECK_EPS = {EPS!r}", f"SELFCHECK_TOLERANCE = {self.tolerance(problem)!r}", "", ""]
@@ -181,7 +186,7 @@ class LinearOperator(Operator):
         return 2 * d["M"] * self._w_rows(problem) * d["K"]
 
     def bytes(self, problem: Problem) -> int:
-        """W read once (the bulk), x read, y written, and the residual and norm weight where they are read."""
+        """W read once (the bulk), x read, y written, and the norm weight, bias and residual where they are read."""
         return sum(_numel(s) for s in self.tensor_shapes(problem)) * ELEM_BYTES[problem.dtype]
 
 

@@ -6,7 +6,7 @@ import torch
 
 SELFCHECK_SIZES = (1, 64, 64)  # (M, N, K)
 SELFCHECK_DTYPE = torch.float32
-SELFCHECK_PARTS = ()  # of "rmsnorm", "swiglu", "residual"
+SELFCHECK_PARTS = ()  # of "rmsnorm", "swiglu", "bias", "residual"
 SELFCHECK_EPS = 1e-6
 SELFCHECK_TOLERANCE = 3e-3
 
@@ -15,11 +15,12 @@ SELFCHECK_TOLERANCE = 3e-3
 
 def selfcheck_inputs(device):
     """Fresh random inputs (never zeros): x standard normal, W with variance 1/K (as nn.Linear's), then the norm
-    weight and the residual where the variant takes them."""
+    weight, the bias and the residual where the variant takes them."""
     m, n, k = SELFCHECK_SIZES
     gen = torch.Generator(device=device).manual_seed(20240917)
     shapes = [(m, k), (2 * n if "swiglu" in SELFCHECK_PARTS else n, k)]
-    shapes += [(k,)] * ("rmsnorm" in SELFCHECK_PARTS) + [(m, n)] * ("residual" in SELFCHECK_PARTS)
+    shapes += [(k,)] * ("rmsnorm" in SELFCHECK_PARTS) + [(n,)] * ("bias" in SELFCHECK_PARTS)
+    shapes += [(m, n)] * ("residual" in SELFCHECK_PARTS)
     out = [torch.randn(s, generator=gen, device=device, dtype=torch.float32) for s in shapes]
     out[1] = out[1] * k ** -0.5
     return tuple(t.to(SELFCHECK_DTYPE) for t in out)
@@ -29,15 +30,15 @@ def _selfcheck_linear(x, w, rest, exact, eps):
     """The variant's math: exact in fp32 (the reference), or as PyTorch eager computes it (the baseline)."""
     rest = list(rest)
     norm_weight = rest.pop(0) if "rmsnorm" in SELFCHECK_PARTS else None
+    bias = rest.pop(0) if "bias" in SELFCHECK_PARTS else None
     residual = rest.pop(0) if "residual" in SELFCHECK_PARTS else None
     if exact:
         x, w = x.float(), w.float()
-        norm_weight = None if norm_weight is None else norm_weight.float()
-        residual = None if residual is None else residual.float()
+        norm_weight, bias, residual = (None if t is None else t.float() for t in (norm_weight, bias, residual))
     if norm_weight is not None:
         xf = x.float()
         x = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * norm_weight.float()).to(x.dtype)
-    y = torch.matmul(x, w.t())  # cuBLAS on nn.Linear's layout
+    y = torch.nn.functional.linear(x, w, bias)  # cuBLAS on nn.Linear's layout, as nn.Linear calls it
     if "swiglu" in SELFCHECK_PARTS:
         gate, up = y.chunk(2, dim=-1)
         y = torch.nn.functional.silu(gate) * up

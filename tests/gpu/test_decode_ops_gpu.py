@@ -3,7 +3,8 @@ close each comes to the copy bandwidth and to what it replaces.
 
 - `linear` (y = x @ W^T, W [N, K]) at M in {1, 4, 16} and (N, K) in {(4096, 4096), (14336, 4096), (4096, 14336),
   (6144, 4096)}, bf16, against torch.matmul(x, W.t()) (cuBLAS); goal: >= 85% of the copy bandwidth on W.
-- its variants (`+residual`, `+swiglu`, `+rmsnorm`, `+rmsnorm+swiglu`) at decode shapes, against eager PyTorch;
+- its variants (`+residual`, `+swiglu`, `+rmsnorm`, `+rmsnorm+bias` (Qwen2's qkv), `+rmsnorm+swiglu`) at decode
+  shapes, against eager PyTorch;
 - `rmsnorm+residual` at (1, 4096), (16, 4096), (2048, 4096), against eager PyTorch;
 - a split-K kernel captured in a CUDA graph and replayed on new inputs (its workspace is reset by the kernel itself).
 
@@ -34,7 +35,8 @@ except ImportError:  # the GPU machine may run this file as a plain script witho
 LINEAR_SHAPES = [(m, n, k) for m in (1, 4, 16) for n, k in ((4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096))]
 VARIANT_PROBLEMS = [("linear+residual", (1, 4096, 14336)), ("linear+residual", (16, 4096, 4096)),
                     ("linear+swiglu", (1, 14336, 4096)), ("linear+swiglu", (16, 14336, 4096)),
-                    ("linear+rmsnorm", (1, 6144, 4096)), ("linear+rmsnorm+swiglu", (1, 14336, 4096)),
+                    ("linear+rmsnorm", (1, 6144, 4096)), ("linear+rmsnorm+bias", (1, 4608, 3584)),
+                    ("linear+rmsnorm+swiglu", (1, 14336, 4096)),
                     ("linear+rmsnorm+swiglu", (16, 14336, 4096)),
                     ("rmsnorm+residual", (1, 4096)), ("rmsnorm+residual", (16, 4096)),
                     ("rmsnorm+residual", (2048, 4096))]

@@ -27,6 +27,7 @@ def test_every_structure_compiles_for_hopper(tmp_path):
               ("linear+rmsnorm", dict(math="dot", BLOCK_N=128, BLOCK_K=128, SPLIT_K=2, num_stages=3),
                (16, 6144, 4096), "bf16"),
               ("linear+rmsnorm+swiglu", dict(math="dot", SPLIT_K=4, num_stages=3), (16, 14336, 4096), "bf16"),
+              ("linear+rmsnorm+bias+residual", dict(math="dot", SPLIT_K=4, num_stages=3), (4, 4608, 3584), "bf16"),
               ("linear+rmsnorm+swiglu", dict(math="fma", BLOCK_N=16, BLOCK_K=128, SPLIT_K=4), (1, 14336, 4096), "fp32"),
               ("rmsnorm+residual", dict(BLOCK=4096, num_warps=8, evict_in="evict_first", store="streaming"),
                (1, 4096), "bf16"),
