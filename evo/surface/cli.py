@@ -104,7 +104,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
           file=out)
     if smoke:
         print(SMOKE_NOTE, file=out)
-    progress = Progress(experiment.problems, budget=experiment.budget.evaluations, smoke=smoke, stream=out)
+    progress = Progress(experiment.problems, budget=experiment.budget.evaluations, smoke=smoke, stream=out,
+                        wall_s=experiment.budget.wall_s)
     resume_hint = f"evo run {_q(args.experiment)} --out {_q(rd.path)} --resume"
     print(f"starting {experiment.executor.kind} workers and compiling the first candidates ...", file=out)
     out.flush()

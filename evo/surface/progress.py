@@ -36,6 +36,8 @@ class ProblemRow:
     coverage: float = 0.0
     state: str = "waiting"  # waiting, running, done
     reason: str = ""
+    elapsed_s: float = 0.0  # in this problem's search (earlier sessions included), as of its latest event
+    seen_at: float = 0.0  # the progress clock at that event
 
 
 def _clock_text(seconds: float) -> str:
@@ -46,12 +48,14 @@ def _clock_text(seconds: float) -> str:
 class Progress:
     """Receives SearchEvents (call it with one) and shows them on `stream`.
 
-    `smoke` labels throughputs as not timings (a smoke run's fitness comes from the CPU interpreter).
+    `smoke` labels throughputs as not timings (a smoke run's fitness comes from the CPU interpreter). `wall_s`:
+    each problem's wall-time budget; with it or an evaluation budget the view shows the time left (eta_s).
     """
 
     def __init__(self, problems: Sequence[Problem] = (), budget: int | None = None, stream: TextIO | None = None,
                  tty: bool | None = None, smoke: bool = False, heartbeat_s: float = 10.0, min_redraw_s: float = 0.2,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, wall_s: float | None = None) -> None:
+        self.wall_s = wall_s
         self.stream = stream or sys.stdout
         self.tty = bool(tty if tty is not None else getattr(self.stream, "isatty", lambda: False)())
         self.rows: dict[str, ProblemRow] = {p.key: ProblemRow(p.key, budget) for p in problems}
@@ -79,6 +83,7 @@ class Progress:
         row.best, row.best_ratio = event.best, event.best_ratio
         row.sol_share = getattr(event, "sol_share", None)
         row.failures, row.coverage = dict(event.failures), event.coverage
+        row.elapsed_s, row.seen_at = float(getattr(event, "elapsed_s", 0.0) or 0.0), self.clock()
         self.busy, self.total = event.busy_workers, event.total_workers
         force = False
         if event.kind == "problem_start":
@@ -116,6 +121,34 @@ class Progress:
             self._log(self._summary(), always=True)
         self.stream.flush()
 
+    # -- time left ------------------------------------------------------------------------------------
+    def eta_s(self) -> float | None:
+        """Seconds until every problem's search reaches its budget: per problem the earlier of its evaluations
+        left at its own rate so far (a waiting problem: the latest rate seen) and its wall time left. None where
+        a problem has neither budget, or no rate is known yet for an evaluation budget alone. A search that
+        stagnates or reaches its floor ends sooner; a problem held to its minimum evaluations, later."""
+        now = self.clock()
+        rows = list(self.rows.values())
+        rates = [r.evaluations / r.elapsed_s for r in rows if r.evaluations and r.elapsed_s > 0]
+        latest = rates[-1] if rates else None
+        left = 0.0
+        for r in rows:
+            if r.state == "done":
+                continue
+            elapsed = r.elapsed_s + (now - r.seen_at if r.state == "running" else 0.0)
+            rate = r.evaluations / elapsed if r.evaluations and elapsed > 0 else latest
+            limits = [max(self.wall_s - elapsed, 0.0)] if self.wall_s else []
+            if r.budget and rate:
+                limits.append(max(r.budget - r.evaluations, 0) / rate)
+            if not limits:
+                return None
+            left += min(limits)
+        return left
+
+    def _eta_text(self) -> str:
+        eta = self.eta_s()
+        return "" if eta is None else f"about {_clock_text(eta)} left"
+
     # -- text -----------------------------------------------------------------------------------------
     def _best(self, row: ProblemRow) -> str:
         if row.best is None:
@@ -139,7 +172,9 @@ class Progress:
     def lines(self) -> list[str]:
         """The block the terminal view shows."""
         width = max([len(k) for k in self.rows] + [7])
-        out = [f"evo  {_clock_text(self.clock() - self.t0)} elapsed   {self._workers()}".rstrip()]
+        eta = self._eta_text()
+        out = [f"evo  {_clock_text(self.clock() - self.t0)} elapsed{', ' + eta if eta else ''}   "
+               f"{self._workers()}".rstrip()]
         if self.smoke:
             out.append("SMOKE RUN: fitness from the CPU interpreter is NOT a timing")
         out.append(f"{'problem':<{width}}  {'evals':>9}  {'state':<7}  {'best':<42}  {'cover':>5}  failures")
@@ -153,7 +188,9 @@ class Progress:
         total = sum(r.evaluations for r in self.rows.values())
         done = sum(r.state == "done" for r in self.rows.values())
         workers = self._workers()
-        return f"{total} evaluations, {done}/{len(self.rows)} problems done" + (f", {workers}" if workers else "")
+        eta = self._eta_text() if done < len(self.rows) else ""
+        return (f"{total} evaluations, {done}/{len(self.rows)} problems done" + (f", {eta}" if eta else "")
+                + (f", {workers}" if workers else ""))
 
     # -- output ---------------------------------------------------------------------------------------
     def _refresh(self, force: bool = False) -> None:

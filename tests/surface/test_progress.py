@@ -116,3 +116,38 @@ def test_status_shows_the_share_of_the_saved_floor(tmp_path):
     table = format_status(rows)
     assert " 25% " in table and "SOL" in table.splitlines()[0]
     assert "n/a (smoke)" in format_status(rows, smoke=True)
+
+
+def _timed(kind, problem, n, elapsed, budget=10):
+    return SearchEvent(kind=kind, problem_key=problem.key, problem_index=0, problems=2, evaluations=n, budget=budget,
+                       best=None, best_ratio=None, unit="TFLOP/s", failures={}, busy_workers=1, total_workers=2,
+                       coverage=0.0, qd_score=0.0, elapsed_s=elapsed)
+
+
+def test_time_left_from_the_evaluation_budget_and_the_rate_so_far():
+    # issue 41: the view had no ETA
+    out, clock = io.StringIO(), Clock()
+    p = Progress([P1, P2], budget=10, stream=out, clock=clock, tty=True)
+    p(_timed("problem_start", P1, 0, 0.0))
+    assert p.eta_s() is None  # no rate yet, no wall budget: nothing honest to say
+    assert "left" not in p.lines()[0]
+    clock.t = 20.0
+    p(_timed("evaluation", P1, 4, 20.0))  # 0.2 evaluations a second
+    assert p.eta_s() == 30.0 + 50.0  # P1: 6 left at its rate; P2 waiting: 10 at the latest rate
+    assert "about 1:20 left" in p.lines()[0]
+    p(_timed("problem_done", P1, 10, 50.0))
+    clock.t = 30.0  # time passing does not move a finished problem's share
+    assert p.eta_s() == 10 / (10 / 50.0)
+
+
+def test_time_left_from_the_wall_budget_and_the_earlier_limit():
+    out, clock = io.StringIO(), Clock()
+    p = Progress([P1], budget=None, stream=out, clock=clock, wall_s=60.0, heartbeat_s=1.0)
+    p(_timed("problem_start", P1, 0, 0.0, budget=None))
+    clock.t = 15.0  # a running problem's wall clock runs on between events
+    assert p.eta_s() == 45.0
+    p(_timed("evaluation", P1, 3, 15.0, budget=None))  # the heartbeat line carries it
+    assert "about 0:45 left" in out.getvalue().splitlines()[-1]
+    q = Progress([P1], budget=10, stream=io.StringIO(), clock=clock, wall_s=600.0)
+    q(_timed("evaluation", P1, 5, 10.0))
+    assert q.eta_s() == min(600.0 - 10.0, 5 / 0.5)  # the evaluation budget ends it first

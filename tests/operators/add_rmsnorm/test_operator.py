@@ -79,6 +79,22 @@ def test_outputs_eps_and_bad_input(op):
     assert torch.allclose(h2, xt + r)
 
 
+@pytest.mark.parametrize("mode", ["single", "looped"])
+def test_residual_updated_in_place(op, mode):
+    """out=(y, residual) updates the residual stream in place, as serving code does (each element is read before the
+    program that reads it writes it)."""
+    import torch
+
+    p = op.problem((3, 300), "fp32")
+    g = op.family.make(op.family.base(BLOCK=512 if mode == "single" else 128, mode=mode, num_warps=2))
+    module = load_source(op.render(g, p, TARGET))
+    x, r, w = op.make_inputs(p, 0, device="cpu")
+    y_want, h_want = op.reference(x, r, w)
+    y, h = module.add_rmsnorm(x, r, w, out=(torch.empty_like(x), r))
+    assert h is r and float((r - h_want).norm() / h_want.norm()) < 1e-6
+    assert float((y - y_want).norm() / y_want.norm()) < 1e-5
+
+
 def test_eager_baseline_and_reference_agree(op):
     p = op.problem((3, 64), "fp32")
     inputs = op.make_inputs(p, 3, device="cpu")
