@@ -4,9 +4,9 @@
     y = h * rsqrt(mean(h^2) + eps) * weight            (the formula of operators/rmsnorm.py)
 
 The entry `add_rmsnorm(x, residual, weight, out=None, eps=1e-6)` returns (y, h): the normed input of the next
-part of the layer and the new residual stream (`out=(y, residual)` updates the residual in place). Both are written once, x and the residual read once, where PyTorch
-eager writes h, then reads it back for the norm. The rendered module is a header (the genome's constants and the
-entry) above operators/add_rmsnorm/kernel.py pasted verbatim.
+part of the layer and the new residual stream (`out=(y, residual)` updates the residual in place). Both are written
+once, x and the residual read once, where PyTorch eager writes h, then reads it back for the norm. The rendered
+module is a header (the genome's constants and the entry) above operators/add_rmsnorm/kernel.py pasted verbatim.
 """
 
 from __future__ import annotations
