@@ -116,3 +116,19 @@ def test_variant_names_and_invalid_genome(op):
     with pytest.raises(InvalidGenome, match="single pass needs BLOCK >= N=4096"):
         op.render(op.family.make(op.family.base(BLOCK=1024)), p, TARGET)
     assert op.bytes(p) == (4 * 4096 + 4096) * 2 and op.tensor_shapes(p)[2] == (4096,)
+
+
+def test_as_torch_op_with_its_fake(op):
+    """The entry as a torch custom op (evo.api) returning (y, h); its fake gives both shapes."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from evo.api import as_torch_op
+
+    p = op.problem((3, 64), "fp32")
+    fn = as_torch_op(load_source(op.render(op.family.seeds(p, TARGET)[0], p, TARGET)).add_rmsnorm, op,
+                     tag="test_add_rmsnorm_op")
+    inputs = op.make_inputs(p, 0, device="cpu")
+    for got, want in zip(fn.op(*inputs), op.reference(*inputs), strict=True):
+        assert float((got - want).norm() / want.norm()) < 1e-5
+    with FakeTensorMode() as mode:
+        assert [tuple(t.shape) for t in fn.op(*(mode.from_tensor(t) for t in inputs))] == [(3, 64), (3, 64)]

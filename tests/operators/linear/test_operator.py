@@ -165,3 +165,21 @@ def test_wasteful_genome_on_a_small_problem_is_right(name):
     g = op.family.make(op.family.base(math="dot", BLOCK_N=64, BLOCK_K=128, SPLIT_K=4, num_stages=2))
     assert op.family.violations(g, p, TARGET) == []
     _check(op, p, [g])
+
+
+def test_as_torch_op_with_its_fake():
+    """The entry as a torch custom op (evo.api): the op computes the reference, its fake gives the output's shape."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from evo.api import as_torch_op
+
+    op = operators.get("linear+rmsnorm+bias")
+    p = op.problem((2, 40, 64), "fp32")
+    entry = load_source(op.render(op.family.seeds(p, TARGET)[0], p, TARGET)).linear
+    fn = as_torch_op(entry, op, tag="test_linear_op")
+    inputs = op.make_inputs(p, 0, device="cpu")
+    ref = op.reference(*inputs)
+    assert float((fn.op(*inputs) - ref).norm() / ref.norm()) < 1e-5
+    assert float((fn(*inputs, 1e-6) - ref).norm() / ref.norm()) < 1e-5  # eager: the entry itself
+    with FakeTensorMode() as mode:
+        assert tuple(fn.op(*(mode.from_tensor(t) for t in inputs)).shape) == (2, 40)
