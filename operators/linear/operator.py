@@ -128,6 +128,16 @@ class LinearOperator(Operator):
         tensors, eps = args[:2 + len(self.math.operands)], args[2 + len(self.math.operands):]
         return entry(*tensors, out=out, **({"eps": eps[0]} if eps else {}))
 
+    def eager_entry(self, entry: Any) -> Any:
+        """A norm variant's entry takes eps after `out`: the op's positional eps is passed by name."""
+        if not self.math.norm:
+            return entry
+
+        def linear(*args: Any) -> Any:
+            return self.call_into(entry, *args, out=None)
+
+        return linear
+
     # -- judging a kernel -------------------------------------------------------------------------------
     def _w_rows(self, problem: Problem) -> int:
         return 2 * problem.dims["N"] if self.math.swiglu else problem.dims["N"]
