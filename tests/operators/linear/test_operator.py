@@ -180,6 +180,5 @@ def test_as_torch_op_with_its_fake():
     inputs = op.make_inputs(p, 0, device="cpu")
     ref = op.reference(*inputs)
     assert float((fn.op(*inputs) - ref).norm() / ref.norm()) < 1e-5
-    assert float((fn(*inputs, 1e-6) - ref).norm() / ref.norm()) < 1e-5  # eager: the entry itself
     with FakeTensorMode() as mode:
         assert tuple(fn.op(*(mode.from_tensor(t) for t in inputs)).shape) == (2, 40)
