@@ -98,9 +98,9 @@ class _Routed(nn.Module):
 
     def _project(self, role: str, linear: nn.Linear, x: torch.Tensor, norm: RMSNorm | None = None,
                  residual: torch.Tensor | None = None) -> torch.Tensor:
-        """norm (if given) then the role's projection (+ residual): one `linear_<role>` launch on nn.Linear's weight
-        (the norm in its prologue where LINEAR_ROLES fuses it) at T <= LINEAR_MAX_TOKENS where that role is patched,
-        else the norm and the gemm role (or torch) apart."""
+        """norm (if given) then the role's projection (+ bias) (+ residual): one `linear_<role>` launch on nn.Linear's
+        weight and bias (the norm in its prologue where LINEAR_ROLES fuses it) at T <= LINEAR_MAX_TOKENS where that
+        role is patched, else the norm and the gemm role (or torch) apart."""
         op = self._fused(role, x.shape[0])
         if op is None:
             return self._linear(role, linear, x if norm is None else self._norm(norm, x), residual)
@@ -111,6 +111,7 @@ class _Routed(nn.Module):
             args += (norm.weight,)
         elif norm is not None:
             args = (self._norm(norm, x), linear.weight)
+        args += (linear.bias,) if linear.bias is not None else ()  # the linear operators' order: norm, bias, residual
         args += (residual,) if residual is not None else ()
         return op(*args, norm.eps) if LINEAR_ROLES[f"linear_{role}"][1] else op(*args)
 

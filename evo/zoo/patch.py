@@ -19,15 +19,15 @@ residual; operators/rmsnorm.py: x, weight, eps):
     lm_head           gemm                                 op(x, B_lm_head)     LMHead only
     sampling_softmax  softmax                              op(logits)           LMHead.probabilities only
     rope              rope_cache                           op(qkv, cos, sin, cache, start) -> q [1, H, T, D]
-    linear_qkv        linear+rmsnorm                       op(x, W_qkv, input_norm.weight, eps)   (no separate norm)
+    linear_qkv        linear+rmsnorm[+bias]                op(x, W_qkv, input_norm.weight[, bias], eps)  (no norm apart)
     linear_o_proj     linear+residual                      op(attn, W_o, residual)
     linear_gate_up    linear+rmsnorm+swiglu                op(h, W_gate_up, post_attention_norm.weight, eps)
-    linear_down       linear+residual                      op(hidden, W_down, residual)
+    linear_down       linear[+bias]+residual               op(hidden, W_down[, bias], residual)
     linear_lm_head    linear+rmsnorm                       op(x, W_lm_head, norm.weight, eps)     LMHead only
 
 The `linear_*` roles (evo.zoo.problems.LINEAR_ROLES) read nn.Linear's weight W [out, in] in place (no copy) and run
 at T <= 16 (LINEAR_MAX_TOKENS); at more rows the gemm role (or torch) runs. One that fuses a norm replaces that norm's
-call too. They take no bias: a layer whose projection has one refuses its linear role (patch the gemm role). `rope`
+call too. A projection's bias is passed after the norm weight (the linear operators' order). `rope`
 needs the layer's KV cache (context >= 1): it gets fp32 cos/sin tables of the cache's positions and the start
 position as a device tensor, made once here (DecoderLayer.rope_cache_args), and the cache whole, written in place.
 
@@ -68,13 +68,8 @@ def roles_of(module: DecoderLayer | LMHead) -> tuple[str, ...]:
 def _unservable(module: DecoderLayer | LMHead) -> dict[str, str]:
     """Roles of the layer's kind that this layer cannot take, and why (one clause)."""
     out = {}
-    if isinstance(module, DecoderLayer):
-        for role, (plain, _) in LINEAR_ROLES.items():
-            linear = linears(module).get(plain)
-            if linear is not None and linear.bias is not None:
-                out[role] = f"linear takes no bias and its {plain} has one (patch the gemm role {plain})"
-        if not module.context:
-            out["rope"] = "it has no KV cache (context 0) for rope_cache to write"
+    if isinstance(module, DecoderLayer) and not module.context:
+        out["rope"] = "it has no KV cache (context 0) for rope_cache to write"
     return out
 
 

@@ -12,11 +12,11 @@ right); context 0 is a prefill of T tokens, a long context with a few tokens the
 
 The plan per T (issue 40's decode operators):
 - T <= LINEAR_MAX_TOKENS (16, where `linear` streams the weight): the projections are `linear` roles reading
-  nn.Linear's weight in place, norms fused: linear_qkv (linear+rmsnorm: the input norm in its prologue),
-  linear_o_proj (linear+residual), linear_gate_up (linear+rmsnorm+swiglu: the post-attention norm fused),
-  linear_down (linear+residual), linear_lm_head (linear+rmsnorm: the final norm fused); no separate norm. A GELU
-  MLP keeps its gemm `up` role and a `norm` role for the post-attention norm; a projection with a bias (Qwen2's
-  qkv, a GELU MLP's mlp_bias) keeps its gemm role (and the norm it would have fused), one note saying which.
+  nn.Linear's weight in place, norms fused: linear_qkv (linear+rmsnorm: the input norm in its prologue; +bias
+  where Q, K and V have one, as Qwen2's), linear_o_proj (linear+residual), linear_gate_up (linear+rmsnorm+swiglu:
+  the post-attention norm fused), linear_down (linear+residual, linear+bias+residual with mlp_bias),
+  linear_lm_head (linear+rmsnorm: the final norm fused); no separate norm. A GELU MLP keeps its gemm `up` role
+  and a `norm` role for the post-attention norm (linear has no GELU), one note saying so.
 - T > 16: the gemm roles (norm, qkv, o_proj, gate_up | up, down, lm_head).
 - every T with context >= 1: `rope` (rope_cache: RoPE of q and k and the KV-cache write in one launch). Its
   problem's context dim is the cache's capacity less T (what its dispatch reads from the cache it is given): the
@@ -129,23 +129,14 @@ def _linear_problems(spec: ModelSpec, kp: Any, attention: KernelProblem, rope: l
     qkv_width = spec.q_size + 2 * spec.kv_size
     kept: list[str] = []
     norms = 1  # the final norm is lm_head's prologue; a layer's norm is fused unless its GEMM keeps gemm
-    if spec.attention_bias:
-        qkv = kp("qkv", "gemm+bias", (t, qkv_width, h))
-        kept.append("qkv (gemm+bias: linear takes no bias)")
-        norms += 1
-    else:
-        qkv = kp("linear_qkv", "linear+rmsnorm", (t, qkv_width, h))
+    qkv = kp("linear_qkv", "linear+rmsnorm+bias" if spec.attention_bias else "linear+rmsnorm", (t, qkv_width, h))
     if spec.mlp == "swiglu":
         up = kp("linear_gate_up", "linear+rmsnorm+swiglu", (t, inter, h))
     else:
         up = kp("up", "gemm+" + ("bias+" if spec.mlp_bias else "") + spec.mlp, (t, inter, h))
         kept.append(f"up ({up.operator}: linear has no {spec.mlp})")
         norms += 1
-    if spec.mlp_bias:
-        down = kp("down", "gemm+bias+residual", (t, h, inter))
-        kept.append("down (gemm+bias+residual: linear takes no bias)")
-    else:
-        down = kp("linear_down", "linear+residual", (t, h, inter))
+    down = kp("linear_down", "linear+bias+residual" if spec.mlp_bias else "linear+residual", (t, h, inter))
     note = (f"T <= {LINEAR_MAX_TOKENS}: {spec.name} keeps the gemm roles for {'; '.join(kept)}, with the norm "
             "before them apart") if kept else ""
     out = [qkv, *rope, attention, kp("linear_o_proj", "linear+residual", (t, h, spec.q_size)), up, down,

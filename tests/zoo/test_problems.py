@@ -80,18 +80,15 @@ def test_fp32_leaves_attention_to_torch_and_says_so():
 
 
 def test_qwen2_has_a_qkv_bias():
-    """linear takes no bias: Qwen2's qkv keeps gemm+bias at T <= 16, with its input norm apart, and one note says so."""
-    problems = layer_problems(load_model(MODELS / "qwen2-7b.json"), [1, 4])
+    """Qwen2's qkv bias: gemm+bias above 16 tokens, linear+rmsnorm+bias (norm, projection and bias in one) below."""
+    problems = layer_problems(load_model(MODELS / "qwen2-7b.json"), [1, 32])
     by_role = _by_role(problems, 1)
-    assert by_role["qkv"] == ("gemm+bias", (1, 3584 + 2 * 4 * 128, 3584))
-    assert by_role["norm"] == ("rmsnorm", (1, 3584)) and next(p for p in problems if p.role == "norm").uses == 1
+    assert by_role["linear_qkv"] == ("linear+rmsnorm+bias", (1, 3584 + 2 * 4 * 128, 3584))
+    assert "norm" not in by_role and not any(p.note for p in problems if p.tokens == 1)
     assert by_role["linear_gate_up"] == ("linear+rmsnorm+swiglu", (1, 18944, 3584))
     assert by_role["linear_lm_head"] == ("linear+rmsnorm", (1, 152064, 3584))
-    notes = list(dict.fromkeys(p.note for p in problems if p.note and not p.note.startswith("norm:")))
-    assert notes == ["T <= 16: qwen2-7b keeps the gemm roles for qkv (gemm+bias: linear takes no bias), with the norm "
-                     "before them apart"]
-    assert _by_role(layer_problems(load_model(MODELS / "qwen2-7b.json"), [32]), 32)["gate_up"] == \
-        ("gemm+swiglu", (32, 18944, 3584))
+    assert _by_role(problems, 32)["qkv"] == ("gemm+bias", (32, 3584 + 2 * 4 * 128, 3584))
+    assert _by_role(problems, 32)["gate_up"] == ("gemm+swiglu", (32, 18944, 3584))
 
 
 @pytest.mark.parametrize("mlp,mlp_bias,up,down", [
@@ -105,12 +102,14 @@ def test_gelu_models(mlp, mlp_bias, up, down):
     by_role = _by_role(layer_problems(spec, [32], "fp16"), 32)
     assert by_role["up"] == (up, (32, 1024, 256)) and by_role["down"] == (down, (32, 256, 1024))
     assert "gate_up" not in by_role
-    # T <= 16: linear has no GELU, so up keeps its gemm role and the post-attention norm its own; down is linear's
-    # unless it has a bias
-    decode = _by_role(layer_problems(spec, [8], "fp16"), 8)
+    # T <= 16: linear has no GELU, so up keeps its gemm role and the post-attention norm its own (one note says so)
+    problems = layer_problems(spec, [8], "fp16")
+    decode = _by_role(problems, 8)
     assert decode["up"] == (up, (8, 1024, 256)) and decode["norm"] == ("rmsnorm", (8, 256))
     assert decode["linear_qkv"][0] == "linear+rmsnorm" and "linear_gate_up" not in decode
-    assert decode.get("down", decode.get("linear_down")) == (down if mlp_bias else "linear+residual", (8, 256, 1024))
+    assert decode["linear_down"] == ("linear+bias+residual" if mlp_bias else "linear+residual", (8, 256, 1024))
+    assert [p.note for p in problems if p.role == "up"] == [f"T <= 16: g keeps the gemm roles for up ({up}: linear has "
+                                                            f"no {mlp}), with the norm before them apart"]
 
 
 def test_bad_token_counts():
