@@ -29,8 +29,10 @@ def test_the_zoo_layer_on_the_cpu_is_within_tolerance(zoo, tmp_path, capsys):
     doc = json.loads((tmp_path / "zoo.json").read_text())
     assert doc["model"] == "tiny" and doc["dtype"] == "fp16" and doc["gpu"] == "cpu"
     assert doc["zoo_module"] == str(zoo.resolve()) and "torch" in doc["versions"]
-    assert set(doc["roles"]) == {"norm", "qkv", "attention", "o_proj", "gate_up", "down"}
-    assert doc["roles"]["norm"] == "rmsnorm" and doc["roles"]["attention"] == "attention+causal"
+    # the decode plan's roles (no rope: this layer has no KV cache)
+    assert doc["roles"] == {"linear_qkv": "linear+rmsnorm", "attention": "attention+causal",
+                            "linear_o_proj": "linear+residual", "linear_gate_up": "linear+rmsnorm+swiglu",
+                            "linear_down": "linear+residual"}
     assert [layer["tokens"] for layer in doc["layers"]] == [1, 4]
     for layer in doc["layers"]:
         assert layer["eager_ms"] > 0 and layer["zoo_eager_ms"] > 0
@@ -74,7 +76,7 @@ def test_a_broken_zoo_is_reported_outside_its_tolerance(zoo, tmp_path, monkeypat
 
     def broken(path):
         ops = load_zoo(path)
-        ops["o_proj"] = lambda a, b, residual: a @ b  # drops the residual
+        ops["linear_o_proj"] = lambda a, w, residual: a @ w.t()  # drops the residual
         return ops
 
     monkeypatch.setattr("evo.api.load_zoo", broken)
