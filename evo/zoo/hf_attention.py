@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from evo.zoo.hf_roles import pick
+
 __all__ = ["NAME", "register", "evo_attention"]
 
 NAME = "evo"  # the attn_implementation name a patched model runs under
@@ -34,12 +36,11 @@ def evo_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tenso
                   is_causal: bool | None = None, **kwargs: Any) -> tuple[torch.Tensor, None]:
     """transformers' attention-interface signature: q [B, H, Lq, D], k and v [B, Hkv, Lk, D] -> ([B, Lq, H, D],
     None). The zoo's op where it is exact (see the module docstring), else `sdpa_attention_forward`."""
-    bound = getattr(module, "_evo_attention", None)
     q_len, kv_len = query.shape[2], key.shape[2]
+    bound = pick(getattr(module, "_evo_attention", ()), q_len, query.dtype)
     if (bound is not None and attention_mask is None and not dropout and is_causal is not False
             and getattr(module, "is_causal", True) and kwargs.get("softcap") is None
-            and not kwargs.get("output_attentions") and kwargs.get("position_bias") is None
-            and bound.serves(q_len, query.dtype)):
+            and not kwargs.get("output_attentions") and kwargs.get("position_bias") is None):
         if 1 < q_len < kv_len:  # a prefill into an empty static cache: the keys after the prompt are empty slots
             key, value = key[:, :, :q_len], value[:, :, :q_len]
         out = bound.op(query, key, value, scaling)

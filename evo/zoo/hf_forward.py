@@ -23,21 +23,21 @@ from typing import Any
 import torch
 from torch import nn
 
-from evo.zoo.hf_roles import Bound
+from evo.zoo.hf_roles import Bound, pick
 
 __all__ = ["LayerRoles", "decoder_forward", "norm_forward", "lm_head_forward"]
 
 
 @dataclass(frozen=True)
 class LayerRoles:
-    """What a patched decoder layer needs besides its own modules: the bound GEMM roles (None: torch runs it),
+    """What a patched decoder layer needs besides its own modules: each GEMM role's ops (none: torch runs it),
     where each op's weight and bias live on the layer (attribute paths), and the family's pieces."""
 
-    qkv: Bound | None
-    o_proj: Bound | None
-    gate_up: Bound | None
-    down: Bound | None
-    weights: dict[str, tuple[str, ...]]  # role -> attribute path of the op's weight on the layer
+    qkv: tuple[Bound, ...]
+    o_proj: tuple[Bound, ...]
+    gate_up: tuple[Bound, ...]
+    down: tuple[Bound, ...]
+    weights: dict[str, tuple[str, ...]]  # "role:kn" or "role:nk" -> attribute path of that form's weight
     biases: dict[str, tuple[str, ...]]  # role -> attribute path of a bias the model adds (op's operand or after it)
     split: tuple[int, int, int]  # the widths of q, k and v in the merged projection
     merged_qkv: bool  # the model's own fused qkv_proj (Phi-3)
@@ -58,13 +58,13 @@ def _gemm(layer: nn.Module, r: LayerRoles, b: Bound, x: torch.Tensor, norm: nn.M
     """One GEMM role through its op: the bias where the op takes it, else added after it (a bias the op lacks)."""
     form = b.form
     bias = _path(layer, r.biases[b.role]) if b.role in r.biases else None
-    y = b.op(*form.args(x, _path(layer, r.weights[b.role]), bias, norm, residual))
+    y = b.op(*form.args(x, _path(layer, r.weights[f"{b.role}:{form.weight}"]), bias, norm, residual))
     return y if bias is None or form.bias else y + bias
 
 
 def _qkv(layer: nn.Module, r: LayerRoles, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    attn, norm, b = layer.self_attn, layer.input_layernorm, r.qkv
-    if b is not None and b.serves(x.shape[0], x.dtype):
+    attn, norm, b = layer.self_attn, layer.input_layernorm, pick(r.qkv, x.shape[0], x.dtype)
+    if b is not None:
         fused = b.form.norm
         return _gemm(layer, r, b, x if fused else norm(x), norm if fused else None).split(r.split, dim=-1)
     xn = norm(x)
@@ -74,8 +74,8 @@ def _qkv(layer: nn.Module, r: LayerRoles, x: torch.Tensor) -> tuple[torch.Tensor
 
 
 def _mlp_hidden(layer: nn.Module, r: LayerRoles, h: torch.Tensor) -> torch.Tensor:
-    mlp, norm, b = layer.mlp, layer.post_attention_layernorm, r.gate_up
-    if b is not None and b.serves(h.shape[0], h.dtype):
+    mlp, norm, b = layer.mlp, layer.post_attention_layernorm, pick(r.gate_up, h.shape[0], h.dtype)
+    if b is not None:
         fused = b.form.norm
         return _gemm(layer, r, b, h if fused else norm(h), norm if fused else None)
     hn = norm(h)
@@ -85,9 +85,10 @@ def _mlp_hidden(layer: nn.Module, r: LayerRoles, h: torch.Tensor) -> torch.Tenso
     return mlp.act_fn(mlp.gate_proj(hn)) * mlp.up_proj(hn)  # LlamaMLP's
 
 
-def _residual_gemm(layer: nn.Module, r: LayerRoles, b: Bound | None, linear: nn.Module, x: torch.Tensor,
+def _residual_gemm(layer: nn.Module, r: LayerRoles, bounds: tuple[Bound, ...], linear: nn.Module, x: torch.Tensor,
                    residual: torch.Tensor) -> torch.Tensor:
-    if b is not None and b.serves(x.shape[0], x.dtype):
+    b = pick(bounds, x.shape[0], x.dtype)
+    if b is not None:
         return _gemm(layer, r, b, x, residual=residual)
     return residual + linear(x)
 
@@ -129,9 +130,9 @@ def decoder_forward(self: nn.Module, hidden_states: torch.Tensor, attention_mask
 
 def norm_forward(self: nn.Module, hidden_states: torch.Tensor) -> torch.Tensor:
     """An RMSNorm (weight, variance_epsilon) through the zoo's norm op where it serves these rows."""
-    b: Bound = self._evo_norm
     rows = hidden_states.numel() // hidden_states.shape[-1]
-    if b.serves(rows, hidden_states.dtype):
+    b = pick(self._evo_norm, rows, hidden_states.dtype)
+    if b is not None:
         x = hidden_states.reshape(rows, hidden_states.shape[-1])
         return b.op(x, self.weight, float(self.variance_epsilon)).view(hidden_states.shape)
     return type(self).forward(self, hidden_states)
@@ -139,9 +140,9 @@ def norm_forward(self: nn.Module, hidden_states: torch.Tensor) -> torch.Tensor:
 
 def lm_head_forward(self: nn.Module, hidden_states: torch.Tensor) -> torch.Tensor:
     """The lm_head (an nn.Linear) through the zoo's op where it serves these rows."""
-    b: Bound = self._evo_lm_head
     rows = hidden_states.numel() // hidden_states.shape[-1]
-    if b.serves(rows, hidden_states.dtype):
+    b = pick(self._evo_lm_head, rows, hidden_states.dtype)
+    if b is not None:
         x = hidden_states.reshape(rows, hidden_states.shape[-1])
         weight = self.evo_weight if b.form.weight == "kn" else self.weight
         y = b.op(*b.form.args(x, weight))

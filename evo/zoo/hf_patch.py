@@ -45,6 +45,7 @@ from evo.zoo.hf_roles import (
     ROLE_OPERATORS,
     Bound,
     OpForm,
+    base_role,
     measured,
     op_form,
     served_tokens,
@@ -55,7 +56,8 @@ __all__ = ["patch_model", "unpatch_model", "PatchReport", "FAMILIES"]
 FAMILIES = ("llama", "qwen2", "mistral", "phi3")
 _GEMMS = ("qkv", "o_proj", "gate_up", "down")
 _NOT_ROUTED = {"sampling_softmax": "transformers samples in its own code",
-               "up": "a GELU MLP's role; these families gate theirs (gate_up)"}
+               "up": "a GELU MLP's role; these families gate theirs (gate_up)",
+               "rope": "transformers' own RoPE and cache update: its caches are not rope_cache's"}
 
 
 @dataclass(frozen=True)
@@ -122,33 +124,40 @@ def _dims(model: nn.Module) -> dict[str, tuple[int, ...]]:
 
 
 def _bind(model: nn.Module, ops: Mapping[str, Callable[..., Any]], dtype: torch.dtype
-          ) -> tuple[dict[str, Bound], dict[str, str]]:
-    """The roles the ops can serve in this model, and why each other role keeps torch."""
-    dims, kept, bound = _dims(model), {}, {}
-    layer = _base(model).layers[0]
-    for role, op in ops.items():
+          ) -> tuple[dict[str, tuple[Bound, ...]], dict[str, str]]:
+    """Role -> the ops that can serve it in this model (a zoo's `linear_qkv` serves qkv, as `qkv` does), and zoo
+    role name -> why torch keeps it."""
+    dims, layer = _dims(model), _base(model).layers[0]
+    kept: dict[str, str] = {}
+    bound: dict[str, list[Bound]] = {}
+    for key, op in ops.items():
         if not callable(op):
-            raise ValueError(f"the op for role {role!r} is not callable: {op!r}")
+            raise ValueError(f"the op for role {key!r} is not callable: {op!r}")
+        role = base_role(key)
         if role not in dims:
-            kept[role] = _NOT_ROUTED.get(role, "not a role of this model")
+            kept[key] = _NOT_ROUTED.get(key, "not a role of this model")
             continue
         operator = getattr(op, "operator", None) or DEFAULT_OPERATORS[role]
         if operator not in ROLE_OPERATORS[role]:
-            kept[role] = f"its operator {operator} cannot serve it"
+            kept[key] = f"its operator {operator} cannot serve it"
             continue
         if role == "gate_up" and _gate_up_bias(layer.mlp):
-            kept[role] = f"{operator} takes no bias; this MLP's gate and up have one"
+            kept[key] = f"{operator} takes no bias; this MLP's gate and up have one"
+            continue
+        form = op_form(operator) if role in (*_GEMMS, "lm_head") else None
+        if role == "lm_head" and form.norm:
+            kept[key] = ("its prologue norm is the final norm, which transformers runs over every row before "
+                         "lm_head takes the last")
             continue
         tokens, why = served_tokens(role, measured(op), dims[role], DTYPE_NAMES.get(dtype, str(dtype)))
         if tokens is not None and not tokens:
-            kept[role] = why
+            kept[key] = why
             continue
-        form = op_form(operator) if role in (*_GEMMS, "lm_head") else None
-        bound[role] = Bound(role, op, operator, dtype, tokens, form)
+        bound.setdefault(role, []).append(Bound(role, op, operator, dtype, tokens, form, key))
     for role in dims:
-        if role not in bound and role not in kept:
+        if role not in bound and not any(base_role(k) == role for k in kept):
             kept[role] = "no kernel in the zoo"
-    return bound, kept
+    return {role: tuple(b) for role, b in bound.items()}, kept
 
 
 def _gate_up_bias(mlp: nn.Module) -> bool:
@@ -168,7 +177,8 @@ def _parts(layer: nn.Module, role: str) -> tuple[str, list[str]]:
 
 
 def _weight(layer: nn.Module, role: str, form: OpForm) -> tuple[tuple[str, ...], int]:
-    """Where the op's weight lives: the model's own weight read in place, or a buffer `evo_<role>` made once."""
+    """Where the op's weight lives: the model's own weight read in place, or a buffer made once: `evo_<role>`
+    (W^T, [K, N]: gemm) or `evo_<role>_nk` (merged nn.Linear weights, [N, K]: linear)."""
     parent, names = _parts(layer, role)
     if form.weight == "nk" and len(names) == 1:
         return (parent, names[0], "weight"), 0
@@ -176,8 +186,9 @@ def _weight(layer: nn.Module, role: str, form: OpForm) -> tuple[tuple[str, ...],
     with torch.no_grad():
         w = torch.cat([m.weight.detach() for m in linears], dim=0)
         w = w.t().contiguous() if form.weight == "kn" else w.contiguous()
-    layer.register_buffer(f"evo_{role}", w, persistent=False)
-    return (f"evo_{role}",), w.numel() * w.element_size()
+    name = f"evo_{role}" if form.weight == "kn" else f"evo_{role}_nk"
+    layer.register_buffer(name, w, persistent=False)
+    return (name,), w.numel() * w.element_size()
 
 
 def _bias(layer: nn.Module, role: str) -> tuple[str, ...] | None:
@@ -195,23 +206,26 @@ def _bias(layer: nn.Module, role: str) -> tuple[str, ...] | None:
     return (f"evo_{role}_bias",)
 
 
-def _patch_layer(layer: nn.Module, bound: dict[str, Bound]) -> int:
+def _patch_layer(layer: nn.Module, bound: dict[str, tuple[Bound, ...]]) -> int:
     """Install the layer's forward and its weight buffers; returns the bytes copied."""
     attn, mlp = layer.self_attn, layer.mlp
     family = sys.modules[type(attn).__module__]
     weights, biases, copied = {}, {}, 0
     for role in _GEMMS:
-        if role in bound:
-            weights[role], n = _weight(layer, role, bound[role].form)
-            copied += n
-            bias = _bias(layer, role)
-            if bias is not None:
-                biases[role] = bias
+        for b in bound.get(role, ()):
+            where = f"{role}:{b.form.weight}"
+            if where not in weights:
+                weights[where], n = _weight(layer, role, b.form)
+                copied += n
+        bias = _bias(layer, role) if role in bound else None
+        if bias is not None:
+            biases[role] = bias
     q, kv = attn.config.num_attention_heads * attn.head_dim, attn.config.num_key_value_heads * attn.head_dim
     # Qwen2 passes its layer's window, Mistral and Phi-3 the config's; Llama none (None: SDPA ignores it)
     window = getattr(attn, "sliding_window", getattr(attn.config, "sliding_window", None))
     layer._evo_roles = LayerRoles(
-        qkv=bound.get("qkv"), o_proj=bound.get("o_proj"), gate_up=bound.get("gate_up"), down=bound.get("down"),
+        qkv=bound.get("qkv", ()), o_proj=bound.get("o_proj", ()), gate_up=bound.get("gate_up", ()),
+        down=bound.get("down", ()),
         weights=weights, biases=biases, split=(q, kv, kv), merged_qkv=hasattr(attn, "qkv_proj"),
         merged_gate_up=hasattr(mlp, "gate_up_proj"), rope=family.apply_rotary_pos_emb,
         eager_attention=family.eager_attention_forward, sliding_window=window)
@@ -245,7 +259,7 @@ def patch_model(model: nn.Module, ops: Mapping[str, Callable[..., Any]], quiet: 
     head = getattr(model, "lm_head", None)
     if "lm_head" in bound:
         head._evo_lm_head = bound["lm_head"]
-        if bound["lm_head"].form.weight == "kn":
+        if any(b.form.weight == "kn" for b in bound["lm_head"]):
             with torch.no_grad():
                 head.register_buffer("evo_weight", head.weight.detach().t().contiguous(), persistent=False)
             copied += head.evo_weight.numel() * head.evo_weight.element_size()
@@ -255,8 +269,8 @@ def patch_model(model: nn.Module, ops: Mapping[str, Callable[..., Any]], quiet: 
         model.set_attn_implementation(hf_attention.NAME)
     _forget_compiled(model)
     report = PatchReport(type(model).__name__, len(base.layers), DTYPE_NAMES.get(param.dtype, str(param.dtype)),
-                         {r: (b.operator, None if b.tokens is None else tuple(sorted(b.tokens)))
-                          for r, b in bound.items()}, kept, copied)
+                         {b.key: (b.operator, None if b.tokens is None else tuple(sorted(b.tokens)))
+                          for bs in bound.values() for b in bs}, kept, copied)
     if not quiet:
         print(report.line(), file=sys.stderr)
     return report

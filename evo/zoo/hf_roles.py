@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
-__all__ = ["OpForm", "op_form", "measured", "served_tokens", "Bound", "DEFAULT_OPERATORS", "ROLE_OPERATORS",
-           "TORCH_DTYPES", "DTYPE_NAMES"]
+__all__ = ["OpForm", "op_form", "measured", "served_tokens", "Bound", "pick", "base_role", "DEFAULT_OPERATORS",
+           "ROLE_OPERATORS", "TORCH_DTYPES", "DTYPE_NAMES"]
 
 TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 DTYPE_NAMES = {v: k for k, v in TORCH_DTYPES.items()}
@@ -34,7 +34,7 @@ ROLE_OPERATORS = {
     "o_proj": ("gemm+residual", "linear+residual"),
     "gate_up": ("gemm+swiglu", "linear+swiglu", "linear+rmsnorm+swiglu"),
     "down": ("gemm+residual", "linear+residual"),
-    "lm_head": ("gemm", "linear"),
+    "lm_head": ("gemm", "linear", "linear+rmsnorm"),  # a fused norm is refused with its own reason (hf_patch)
 }
 
 
@@ -86,10 +86,16 @@ def measured(op: Callable[..., Any]) -> list[tuple[tuple[int, ...], str]] | None
     return None
 
 
+def base_role(key: str) -> str:
+    """The layer role a zoo's role name serves: `linear_qkv` (the decode plan's linear operator) serves qkv."""
+    return key.removeprefix("linear_")
+
+
 @dataclass(frozen=True)
 class Bound:
     """A role's op bound to a model: what it computes (`form`: GEMM roles only) and the token counts it serves in
-    `dtype` (None: every count, for an op that names no measured shapes)."""
+    `dtype` (None: every count, for an op that names no measured shapes). `key` is the zoo's name of the role (a
+    role may have several ops, e.g. `linear_qkv` for decode and `qkv` for prefill)."""
 
     role: str
     op: Callable[..., Any]
@@ -97,9 +103,18 @@ class Bound:
     dtype: torch.dtype
     tokens: frozenset[int] | None
     form: OpForm | None = None
+    key: str = ""
 
     def serves(self, tokens: int, dtype: torch.dtype) -> bool:
         return dtype == self.dtype and (self.tokens is None or tokens in self.tokens)
+
+
+def pick(bounds: tuple[Bound, ...], tokens: int, dtype: torch.dtype) -> Bound | None:
+    """The first of a role's ops that serves `tokens` rows in `dtype`; None: torch runs the call."""
+    for b in bounds:
+        if b.serves(tokens, dtype):
+            return b
+    return None
 
 
 def served_tokens(role: str, shapes: list[tuple[tuple[int, ...], str]] | None, dims: tuple[int, ...], dtype: str

@@ -137,6 +137,37 @@ def test_token_counts_the_zoo_did_not_measure_run_torch(monkeypatch):
     assert [role for role, _ in calls[:len(LAYER_ROLES)]] == ["lm_head"] + LAYER_ROLES[:-1]  # prefill's last row
 
 
+def test_the_decode_plan_s_linear_roles_serve_decode_and_gemm_roles_prefill(monkeypatch):
+    """evo zoo's plan: linear_* roles (norms fused, nn.Linear's weights) for T <= 16, gemm roles above."""
+    model = tiny_model("llama")
+    ids = prompt()
+    ref, tokens = _logits(model, ids), _generate(model, ids)
+    gemm, linear = stand_ins(), stand_ins("linear", fused_norm=True)
+    sizes = {"norm": (64,), "qkv": (128, 64), "o_proj": (64, 64), "gate_up": (128, 64), "down": (64, 128),
+             "lm_head": (256, 64)}
+    ops = {f"linear_{r}": measured_as(linear[r], [(1, *sizes[r])], "fp32", monkeypatch)
+           for r in ("qkv", "o_proj", "gate_up", "down")}
+    ops["linear_lm_head"] = measured_as(named(gemm_stand_in("linear+rmsnorm"), "linear+rmsnorm"),
+                                        [(1, *sizes["lm_head"])], "fp32", monkeypatch)
+    ops["rope"] = lambda *args: None
+    ops.update({r: measured_as(op, [(4, *sizes[r])], "fp32", monkeypatch) for r, op in gemm.items() if r in sizes})
+    ops["attention"] = gemm["attention"]
+    calls: list = []
+    report = patch_model(model, recording(ops, calls), quiet=True)
+    assert report.served["linear_qkv"] == ("linear+rmsnorm", (1,)) and report.served["qkv"] == ("gemm", (4,))
+    assert report.kept["linear_lm_head"].startswith("its prologue norm is the final norm")
+    assert report.kept["rope"].startswith("transformers' own RoPE and cache update")
+    layer = model.model.layers[0]
+    assert layer.evo_qkv.shape == (64, 128) and layer.evo_qkv_nk.shape == (128, 64)  # gemm's W^T, linear's W
+    assert rel(_logits(model, ids), ref) < 1e-5
+    assert [role for role, _ in calls] == ["norm", "qkv", "attention", "o_proj", "norm", "gate_up", "down"] * 2 \
+        + ["norm", "lm_head"]
+    calls.clear()
+    assert torch.equal(_generate(model, ids), tokens)
+    step = [role for role, _ in calls][-5:]  # the last decode step: the norms fused, lm_head's left to torch
+    assert step == ["linear_qkv", "attention", "linear_o_proj", "linear_gate_up", "linear_down"]
+
+
 def test_a_zoo_of_another_model_or_dtype_keeps_torch_and_says_why(monkeypatch):
     model = tiny_model("qwen2")
     ops = stand_ins()
@@ -203,9 +234,9 @@ def test_linear_ops_read_nn_linear_weights_in_place(family, fused_norm):
     if family == "phi3":  # its own merged projections: nothing copied at all
         assert report.copied_bytes == 0 and by_role["qkv"][1] is layer.self_attn.qkv_proj.weight
     else:  # q, k, v and gate, up concatenated once, in nn.Linear's [N, K] layout
-        assert torch.equal(layer.evo_qkv, torch.cat((layer.self_attn.q_proj.weight, layer.self_attn.k_proj.weight,
+        assert torch.equal(layer.evo_qkv_nk, torch.cat((layer.self_attn.q_proj.weight, layer.self_attn.k_proj.weight,
                                                      layer.self_attn.v_proj.weight)))
-        assert report.copied_bytes == 2 * (layer.evo_qkv.numel() + layer.evo_gate_up.numel()) * 4
+        assert report.copied_bytes == 2 * (layer.evo_qkv_nk.numel() + layer.evo_gate_up_nk.numel()) * 4
     norms = [role for role, _ in calls].count("norm")
     assert norms == (1 if fused_norm else 5)  # a fused norm: only the final one runs alone
 

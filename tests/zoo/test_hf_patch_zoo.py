@@ -9,13 +9,19 @@ import warnings
 import pytest
 import torch
 
-from tests.zoo._hf_models import FAMILIES, prompt, rel, tiny_model
+from tests.zoo._hf_models import FAMILIES, prompt, recording, rel, tiny_model
 
 pytest.importorskip("transformers")
 
 from evo.api import load_zoo, patch_model, unpatch_model  # noqa: E402
+from evo.zoo.hf_roles import base_role  # noqa: E402
 
 pytestmark = pytest.mark.slow
+
+
+# what the patch may leave to transformers (evo.zoo.hf_patch says why); `norm`: a decode plan fuses every norm
+# into the GEMMs (linear+rmsnorm), so the final norm has no kernel of its own
+LEFT_TO_TORCH = {"sampling_softmax", "rope", "linear_lm_head", "norm"}
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -25,11 +31,15 @@ def test_the_tiny_zoo_runs_each_family(tiny_zoo, family):
     with torch.no_grad():
         ref = model(ids).logits
     tokens = model.generate(ids, max_new_tokens=3, do_sample=False, cache_implementation="static")
-    report = patch_model(model, load_zoo(tiny_zoo), quiet=True)
-    assert {r: t for r, (_, t) in report.served.items()} == {
-        r: (1, 4) for r in ("norm", "qkv", "attention", "o_proj", "gate_up", "down", "lm_head")}
+    ops = load_zoo(tiny_zoo)
+    calls: list = []
+    report = patch_model(model, recording(ops, calls), quiet=True)
+    assert set(report.kept) <= LEFT_TO_TORCH and set(report.served) == set(ops) - LEFT_TO_TORCH
+    assert all(t == (1, 4) for _, t in report.served.values())  # the zoo's token counts
     with torch.no_grad():
         assert rel(model(ids).logits, ref) < 5e-3
+    served = {base_role(role) for role, _ in calls}
+    assert {"qkv", "attention", "o_proj", "gate_up", "down"} <= served  # every GEMM and attention on the zoo
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # no elite measured for the decode steps' key lengths: the nearest serves
         assert torch.equal(model.generate(ids, max_new_tokens=3, do_sample=False, cache_implementation="static"),
@@ -61,6 +71,6 @@ def test_a_compiled_decode_step_holds_the_zoo_s_ops(tiny_zoo):
     assert torch.equal(out, tokens)
     assert len(graphs) == 1  # one graph, no break: every decode step replays it
     evo_ops = [t for t in graphs[0] if t.startswith("evo.")]
-    per_layer = ("rmsnorm", "gemm_", "gemm_residual", "gemm_swiglu")
-    assert all(any(name in t for t in evo_ops) for name in per_layer), evo_ops
-    assert len(evo_ops) == 2 * 6 + 2  # 2 norms and 4 GEMMs a layer, the final norm and lm_head (attention: SDPA)
+    # at least the 4 GEMMs of each of the 2 layers (norms too where the zoo has them apart; attention: SDPA, the
+    # static cache's decode step has a mask)
+    assert len(evo_ops) >= 2 * 4 and not any("attention" in t for t in evo_ops), evo_ops
