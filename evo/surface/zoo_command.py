@@ -37,7 +37,8 @@ def parse_tokens(text: str) -> list[int]:
 
 
 def format_plan(problems: list[Any], tokens: list[int]) -> str:
-    """The plan as a table: a row per role, a column per token count (a role no operator searches is flagged)."""
+    """The plan as a table: a row per role, a column per token count (a role no operator searches is flagged; `-`
+    where the plan runs that role at another T only: the linear roles at T <= 16, the gemm roles above)."""
     rows: dict[str, dict[int, Any]] = {}
     for p in problems:
         rows.setdefault(p.role, {})[p.tokens] = p
@@ -46,8 +47,9 @@ def format_plan(problems: list[Any], tokens: list[int]) -> str:
     for role, by_tokens in rows.items():
         first = next(iter(by_tokens.values()))
         operator = first.operator or "(none: torch runs it)"
-        runs = f"{first.uses}x per {first.scope}"
-        table.append([role, operator, runs] + [by_tokens[t].shape_text for t in tokens])
+        uses = "/".join(str(u) for u in dict.fromkeys(p.uses for p in by_tokens.values()))
+        runs = f"{uses}x per {first.scope}"
+        table.append([role, operator, runs] + [by_tokens[t].shape_text if t in by_tokens else "-" for t in tokens])
     widths = [max(len(r[i]) for r in table) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table]
     notes = list(dict.fromkeys(p.note for p in problems if p.note))
@@ -104,8 +106,9 @@ def zoo_command(args: argparse.Namespace) -> int:
     print(f"model {spec.name}: hidden {spec.hidden_size}, intermediate {spec.intermediate_size} ({spec.mlp}), "
           f"heads {spec.num_attention_heads}/{spec.num_key_value_heads} kv x {spec.head_dim}, vocab "
           f"{spec.vocab_size}; {args.dtype}; T new tokens of one sequence after {args.context} tokens in the KV "
-          "cache; shapes in the operators' dims (gemm MxNxK, rmsnorm/softmax rowsxcols, attention "
-          "batchxheadsxkv_headsxq_lenxkv_lenxhead_dim)")
+          "cache; shapes in the operators' dims (gemm and linear MxNxK, rmsnorm/softmax rowsxcols, attention "
+          "batchxheadsxkv_headsxq_lenxkv_lenxhead_dim, rope_cache tokensxheadsxkv_headsxhead_dimx(cache capacity - "
+          "tokens)); the linear roles serve T <= 16, the gemm roles above")
     print(format_plan(problems, tokens))
     try:
         for op, text in texts.items():

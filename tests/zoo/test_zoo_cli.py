@@ -16,20 +16,29 @@ TINY = str(ROOT / "experiments" / "models" / "tiny.yaml")
 
 
 def test_tiny_model_plan_and_files(tmp_path, capsys):
-    assert main(["zoo", TINY, "--tokens", "1,16", "-o", str(tmp_path), "--wall-s", "5", "--context", "100"]) == 0
+    assert main(["zoo", TINY, "--tokens", "1,16,32", "-o", str(tmp_path), "--wall-s", "5", "--context", "100"]) == 0
     out = capsys.readouterr().out
     assert "T=1" in out and "T=16" in out and "16x128x64" in out and "1x4x2x16x116x16" in out
     assert "100 tokens in the KV cache" in out
+    rows = {line.split()[0]: line.split()[5:] for line in out.splitlines() if line.split()[:1] and
+            line.split()[0] in ("linear_qkv", "qkv", "rope", "norm")}
+    # the plan per T: linear roles (norms fused) at T <= 16, gemm roles above, rope_cache at every T
+    assert rows["linear_qkv"] == ["1x128x64", "16x128x64", "-"] and rows["qkv"] == ["-", "-", "32x128x64"]
+    assert rows["norm"] == ["-", "-", "32x64"]
+    assert rows["rope"] == ["1x4x2x16x131", "16x4x2x16x116", "32x4x2x16x100"]  # the cache holds 100 + 32
     folder = tmp_path / "tiny"
     names = sorted(p.name for p in folder.iterdir())
-    assert names == ["attention-causal.yaml", "gemm-residual.yaml", "gemm-swiglu.yaml", "gemm.yaml", "rmsnorm.yaml",
-                     "softmax.yaml"]
+    assert names == ["attention-causal.yaml", "gemm-residual.yaml", "gemm-swiglu.yaml", "gemm.yaml",
+                     "linear-residual.yaml", "linear-rmsnorm-swiglu.yaml", "linear-rmsnorm.yaml", "rmsnorm.yaml",
+                     "rope_cache.yaml", "softmax.yaml"]
     assert "--context 100 --collect" in out
     for name in names:
         assert f"evo run {folder / name}" in out
-    swiglu = load_experiment(folder / "gemm-swiglu.yaml")
-    assert [p.key for p in swiglu.problems] == ["gemm+swiglu:1x128x64:bf16", "gemm+swiglu:16x128x64:bf16"]
+    swiglu = load_experiment(folder / "linear-rmsnorm-swiglu.yaml")
+    assert [p.key for p in swiglu.problems] == ["linear+rmsnorm+swiglu:1x128x64:bf16",
+                                                "linear+rmsnorm+swiglu:16x128x64:bf16"]
     assert swiglu.budget.wall_s == 5 and swiglu.output == str(folder)
+    assert [p.key for p in load_experiment(folder / "gemm-swiglu.yaml").problems] == ["gemm+swiglu:32x128x64:bf16"]
 
 
 @pytest.mark.parametrize("extra,words", [
