@@ -23,7 +23,12 @@ the model's module INSTANCES only (no class is touched, so other models are unaf
 
 A call runs the zoo's op only where the zoo measured its token count, dtype and this model's sizes
 (evo.zoo.hf_roles); any other call runs transformers' own code, so a zoo of decode token counts leaves prefill to
-torch. A role the zoo has no kernel for, or none for this model, keeps torch's code; the report's line names them.
+torch. A role may have several ops: `evo zoo`'s decode plan names `linear_qkv` (linear+rmsnorm: the input norm in
+the GEMM's prologue), `linear_o_proj`, `linear_gate_up`, `linear_down` for T <= 16 beside the gemm roles of larger
+T; the first op that serves a call runs it. A role the zoo has no kernel for, or none for this model, keeps torch's
+code, and the report's one line names it and why: the sampling softmax (transformers samples in its own code),
+`rope` (transformers' own RoPE and cache update), `linear_lm_head` (its fused norm is the final norm, which
+transformers runs over every row before lm_head takes the last one).
 """
 
 from __future__ import annotations
@@ -79,7 +84,8 @@ class PatchReport:
             groups.setdefault(tokens, []).append(role)
         on = "; ".join(f"{', '.join(roles)} at " + ("every T" if t is None else "T=" + ",".join(map(str, t)))
                        for t, roles in groups.items()) or "no role"
-        text = f"evo patch: {self.model} ({self.layers} layers, {self.dtype}): evo's kernels for {on}"
+        layers = f"{self.layers} layer{'' if self.layers == 1 else 's'}"
+        text = f"evo patch: {self.model} ({layers}, {self.dtype}): evo's kernels for {on}"
         text += " (other token counts run torch)" if any(t is not None for t in groups) else ""
         if self.kept:
             text += "; torch keeps " + "; ".join(f"{role} ({why})" for role, why in self.kept.items())

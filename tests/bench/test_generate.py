@@ -68,7 +68,7 @@ def test_a_wrong_op_fails_the_logits_check(tmp_path, zoo_ops, capsys):
 def test_layers_cuts_the_depth(tmp_path, zoo_ops):
     assert main(_args(tmp_path, _config(tmp_path), "--layers", "1")) == 0
     doc = json.loads((tmp_path / "out" / "generate.json").read_text())
-    assert (doc["layers"], doc["config_layers"]) == (1, 2) and "(1 layers, fp32)" in doc["patch"]
+    assert (doc["layers"], doc["config_layers"]) == (1, 2) and "(1 layer, fp32)" in doc["patch"]
 
 
 @pytest.mark.parametrize("extra, changes, says", [
