@@ -29,11 +29,11 @@ DEFAULT_OPERATORS = {"norm": "rmsnorm", "qkv": "gemm", "attention": "attention+c
 # The operators that can serve each role of a Llama-like layer (and the head)
 ROLE_OPERATORS = {
     "norm": ("rmsnorm",),
-    "qkv": ("gemm", "gemm+bias", "linear", "linear+rmsnorm"),
+    "qkv": ("gemm", "gemm+bias", "linear", "linear+bias", "linear+rmsnorm", "linear+rmsnorm+bias"),
     "attention": ("attention+causal",),
-    "o_proj": ("gemm+residual", "linear+residual"),
+    "o_proj": ("gemm+residual", "gemm+bias+residual", "linear+residual", "linear+bias+residual"),
     "gate_up": ("gemm+swiglu", "linear+swiglu", "linear+rmsnorm+swiglu"),
-    "down": ("gemm+residual", "linear+residual"),
+    "down": ("gemm+residual", "gemm+bias+residual", "linear+residual", "linear+bias+residual"),
     "lm_head": ("gemm", "linear", "linear+rmsnorm"),  # a fused norm is refused with its own reason (hf_patch)
 }
 
@@ -41,9 +41,9 @@ ROLE_OPERATORS = {
 @dataclass(frozen=True)
 class OpForm:
     """How a GEMM-like op takes its operands: `weight` "kn" (B = W^T, [K, N] row-major: the gemm operators) or "nk"
-    (nn.Linear's [N, K] weight read in place: the linear operators); then bias, the input RMSNorm's weight (the norm
-    in the prologue), the residual, and eps after them (linear's order: x, weight, norm_weight, residual, eps;
-    gemm's epilogues: A, B, bias, residual)."""
+    (nn.Linear's [N, K] weight read in place: the linear operators); then the input RMSNorm's weight (the norm in
+    the prologue), the bias, the residual, and eps after them (linear's order: x, weight, norm_weight, bias,
+    residual, eps; gemm's epilogues: A, B, bias, residual)."""
 
     operator: str
     weight: str = "kn"
@@ -56,8 +56,8 @@ class OpForm:
              norm: Any = None, residual: torch.Tensor | None = None) -> tuple[Any, ...]:
         """The op's positional arguments (`norm`: the RMSNorm module whose weight and eps a fused norm takes)."""
         out: tuple[Any, ...] = (x, weight)
-        out += (bias,) if self.bias else ()
         out += (norm.weight,) if self.norm else ()
+        out += (bias,) if self.bias else ()
         out += (residual,) if self.residual else ()
         return out + ((float(norm.variance_epsilon),) if self.norm else ())
 
@@ -65,7 +65,7 @@ class OpForm:
 def op_form(operator: str) -> OpForm:
     """The form of a GEMM operator's op ("gemm+bias", "linear+rmsnorm+swiglu", ...); ValueError for another."""
     base, *options = operator.split("+")
-    known = {"gemm": ("bias", "residual", "swiglu"), "linear": ("rmsnorm", "residual", "swiglu")}
+    known = {"gemm": ("bias", "residual", "swiglu"), "linear": ("rmsnorm", "bias", "residual", "swiglu")}
     if base not in known or any(o not in known[base] for o in options):
         raise ValueError(f"{operator!r} is not a GEMM form a Llama-like layer uses")
     return OpForm(operator, "kn" if base == "gemm" else "nk", "bias" in options, "rmsnorm" in options,

@@ -207,8 +207,12 @@ def test_gemm_weights_are_copied_once_transposed_and_merged():
     model2 = tiny_model("qwen2")
     ops = stand_ins()
     ref = _logits(model2, prompt())
-    patch_model(model2, {**ops, "qkv": _with_operator("gemm+bias")}, quiet=True)
-    assert rel(_logits(model2, prompt()), ref) < 1e-5
+    for name in ("gemm+bias", "linear+bias", "linear+rmsnorm+bias"):  # the bias as the op's operand
+        calls.clear()
+        patch_model(model2, recording({**ops, "qkv": _with_operator(name)}, calls), quiet=True)
+        assert rel(_logits(model2, prompt()), ref) < 1e-5, name
+        args = next(a for role, a in calls if role == "qkv")
+        assert args[3 if "rmsnorm" in name else 2] is model2.model.layers[0].evo_qkv_bias, name
 
 
 def _with_operator(name):
