@@ -30,7 +30,7 @@ def test_the_report_holds_every_role_its_layer_and_its_roofline(tmp_path, capsys
     assert page.startswith("<!DOCTYPE html>") and not re.search(r"<script[^>]+src=", page)
     assert "&lt;b&gt;why&lt;/b&gt;" in page and "<b>why</b>" not in page.split('id="evo-data"')[0]
     data = _data(page)
-    assert not data["smoke"] and len(data["kernels"]) == 2 * 8  # eight roles at two token counts
+    assert not data["smoke"] and len(data["kernels"]) == 2 * 8  # eight roles at two token counts (the decode plan)
     for row in data["kernels"]:
         assert row["status"] == "measured", row
         # the fixture's baseline takes 0.05 ms and its elites 0.03-0.13 ms: the ratio is the one of the store
@@ -40,8 +40,9 @@ def test_the_report_holds_every_role_its_layer_and_its_roofline(tmp_path, capsys
     assert [r["shape"] for r in attention] == ["1x4x2x1x9x16", "1x4x2x4x12x16"]
     b = data["breakdown"]
     assert b["tokens"] == [1, 4] and "sampling_softmax" not in b["roles"]  # the layer's kernels only
-    norm = next(r for r in data["kernels"] if r["role"] == "norm" and r["tokens"] == 4)
-    assert b["evo"]["norm"][1] == pytest.approx(2 * norm["ms"], rel=1e-3)  # two norms per layer
+    assert "norm" not in b["roles"]  # fused into linear_qkv and linear_gate_up at these token counts
+    qkv = next(r for r in data["kernels"] if r["role"] == "linear_qkv" and r["tokens"] == 4)
+    assert b["evo"]["linear_qkv"][1] == pytest.approx(qkv["ms"], rel=1e-3)
     rf = data["overview"]["roofline"]
     assert len(rf["points"]) == 16 and rf["peak_tflops"] >= max(p["y"] for p in rf["points"]) * 0.999
     # the layer's goals: vs compile under graphs 0.1 / 0.09 = 1.11x met at T=1, 0.1 / 0.2 = 0.5x not met at T=4
@@ -61,10 +62,12 @@ def test_a_smoke_zoo_shows_no_time(tmp_path):
 
 def test_missing_runs_are_rows_not_errors(tmp_path):
     folder = tmp_path / SPEC.name
-    make_run(folder, name=run_name(SPEC, "rmsnorm"), operator="rmsnorm", shapes=("1x64", "4x64"), n_random=3)
+    make_run(folder, name=run_name(SPEC, "linear+rmsnorm"), operator="linear+rmsnorm",
+             shapes=("1x128x64", "4x128x64"), n_random=3)
     assert main(["zoo", *ARGS, "-o", str(tmp_path), "--report"]) == 0
     rows = _data((folder / "report.html").read_text())["kernels"]
-    assert {r["status"] for r in rows if r["role"] != "norm"} == {"not searched (no run)"}
+    assert {r["status"] for r in rows if r["operator"] != "linear+rmsnorm"} == {"not searched (no run)"}
+    assert {r["status"] for r in rows if r["role"] == "linear_qkv"} == {"measured"}
 
 
 @pytest.mark.parametrize("setup, extra, words", [
@@ -101,17 +104,17 @@ def test_the_report_says_which_budgets_were_cut_short(tmp_path):
     from evo.store.sqlite import Store
 
     folder = _zoo(tmp_path)
-    with Store(folder / "tiny_rmsnorm" / "store.sqlite") as store:  # as a search that ended on its budget
+    with Store(folder / "tiny_linear-rmsnorm-swiglu" / "store.sqlite") as store:  # a search that ended on its budget
         keys = store.problem_keys()
         store.set_meta(f"summary:{keys[0]}", {"reason": "wall_s"})
         for key in keys[1:]:
             store.set_meta(f"summary:{key}", {"reason": "wall_s", "exhausted": True})
     assert main(["zoo", *ARGS, "-o", str(tmp_path), "--report"]) == 0
     page = (folder / "report.html").read_text()
-    norms = {r["key"]: r["cut_short"] for r in _data(page)["kernels"] if r["role"] == "norm"}
+    norms = {r["key"]: r["cut_short"] for r in _data(page)["kernels"] if r["role"] == "linear_gate_up"}
     assert norms[keys[0]].startswith("cut short:") and "(stopped by wall_s)" in norms[keys[0]]
     assert all(norms[k] == "" for k in keys[1:])  # an exhausted space was searched in full
-    gemm = next(r for r in _data(page)["kernels"] if r["role"] == "qkv")
+    gemm = next(r for r in _data(page)["kernels"] if r["role"] == "linear_qkv")
     assert "(interrupted, or still running)" in gemm["cut_short"]  # no summary: the search never ended
     assert "stopped by wall_s" in page.split('id="evo-data"')[0]  # in the table, not only in the data
 

@@ -71,6 +71,29 @@ def test_bad_model_files(tmp_path, capsys):
         assert err.count("\n") == 1 and words in err, err
 
 
+def test_smoke_takes_its_own_default_dtype(tmp_path, capsys):
+    """`evo zoo MODEL --smoke` refused its own default dtype (bf16, which the CPU interpreter computes wrongly):
+    a smoke zoo defaults to fp16, a GPU one to bf16, and the hint to collect names the dtype the runs used."""
+    assert main(["zoo", TINY, "--smoke", "-o", str(tmp_path / "smoke")]) == 0
+    out = capsys.readouterr().out
+    files = sorted((tmp_path / "smoke" / "tiny").glob("*.yaml"))
+    assert files and all({p.dtype for p in load_experiment(f).problems} == {"fp16"} for f in files)
+    assert "--dtype fp16" in out
+    assert main(["zoo", TINY, "-o", str(tmp_path / "gpu")]) == 0
+    gpu = sorted((tmp_path / "gpu" / "tiny").glob("*.yaml"))
+    assert gpu and all({p.dtype for p in load_experiment(f).problems} == {"bf16"} for f in gpu)
+
+
+def test_a_5000_digit_number_in_a_model_config_is_one_line(tmp_path, capsys):
+    """Python refuses to read an integer of more than 4,300 digits, with a ValueError that was a traceback."""
+    config = tmp_path / "config.json"
+    config.write_text('{"model_type": "llama", "hidden_size": ' + "9" * 5000 + ', "intermediate_size": 128, '
+                      '"num_attention_heads": 4, "vocab_size": 256}')
+    assert main(["zoo", str(config), "-o", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"evo: error: {config}: holds a number of 5,000 digits"), err
+
+
 def test_console_script_without_traceback(tmp_path):
     result = subprocess.run([sys.executable, "-m", "evo.surface.cli", "zoo", TINY, "--tokens", "1,y", "-o",
                              str(tmp_path)], capture_output=True, text=True, cwd=ROOT)
@@ -94,7 +117,7 @@ def test_run_searches_every_experiment_in_one_run_and_stops_at_a_failure(tmp_pat
         return 130
 
     monkeypatch.setattr(zoo_search, "search_zoo", search_zoo)
-    assert main(["zoo", TINY, "--tokens", "1,4", "--dtype", "fp16", "--smoke", "-o", str(tmp_path), "--run"]) == 130
+    assert main(["zoo", TINY, "--tokens", "32,64", "--dtype", "fp16", "--smoke", "-o", str(tmp_path), "--run"]) == 130
     out = capsys.readouterr().out
     assert len(calls) == 1 and [name for name, _ in calls[0]] == ["rmsnorm.yaml", "gemm.yaml", "attention-causal.yaml",
                                                                  "gemm-residual.yaml", "gemm-swiglu.yaml",
@@ -102,7 +125,7 @@ def test_run_searches_every_experiment_in_one_run_and_stops_at_a_failure(tmp_pat
     assert not any(resume for _, resume in calls[0])
     assert "stopped (exit status 130)" in out and not (tmp_path / "tiny" / "tiny_kernels.py").exists()
     calls.clear()
-    assert main(["zoo", TINY, "--tokens", "1,4", "--dtype", "fp16", "--smoke", "-o", str(tmp_path), "--run"]) == 130
+    assert main(["zoo", TINY, "--tokens", "32,64", "--dtype", "fp16", "--smoke", "-o", str(tmp_path), "--run"]) == 130
     assert calls[0][:2] == [("rmsnorm.yaml", True), ("gemm.yaml", False)]  # the first is resumed, not started again
     text = (tmp_path / "tiny" / "gemm.yaml").read_text()
     assert "min_evaluations: 24" in text  # the floor, written where the user sees it
@@ -115,17 +138,17 @@ def test_run_skips_what_was_searched_to_its_budget(tmp_path, capsys, monkeypatch
     calls = []
     monkeypatch.setattr(zoo_search, "search_zoo",
                         lambda runs, again, usage_error: calls.append([r.path.name for r in runs]) or 130)
-    args = ["zoo", TINY, "--tokens", "1,4", "--dtype", "fp16", "--smoke", "-o", str(tmp_path), "--run"]
+    args = ["zoo", TINY, "--tokens", "32,64", "--dtype", "fp16", "--smoke", "-o", str(tmp_path), "--run"]
     assert main(args) == 130 and calls[0][0] == "rmsnorm.yaml"
     (tmp_path / "tiny" / "tiny_rmsnorm").mkdir()
     with Store(tmp_path / "tiny" / "tiny_rmsnorm" / "store.sqlite") as store:  # as a finished search leaves it
-        for key in ("rmsnorm:1x64:fp16", "rmsnorm:4x64:fp16"):
+        for key in ("rmsnorm:32x64:fp16", "rmsnorm:64x64:fp16"):
             store.set_meta(f"summary:{key}", {"reason": "evaluations"})
     run = tmp_path / "tiny" / "tiny_rmsnorm"
     (run / "experiment.yaml").write_text((tmp_path / "tiny" / "rmsnorm.yaml").read_text())  # the run's copy
     calls.clear()
     assert main(args) == 130 and "rmsnorm.yaml" not in calls[0] and calls[0][0] == "gemm.yaml"
-    assert "rmsnorm: norm T=1, norm T=4 (searched to its budget earlier: nothing to do)" in capsys.readouterr().out
+    assert "rmsnorm: norm T=32, norm T=64 (searched to its budget earlier: nothing to do)" in capsys.readouterr().out
     calls.clear()  # a larger budget is another search: resumed, not skipped
     assert main([*args, "--wall-s", "99"]) == 130 and calls[0][0] == "rmsnorm.yaml"
 
