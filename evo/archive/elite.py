@@ -13,6 +13,7 @@ rendered again, so it is never an elite: it is skipped as a damaged row (the sto
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +23,7 @@ from evo.experiment.spec import DescriptorSpec, Experiment
 from evo.problem import Problem
 from evo.store.record import Evaluation
 
-__all__ = ["EliteKernel", "settings", "problem_archive", "ranked", "elite", "run_elites"]
+__all__ = ["EliteKernel", "settings", "problem_archive", "ranked", "elite", "run_elites", "experiment_order"]
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,15 @@ def settings(experiment: Experiment | None) -> tuple[Sequence[DescriptorSpec], f
     return (experiment.descriptors, experiment.evaluation.noise_margin) if experiment else ((), 0.01)
 
 
+def experiment_order(keys: list[str], experiment: Experiment | None) -> list[str]:
+    """The stored problems `keys`, the experiment's first in its order (when it is known), then the rest."""
+    if experiment is None:
+        return list(keys)
+    order = [p.key for p in experiment.problems]
+    stored, listed = set(keys), set(order)
+    return [k for k in order if k in stored] + [k for k in keys if k not in listed]
+
+
 def _judged_rows(store: Any, problem: Problem, gpu: str | None, operator: Any) -> list[Evaluation]:
     """The rows the elite is chosen from (see the module doc), each judged by the objective of the latest correct
     one (Evaluation.judged_by): a run resumed under another objective (allowed changes) does not rank one clock
@@ -46,21 +56,29 @@ def _judged_rows(store: Any, problem: Problem, gpu: str | None, operator: Any) -
     if not ok:
         return rows
     last = ok[-1]  # failures count as evaluations wherever they ran; only these timings may become elites
-    return [r.judged_by(last.objective) for r in rows
-            if r.status != "ok" or (r.gpu, r.versions_key) == (last.gpu, last.versions_key)]
+    return [r.judged_by(last.objective) for r in rows  # (versions map names to version strings: == is the key's)
+            if r.status != "ok" or (r.gpu == last.gpu and r.versions == last.versions)]
 
 
 def _in_domain(store: Any, row: Evaluation, family: Any) -> bool:
     """Whether the row's genome is one of its family's (each gene within its domain); a row that is not is noted
     among the store's skipped rows."""
-    try:
-        family.from_canonical(row.genome)
-        return True
-    except (ValueError, KeyError, TypeError) as e:  # InvalidGenome is a ValueError
+    why = _domain_error(family, row.genome)
+    if why:
         skipped = getattr(store, "skipped", None)
         if skipped is not None:
-            skipped.add(row.id, f"genome outside its family's domain ({' '.join(str(e).split())[:120]})")
-        return False
+            skipped.add(row.id, f"genome outside its family's domain ({why})")
+    return not why
+
+
+@functools.lru_cache(maxsize=4096)
+def _domain_error(family: Any, canonical: str) -> str:
+    """'' when the family takes the genome, else why not (a genome recurs across problems: checked once)."""
+    try:
+        family.from_canonical(canonical)
+        return ""
+    except (ValueError, KeyError, TypeError) as e:  # InvalidGenome is a ValueError
+        return " ".join(str(e).split())[:120] or type(e).__name__
 
 
 def _operator(problem: Problem, operator: Any) -> Any:
@@ -115,12 +133,15 @@ def elite(store: Any, problem: Problem, experiment: Experiment | None = None, gp
 def run_elites(store: Any, experiment: Experiment | None = None) -> list[EliteKernel]:
     """The elite of each problem with a correct evaluation, in the order problems were first stored."""
     out = []
+    ops: dict[str, Any] = {}  # one registry look-up per operator: it reads every installed package's entry points
     for key in store.problem_keys():
         rows = store.evaluations(key, "ok")
         if not rows:
             continue
         problem = Problem.from_json(rows[0].problem)
-        ev = elite(store, problem, experiment)
+        if problem.operator not in ops:
+            ops[problem.operator] = _operator(problem, None)
+        ev = elite(store, problem, experiment, operator=ops[problem.operator])
         if ev is not None:
             out.append(EliteKernel(problem, ev))
     return out

@@ -9,12 +9,13 @@ of the sequence of evaluations offered to it, so replaying a store in row order 
 
 from __future__ import annotations
 
+import bisect
+import functools
 import json
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
-
-import numpy as np
 
 from evo.archive.metrics import ArchiveMetrics, History
 from evo.archive.status import AddResult, AddStatus
@@ -49,7 +50,7 @@ class Axis:
         return len(self.edges)
 
     def index(self, value: float) -> int:
-        i = int(np.searchsorted(np.asarray(self.edges), value, side="right")) - 1
+        i = bisect.bisect_right(self.edges, value) - 1  # (NaN compares false: the last cell, as searchsorted puts it)
         return min(max(i, 0), len(self.edges) - 1)
 
 
@@ -99,6 +100,11 @@ def default_descriptors(family: GenomeFamily) -> tuple[DescriptorSpec, ...]:
 
 
 def make_axes(family: GenomeFamily, specs: Sequence[DescriptorSpec]) -> tuple[Axis, ...]:
+    return _axes(family, tuple(specs))
+
+
+@functools.lru_cache(maxsize=256)  # one set of axes serves every problem of a run (Axis is frozen)
+def _axes(family: GenomeFamily, specs: tuple[DescriptorSpec, ...]) -> tuple[Axis, ...]:
     available = family.descriptors()
     axes = []
     for spec in specs or default_descriptors(family):
@@ -112,6 +118,7 @@ def make_axes(family: GenomeFamily, specs: Sequence[DescriptorSpec]) -> tuple[Ax
     return tuple(axes)
 
 
+@functools.lru_cache(maxsize=4096)  # a genome recurs across the problems of a run: decoded once (Genome is frozen)
 def _genome_of(canonical: str, complete: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None) -> Genome:
     # Descriptors read gene values only; skipping the family's domain check lets an archive place genomes
     # stored under other gene overrides (a resumed run whose experiment restricted a gene differently).
@@ -119,6 +126,15 @@ def _genome_of(canonical: str, complete: Callable[[Mapping[str, Any]], dict[str,
     d = json.loads(canonical)
     genes = complete(d["genes"]) if complete is not None else d["genes"]
     return Genome(d["family"], tuple(sorted(genes.items())))
+
+
+@functools.lru_cache(maxsize=8192)
+def _placed(axes: tuple[Axis, ...], canonical: str, complete: Callable[[Mapping[str, Any]], dict[str, Any]] | None
+            ) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    """GridArchive.place of a stored genome on axes whose descriptors read genes only."""
+    genome = _genome_of(canonical, complete)
+    values = tuple(a.descriptor(genome, None) for a in axes)
+    return tuple(a.index(v) for a, v in zip(axes, values, strict=True)), values
 
 
 class GridArchive:
@@ -135,7 +151,7 @@ class GridArchive:
         self.objective = objective
         self.noise_margin = float(noise_margin)
         self.shape = tuple(a.cells for a in self.axes)
-        self.cells = int(np.prod(self.shape))
+        self.cells = math.prod(self.shape)
         self._elites: dict[tuple[int, ...], Elite] = {}
         self._best: Elite | None = None
         self._qd_score = 0.0
@@ -186,7 +202,10 @@ class GridArchive:
         if value is None:
             return AddResult(AddStatus.NOT_ADDED, reason=f"status {ev.status}")
         try:
-            cell, desc = self.place(_genome_of(ev.genome, self._complete), ev.resources)
+            if any(a.descriptor.needs_resources for a in self.axes):
+                cell, desc = self.place(_genome_of(ev.genome, self._complete), ev.resources)
+            else:  # the cell is a function of the genome alone: placed once however many problems hold it
+                cell, desc = _placed(self.axes, ev.genome, self._complete)
         except (ValueError, KeyError, TypeError) as e:
             return AddResult(AddStatus.NOT_ADDED, objective=value, reason=f"cannot place: {e}")
         current = self._elites.get(cell)

@@ -10,8 +10,8 @@ text that is not UTF-8, which Python's sqlite3 refuses to read at all: the store
 
 from __future__ import annotations
 
+import functools
 import json
-import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -39,72 +39,122 @@ def tolerant_text(raw: bytes) -> str:
         return Garbled(raw.decode("utf-8", "replace"))
 
 
-def _json(row: dict[str, Any], name: str, kind: type) -> None:
+# Each field's kind, from its annotation (record.py postpones annotations, so they are strings): checked once per row
+_TEXT_FIELDS = tuple(f.name for f in fields(Evaluation) if str(f.type) == "str")
+_NUMBER_FIELDS = tuple(f.name for f in fields(Evaluation) if str(f.type) in ("float", "float | None"))
+
+
+def _json(row: dict[str, Any], name: str, kind: type) -> Any:
+    """The column's JSON value, checked to be of `kind`; an empty or NULL column is an empty one."""
     text = row.get(name)
     if text in (None, ""):
-        return
+        return kind()
     if not isinstance(text, str):
         raise BadRow(f"{name} is not JSON text")
-    try:
-        value = json.loads(text)
-    except ValueError:
-        raise BadRow(f"{name} is not valid JSON") from None
+    value = _parsed(text)
+    if value is _NOT_JSON:
+        raise BadRow(f"{name} is not valid JSON")
     if not isinstance(value, kind):
         raise BadRow(f"{name} is not a JSON {'object' if kind is dict else 'list'}")
+    return kind(value)  # a copy: rows that stored the same text (versions, resources) never share one value
+
+
+_NOT_JSON = object()
+
+
+@functools.lru_cache(maxsize=4096)  # versions and resources repeat over most of a store's rows
+def _parsed(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return _NOT_JSON
+
+
+# Every row of a problem holds the same problem text, and a genome recurs across problems: each text is parsed once
+@functools.lru_cache(maxsize=4096)
+def _problem_identity(text: str) -> tuple[str, str] | None:
+    """(key, operator) of a stored problem, or None when it does not decode."""
+    try:
+        problem = Problem.from_json(text)
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+    return problem.key, problem.operator
+
+
+@functools.lru_cache(maxsize=4096)
+def _genome_is_object(text: str) -> str:
+    """'' for a stored genome that is a JSON object of genes, else why not."""
+    try:
+        genome = json.loads(text)
+    except ValueError:
+        return "genome is not valid JSON"
+    if not isinstance(genome, dict) or not isinstance(genome.get("genes", {}), dict):
+        return "genome is not a JSON object of genes"
+    return ""
 
 
 def _problem(row: dict[str, Any]) -> None:
-    try:
-        problem = Problem.from_json(row["problem"])
-    except (ValueError, TypeError, KeyError, AttributeError):
-        raise BadRow("problem does not decode") from None
-    if problem.key != row.get("problem_key") or problem.operator != row.get("operator"):
-        raise BadRow(f"problem {problem.key!r} does not match the row's problem_key {row.get('problem_key')!r}"[:300])
+    text = row.get("problem")
+    identity = _problem_identity(text) if isinstance(text, str) else None
+    if identity is None:
+        raise BadRow("problem does not decode")
+    key, operator = identity
+    if key != row.get("problem_key") or operator != row.get("operator"):
+        raise BadRow(f"problem {key!r} does not match the row's problem_key {row.get('problem_key')!r}"[:300])
 
 
 def _genome(row: dict[str, Any]) -> None:
-    try:
-        genome = json.loads(row["genome"])
-    except (ValueError, TypeError):
-        raise BadRow("genome is not valid JSON") from None
-    if not isinstance(genome, dict) or not isinstance(genome.get("genes", {}), dict):
-        raise BadRow("genome is not a JSON object of genes")
+    text = row.get("genome")
+    why = _genome_is_object(text) if isinstance(text, str) else "genome is not valid JSON"
+    if why:
+        raise BadRow(why)
 
 
-def _scalars(ev: Evaluation) -> None:
-    """Each field holds the kind its annotation names: a text column holding a number (or the reverse) would
-    fail far from here, in a sort or a format string."""
-    for f in fields(ev):
-        value = getattr(ev, f.name)
-        kind = str(f.type)
-        if kind == "str" and value is None:  # a column an older evo left NULL: empty, as it would write it now
-            setattr(ev, f.name, "")
-        elif kind == "str" and not isinstance(value, str):
-            raise BadRow(f"{f.name} is not text")
-        if kind in ("float", "float | None") and value is not None:
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-                raise BadRow(f"{f.name} is not a number")
-    if not all(isinstance(t, (int, float)) and not isinstance(t, bool) for t in ev.times_ms):
+def _scalars(values: dict[str, Any]) -> None:
+    """Each column holds the kind its field's annotation names: a text column holding a number (or the reverse)
+    would fail far from here, in a sort or a format string. A text column an older evo left NULL reads as empty.
+    (Exact type tests first: this runs for every row a command reads.)"""
+    for name in _TEXT_FIELDS:
+        if name in values and type(values[name]) is not str:
+            if values[name] is None:
+                values[name] = ""
+            elif not isinstance(values[name], str):
+                raise BadRow(f"{name} is not text")
+    for name in _NUMBER_FIELDS:
+        value = values.get(name)
+        kind = type(value)
+        if kind is float:
+            if value != value:  # NaN
+                raise BadRow(f"{name} is not a number")
+        elif value is not None and kind is not int:  # text, bytes, a bool
+            raise BadRow(f"{name} is not a number")
+    if not set(map(type, values["times_ms"])) <= _NUMBERS:
         raise BadRow("times_ms holds something other than numbers")
-    if not all(isinstance(p, str) for p in ev.parents):
+    if not set(map(type, values["parents"])) <= _TEXT:
         raise BadRow("parents holds something other than genome hashes")
 
 
+_NUMBERS, _TEXT = {int, float}, {str}
+
+
 def decode_row(row: dict[str, Any]) -> Evaluation:
-    """The `Evaluation` of one stored row (a dict of its columns); raises BadRow when it is damaged."""
-    garbled = next((name for name, value in row.items() if isinstance(value, Garbled)), None)
-    if garbled is not None:
-        raise BadRow(f"{garbled} is not UTF-8 text")
+    """The `Evaluation` of one stored row (a dict of its columns); raises BadRow when it is damaged. Each JSON
+    column is parsed once (as Evaluation.from_row would, after checking it)."""
+    if Garbled in map(type, row.values()):  # (rare: looked for by name only then)
+        raise BadRow(f"{next(k for k, v in row.items() if isinstance(v, Garbled))} is not UTF-8 text")
+    values = dict(row)
     for name, kind in _JSON_KINDS.items():
-        _json(row, name, kind)
+        values[name] = _json(row, name, kind)
     _problem(row)
     _genome(row)
+    _scalars(values)
+    values.pop("versions_key", None)
+    if not values.get("objective"):  # a row of an older store: judged by GPU time then
+        values.pop("objective", None)
     try:
-        ev = Evaluation.from_row(row)
-    except (ValueError, TypeError, KeyError) as e:  # an unknown status, a missing or extra column
+        return Evaluation(**values)
+    except (ValueError, TypeError) as e:  # an unknown status, a missing or extra column
         raise BadRow(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
-    _scalars(ev)
-    return ev
 
 
 @dataclass

@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from evo.problem import Problem
 from evo.store import sources as kernel_sources
 from evo.store.record import MEASURED, Evaluation
 from evo.store.row_check import BadRow, Garbled, Skipped, decode_row, tolerant_text
@@ -65,13 +66,20 @@ class Store:
     """A thread-safe handle on one SQLite evaluation store. Readers in other processes may open it too.
 
     `readonly` opens an existing store for inspection only (status, export, report): it works on a run
-    directory the user cannot write, and can never change the store.
+    directory the user cannot write, and can never change the store. Its rows are read and decoded once, on the
+    first read, and every later read is served from that snapshot: a command that asks for each problem's rows
+    several times (status, export and report of 10,000 shapes) decodes each row once, and sees one consistent
+    store even while a run goes on writing it.
     """
 
     def __init__(self, path: str | Path, readonly: bool = False) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
         self.skipped = Skipped()  # damaged rows met while reading (evo.store.row_check): skipped, not fatal
+        self._readonly = readonly
+        self._by_problem: dict[str, list[Evaluation]] = {}  # a read-only store's decoded rows, by problem
+        self._all: list[Evaluation] | None = None  # ... and all of them, once every row was read
+        self._meta: dict[str, Any] | None = None  # and its metadata
         try:
             if readonly:
                 from evo.store.store_readonly import connect_readonly
@@ -120,14 +128,23 @@ class Store:
         if source is not None and kernel_sources.source_hash(source) != ev.source_hash:
             raise ValueError(f"the source given with evaluation of {ev.problem_key} {ev.genome_hash} does not hash to "
                              f"its source_hash {ev.source_hash!r}")
+        with self._lock, self._db:
+            self._insert(ev)
+            if source is not None:
+                kernel_sources.put(self._db, ev.source_hash, source)
+        return ev.id
+
+    def add_many(self, evs: Iterable[Evaluation]) -> list[int]:
+        """Append evaluations in one transaction, all or none (a bulk copy: a test fixture, an import); their ids."""
+        with self._lock, self._db:
+            return [self._insert(ev) for ev in evs]
+
+    def _insert(self, ev: Evaluation) -> int:
         row = ev.to_row()
         row["versions_key"] = ev.versions_key
         names = ", ".join(row)
         marks = ", ".join("?" for _ in row)
-        with self._lock, self._db:
-            cur = self._db.execute(f"INSERT INTO evaluations ({names}) VALUES ({marks})", list(row.values()))
-            if source is not None:
-                kernel_sources.put(self._db, ev.source_hash, source)
+        cur = self._db.execute(f"INSERT INTO evaluations ({names}) VALUES ({marks})", list(row.values()))
         ev.id = int(cur.lastrowid)
         return ev.id
 
@@ -157,6 +174,10 @@ class Store:
         return list(self.iter(problem_key, status))
 
     def iter(self, problem_key: str | None = None, status: str | None = None) -> Iterator[Evaluation]:
+        if self._readonly:
+            rows = self._every_row() if problem_key is None else self._problem_rows(problem_key)
+            yield from (ev for ev in rows if status is None or ev.status == status)
+            return
         where, args = [], []
         if problem_key is not None:
             where.append("problem_key=?")
@@ -170,25 +191,57 @@ class Store:
             if ev is not None:
                 yield ev
 
-    def _rows(self, sql: str, args: Sequence[Any] = ()) -> list[sqlite3.Row]:
+    # -- a read-only store's rows, each decoded once (see the class doc) ------------------------------------
+    def _problem_rows(self, problem_key: str) -> list[Evaluation]:
+        if problem_key not in self._by_problem and self._all is None:
+            self._by_problem[problem_key] = self._decode_rows(
+                "SELECT * FROM evaluations WHERE problem_key=? ORDER BY id", (problem_key,))
+        return self._by_problem.get(problem_key, [])
+
+    def _every_row(self) -> list[Evaluation]:
+        """Every intact row in id order; afterwards `_by_problem` holds every problem with one, in the order of
+        its first."""
+        if self._all is None:
+            self._all = self._decode_rows("SELECT * FROM evaluations ORDER BY id")
+            self._by_problem = {}
+            for ev in self._all:
+                self._by_problem.setdefault(ev.problem_key, []).append(ev)
+        return self._all
+
+    def _decode_rows(self, sql: str, args: Sequence[Any] = ()) -> list[Evaluation]:
+        decoded = (self._decode(row) for row in self._rows(sql, args, dicts=True))
+        return [ev for ev in decoded if ev is not None]
+
+    def _rows(self, sql: str, args: Sequence[Any] = (), dicts: bool = False) -> list[Any]:
         """Every row `sql` selects: the one way this store reads. Text that is not UTF-8 (a flipped byte) is read
         as row_check.Garbled, so that its row is skipped as damaged (`_decode`) instead of ending the command; a
-        store SQLite cannot read at all (a damaged page or schema) is refused as a whole, in one line."""
+        store SQLite cannot read at all (a damaged page or schema) is refused as a whole, in one line. `dicts`: each
+        row as a dict (faster to make than sqlite3.Row's, for reading thousands of whole rows)."""
         with self._lock:
             try:
                 try:
-                    return self._db.execute(sql, args).fetchall()
+                    return self._fetch(sql, args, dicts)
                 except (sqlite3.OperationalError, UnicodeDecodeError) as e:
                     if self._db.text_factory is tolerant_text or not _undecodable(e):
                         raise
                     self._db.text_factory = tolerant_text  # from now on: this store holds damaged text
-                    return self._db.execute(sql, args).fetchall()
+                    return self._fetch(sql, args, dicts)
             except (sqlite3.DatabaseError, UnicodeDecodeError) as e:
                 raise StoreError(damaged_message(self.path, e)) from None
 
-    def _decode(self, row: sqlite3.Row) -> Evaluation | None:
+    def _fetch(self, sql: str, args: Sequence[Any], dicts: bool) -> list[Any]:
+        cursor = self._db.cursor()
+        if dicts:
+            cursor.row_factory = None
+        rows = cursor.execute(sql, args).fetchall()
+        if not dicts:
+            return rows
+        names = [d[0] for d in cursor.description]
+        return [dict(zip(names, row, strict=True)) for row in rows]
+
+    def _decode(self, row: Any) -> Evaluation | None:
         try:
-            return decode_row(dict(row))
+            return decode_row(row if isinstance(row, dict) else dict(row))
         except BadRow as e:
             self.skipped.add(row["id"], str(e))
             return None
@@ -199,8 +252,28 @@ class Store:
         return int(self._rows("SELECT COUNT(*) FROM evaluations WHERE problem_key=?", (problem_key,))[0][0])
 
     def problem_keys(self) -> list[str]:
+        """Every problem with an intact row, in the order of their first row."""
+        if self._readonly:  # (its readers go on to read every row)
+            self._every_row()
+            return list(self._by_problem)
         rows = self._rows("SELECT problem_key, MIN(id) AS first FROM evaluations GROUP BY problem_key ORDER BY first")
         return [r["problem_key"] for r in rows if self._has_intact_row(r["problem_key"])]
+
+    def problems(self, status: str | None = None) -> list[Problem]:
+        """The problems stored (those with a row of `status`, when given) in the order of their first row, read
+        from the problem column alone: finding one among thousands decodes no row."""
+        where, args = (" WHERE status=?", (status,)) if status is not None else ("", ())
+        rows = self._rows(f"SELECT problem_key, problem, MIN(id) AS first FROM evaluations{where} "
+                          "GROUP BY problem_key ORDER BY first", args)
+        found = []
+        for row in rows:
+            try:
+                problem = Problem.from_json(row["problem"])
+            except (ValueError, TypeError, KeyError, AttributeError):  # a damaged row: its readers skip it
+                continue
+            if problem.key == row["problem_key"]:
+                found.append(problem)
+        return found
 
     def _has_intact_row(self, problem_key: Any) -> bool:
         """Whether any row of the problem decodes: a problem whose every row is damaged is not listed, so readers
@@ -223,10 +296,22 @@ class Store:
             self._db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, json.dumps(value)))
 
     def meta(self, key: str, default: Any = None) -> Any:
+        if self._readonly:  # (per-problem keys, read for each of thousands of problems: one query in all)
+            return self._meta_snapshot().get(key, default)
         rows = self._rows("SELECT value FROM meta WHERE key=?", (key,))
         return _meta_value(rows[0]["value"], default) if rows else default
 
     def all_meta(self) -> dict[str, Any]:
+        if self._readonly:
+            return dict(self._meta_snapshot())
+        return self._read_meta()
+
+    def _meta_snapshot(self) -> dict[str, Any]:
+        if self._meta is None:
+            self._meta = self._read_meta()
+        return self._meta
+
+    def _read_meta(self) -> dict[str, Any]:
         rows = self._rows("SELECT key, value FROM meta ORDER BY key")
         missing = object()
         values = {r["key"]: _meta_value(r["value"], missing) for r in rows}

@@ -232,7 +232,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
             text, found = export_all(store, experiment)
             note = rerendered(store, found)
             default = rd.path / f"{rd.path.name}_elites.py"
-            what = f"{len(found)} elites ({', '.join(e.problem.key for e in found)})"
+            keys = ", ".join(e.problem.key for e in found[:12]) + (f" and {len(found) - 12} more" if found[12:] else "")
+            what = f"{len(found)} elites ({keys})"
         else:
             text, elite = export_one(store, sizes, args.dtype, experiment)
             note = rerendered(store, [elite])
@@ -248,7 +249,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
             else:
                 measured = f"{ev.median_ms:.4g} ms GPU time{call}{ratio} on {ev.gpu or '?'}"
             what = f"elite of {p.key} ({measured})"
-        smoke = _is_smoke(store, None)
+        meta = store.all_meta()  # (the elites written tell whether they were timed: no other row is read)
+        smoke = any(is_smoke(e.evaluation, meta) for e in (found if args.all else [elite]))
         config = config_text(found if args.all else [elite], store.all_meta()) if args.config else None
     _warn_damaged(store)
     if config is not None:  # --config: the winning configuration for the user's own kernel, no module written

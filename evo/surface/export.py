@@ -85,19 +85,28 @@ def elites(store: Store, experiment: Experiment | None = None) -> list[BestKerne
 
 
 def _select(store: Store, sizes: tuple[int, ...], dtype: str | None, experiment: Experiment | None) -> BestKernel:
-    measured = elites(store, experiment)
+    """The elite of the one problem of `sizes` (and `dtype`): only that problem's rows are read, however many the
+    run measured."""
+    measured = store.problems(status="ok")
     if not measured:
         raise ExportError("the run has no correct evaluation yet: nothing to export")
-    hits = [e for e in measured if e.problem.sizes == tuple(sizes) and (dtype is None or e.problem.dtype == dtype)]
-    listing = ", ".join(f"{e.problem.shape_text} {e.problem.dtype}" for e in measured)
+    hits = [p for p in measured if p.sizes == tuple(sizes) and (dtype is None or p.dtype == dtype)]
     shape = "x".join(str(s) for s in sizes)
     if not hits:
+        listing = ", ".join(f"{p.shape_text} {p.dtype}" for p in measured[:_LISTED])
+        more = f" and {len(measured) - _LISTED} more (`evo status RUN` lists them)" if len(measured) > _LISTED else ""
         raise ExportError(f"no measured kernel for shape {shape}{' ' + dtype if dtype else ''}; "
-                          f"measured: {listing}")
+                          f"measured: {listing}{more}")
     if len(hits) > 1:
-        raise ExportError(f"shape {shape} was measured in several dtypes ({', '.join(e.problem.dtype for e in hits)});"
-                          f" choose one with --dtype")
-    return hits[0]
+        raise ExportError(f"shape {shape} was measured in several dtypes ({', '.join(p.dtype for p in hits)}); "
+                          f"choose one with --dtype")
+    ev = elite(store, hits[0], experiment)
+    if ev is None:
+        raise ExportError(f"{hits[0].key} has no correct evaluation that can be exported (its rows are damaged)")
+    return BestKernel(hits[0], ev)
+
+
+_LISTED = 12  # measured shapes a refusal names (a run may hold thousands)
 
 
 def _clean(text: Any) -> str:

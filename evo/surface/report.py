@@ -10,13 +10,14 @@ markup, and JSON embedded in a script element with `<`, `>` and `&` written as \
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from evo.archive.elite import problem_archive
-from evo.archive.reachable import experiment_reachable
+from evo.archive.elite import experiment_order, problem_archive
+from evo.archive.reachable import MAX_PROBLEMS, experiment_reachable
 from evo.experiment.spec import Budget, DescriptorSpec, Experiment
 from evo.problem import Problem
 from evo.search.budget import cut_short
@@ -30,6 +31,13 @@ from evo.surface.smoke_label import SMOKE_SCORE
 from genomes.base import Genome
 
 __all__ = ["ReportError", "ReportInput", "build_report", "report_data", "embed_json"]
+
+
+# A run of thousands of shapes cannot be one page of thousands of sections (the browser gives up, and rendering each
+# elite's kernel again takes minutes): the first MAX_DETAILED problems get a section, every problem a row in the
+# overview; at most MAX_SOURCES kernel sources are embedded (`evo export` writes any problem's).
+MAX_DETAILED = 100
+MAX_SOURCES = 500
 
 
 class ReportError(ValueError):
@@ -50,6 +58,11 @@ def _genome(canonical: str, family: Any) -> Genome:
     """A stored genome with the genes its family gained since at the values it held (no domain check: a run may
     have restricted a gene differently)."""
     return family.unchecked(json.loads(canonical)["genes"])
+
+
+@functools.lru_cache(maxsize=4096)  # a genome recurs across the problems of a run
+def _genome_text(canonical: str, family: Any) -> str:
+    return str(_genome(canonical, family))
 
 
 def _num(x: float | None, digits: int = 4) -> float | None:
@@ -108,7 +121,7 @@ def _problem_data(store: Store, problem: Problem, op: Any, specs: tuple[Descript
     elites = []
     for (cx, cy), e in sorted(cells.items(), key=lambda kv: -kv[1].objective):
         ev = by_id.get(e.evaluation_id)
-        if e.source_hash not in sources:
+        if e.source_hash not in sources and len(sources) < MAX_SOURCES:
             try:  # the source measured, as the store kept it; else (an older store's row) the genome rendered again
                 sources[e.source_hash] = store.source(e.source_hash) or op.render(_genome(e.genome, op.family),
                                                                                   problem, target)
@@ -116,7 +129,7 @@ def _problem_data(store: Store, problem: Problem, op: Any, specs: tuple[Descript
                 sources[e.source_hash] = f"# this genome could not be rendered again: {err}"
         elites.append({
             "x": cx, "y": cy, "cell": list(e.cell), "objective": _num(e.objective), "ratio": _num(e.ratio, 3),
-            "median_ms": _num(e.median_ms), "genome": str(_genome(e.genome, op.family)), "genome_hash": e.genome_hash,
+            "median_ms": _num(e.median_ms), "genome": _genome_text(e.genome, op.family), "genome_hash": e.genome_hash,
             "source": e.source_hash, "origin": e.origin, "index": e.index, "id": e.evaluation_id,
             "descriptors": [_num(v) for v in e.descriptors],
             "baseline_ms": _num(ev.baseline_ms) if ev else None, "gpu": ev.gpu if ev else "",
@@ -190,9 +203,7 @@ def report_data(inp: ReportInput, x: str | None = None, y: str | None = None) ->
     noise = exp.evaluation.noise_margin if exp else 0.01
     sources: dict[str, str] = {}
     problems = []
-    keys = store.problem_keys()
-    order = [p.key for p in exp.problems] if exp else []
-    keys = [k for k in order if k in keys] + [k for k in keys if k not in order]
+    keys = experiment_order(store.problem_keys(), exp)
     ops: dict[str, Any] = {}
     smoke = False
     gpus: Counter = Counter()
@@ -203,19 +214,24 @@ def report_data(inp: ReportInput, x: str | None = None, y: str | None = None) ->
         problem = Problem.from_json(first.problem)
         if problem.operator not in ops:  # unrestricted genes: earlier sessions may have used other overrides
             ops[problem.operator] = operators.get(problem.operator)
-        problems.append(_problem_data(store, problem, ops[problem.operator], specs, noise, x, y, meta, sources,
-                                      (exp.budget if exp else Budget()).floor))
-        measured.append((problem, ops[problem.operator], problems[-1]))
+        if len(problems) < MAX_DETAILED:
+            problems.append(_problem_data(store, problem, ops[problem.operator], specs, noise, x, y, meta, sources,
+                                          (exp.budget if exp else Budget()).floor))
+            measured.append((problem, ops[problem.operator], problems[-1]))
+        else:
+            measured.append((problem, ops[problem.operator], _problem_brief(store, problem, ops[problem.operator],
+                                                                            specs, noise)))
         for ev in store.iter(key):
             smoke = smoke or is_smoke(ev, meta)
             gpus[ev.gpu] += 1
             for k, v in ev.versions.items():
                 versions.setdefault(k, Counter())[str(v)] += 1
     if smoke:
-        for p in problems:
+        for _, _, p in measured:
             _smoke_view(p)
-    for p in problems:  # coverage also over the cells the experiment's genomes can reach (evo.archive.reachable)
-        p["summary"]["reachable"] = _reachable(store, p["key"], exp, specs, noise, meta)
+    if len(keys) <= MAX_PROBLEMS:  # coverage also over the cells the genomes can reach (evo.archive.reachable)
+        for p in problems:
+            p["summary"]["reachable"] = _reachable(store, p["key"], exp, specs, noise, meta)
     run_meta = {
         "name": inp.name, "experiment": exp.name if exp else "", "operator": exp.operator if exp else "",
         "seed": exp.seed if exp else meta.get("seed"), "executor": exp.executor.kind if exp else "",
@@ -228,8 +244,26 @@ def report_data(inp: ReportInput, x: str | None = None, y: str | None = None) ->
     if smoke and "target" in run_meta["store_meta"]:  # kernels ran in the CPU interpreter, not on this target
         name = run_meta["store_meta"]["target"].get("name", "?")
         run_meta["store_meta"]["target"] = f"CPU Triton interpreter (kernels checked against the limits of {name})"
-    return {"run": run_meta, "smoke": smoke, "problems": problems, "sources": sources,
-            "experiment_text": inp.experiment_text, "overview": overview_data(store, measured, smoke)}
+    overview = overview_data(store, measured, smoke)
+    overview["detailed"] = len(problems)
+    return {"run": run_meta, "smoke": smoke, "problems": problems, "sources": sources, "max_sources": MAX_SOURCES,
+            "experiment_text": inp.experiment_text, "overview": overview}
+
+
+def _problem_brief(store: Store, problem: Problem, op: Any, specs: tuple[DescriptorSpec, ...],
+                   noise: float) -> dict[str, Any]:
+    """What the overview shows of a problem beyond the first MAX_DETAILED: its elites' numbers, best first."""
+    evs = store.evaluations(problem.key)
+    archive = problem_archive(store, problem, specs, noise, operator=op)
+    by_id = {ev.id: ev for ev in evs}
+    elites = []
+    for e in sorted(archive.elites(), key=lambda e: -e.objective):
+        ev = by_id.get(e.evaluation_id)
+        elites.append({"objective": _num(e.objective), "ratio": _num(e.ratio, 3), "median_ms": _num(e.median_ms),
+                       "genome": _genome_text(e.genome, op.family), "gpu": ev.gpu if ev else "",
+                       "fitness_ms": _num(e.fitness_ms), "call_ms": _num(e.call_ms), "host_us": _num(e.host_us, 3)})
+    return {"key": problem.key, "unit": op.throughput_unit, "elites": elites,
+            "objective": next((ev.objective for ev in reversed(evs) if ev.status == "ok"), None)}
 
 
 def _reachable(store: Store, key: str, exp: Experiment | None, specs: tuple[DescriptorSpec, ...], noise: float,
@@ -245,7 +279,8 @@ def _smoke_view(p: dict[str, Any]) -> None:
     for e in p["elites"]:
         e.update(median_ms=None, spread_ms=None, ratio=None, baseline_ms=None, fitness_ms=None, call_ms=None,
                  host_us=None)
-    p["summary"]["best_ratio"] = None
+    if "summary" in p:  # (a problem of the overview only has none)
+        p["summary"]["best_ratio"] = None
 
 
 def build_report(inp: ReportInput, x: str | None = None, y: str | None = None) -> str:

@@ -58,7 +58,8 @@ _SCRIPT = r"""
       ": " + fmt(e.objective) + " " + p.unit + ", GPU " + fmt(e.median_ms) + " ms, " +
       (DATA.smoke ? "" : "call " + fmt(e.call_ms) + " ms, host " + fmt(e.host_us, 3) + " µs, ") +
       (e.ratio === null ? "no ratio" : fmt(e.ratio, 3) + "x " + p.baseline) + " | " + e.genome;
-    pre.textContent = DATA.sources[e.source] || "(source not available)";
+    pre.textContent = DATA.sources[e.source] || ("(this report embeds " + DATA.max_sources + " kernels and not " +
+      "this one: `evo export RUN --shape SHAPE` writes a problem's elite)");
     state.shown = { problem: pi, elite: ei, source: e.source };
     state.clicks += 1;
   }

@@ -83,8 +83,10 @@ def overview_html(ov: dict[str, Any]) -> str:
     head += [f"ratio to {b}" for b in ov["baselines"]] + ["GPU"]
     out = ['<section id="overview"><h2>Overview</h2>', "<table><tr>" + "".join(f"<th>{escape(h)}</th>" for h in head)
            + "</tr>"]
+    detailed = ov.get("detailed", len(ov["rows"]))  # the problems with a section of their own (the first ones)
     for i, r in enumerate(ov["rows"]):
-        cells = [f'<td><a href="#problem-{i}">{escape(r["key"])}</a></td>',
+        name = f'<a href="#problem-{i}">{escape(r["key"])}</a>' if i < detailed else escape(r["key"])
+        cells = [f"<td>{name}</td>",
                  f'<td class="num">{escape(number_text(r["best"]))} '
                  f'{escape(r["unit"]) if r["best"] is not None else ""}</td>',
                  f'<td class="num">{escape(number_text(r["median_ms"], 4, " ms"))}</td>',
@@ -98,6 +100,11 @@ def overview_html(ov: dict[str, Any]) -> str:
         cells += [f'<td class="num">{escape(number_text(ov["geomean"].get(b), 3, "×"))}</td>' for b in ov["baselines"]]
         out.append("<tr>" + "".join(cells) + "<td></td></tr>")
     out.append("</table>")
+    if detailed < len(ov["rows"]):
+        out.append(f'<p class="muted" id="detailed-only">This run measured {len(ov["rows"])} problems: the sections '
+                   f'below show the first {detailed} (in the experiment\'s order), this table every one. '
+                   '<code>evo status RUN</code> summarises them all; <code>evo export RUN --shape SHAPE</code> writes '
+                   'any problem\'s kernel.</p>')
     objectives = sorted({r["objective"] for r in ov["rows"] if r.get("objective")})
     clock = {"call": "per-call time (back-to-back eager calls, host launch cost included)",
              "gpu": "GPU time (one launch, L2 flushed)"}

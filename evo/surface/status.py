@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from evo.archive.elite import problem_archive, settings
-from evo.archive.reachable import experiment_reachable
+from evo.archive.elite import experiment_order, problem_archive, settings
+from evo.archive.reachable import MAX_PROBLEMS, experiment_reachable
 from evo.experiment.spec import Budget, Experiment
 from evo.problem import Problem
 from evo.search.budget import cut_short
@@ -57,10 +57,7 @@ def run_status(store: Store, experiment: Experiment | None = None) -> list[Probl
     """One row per problem in the store (the experiment's order first, when it is known)."""
     import operators
 
-    keys = store.problem_keys()
-    if experiment is not None:
-        order = [p.key for p in experiment.problems]
-        keys = [k for k in order if k in keys] + [k for k in keys if k not in order]
+    keys = experiment_order(store.problem_keys(), experiment)
     specs, noise = settings(experiment)
     floor = (experiment.budget if experiment is not None else Budget()).floor
     ops: dict[str, Any] = {}
@@ -91,7 +88,8 @@ def run_status(store: Store, experiment: Experiment | None = None) -> list[Probl
             elapsed_s=float(spent) if spent is not None else (max(times) - min(times)) if times else None,
             call_ms=best.call_ms if best else None, host_us=best.host_us if best else None, objective=objective,
             cut_short=cut_short(store.meta(f"summary:{key}"), len(evs), floor),
-            reachable=experiment_reachable(archive, problem, experiment, run_target(store.all_meta()))))
+            reachable=experiment_reachable(archive, problem, experiment, run_target(store.all_meta()))
+            if len(keys) <= MAX_PROBLEMS else None))
     return rows
 
 
