@@ -13,13 +13,16 @@ from typing import Any
 
 import yaml
 
-__all__ = ["LimitError", "MAX_TEXT_BYTES", "MAX_DEPTH", "MAX_NODES", "CEILINGS", "MAX_ELEMENTS", "MAX_CELLS",
-           "MAX_PROBLEMS", "load_yaml_bounded", "check_ceiling", "check_indexable", "check_path_text",
-           "check_smoke_dtypes"]
+__all__ = ["LimitError", "MAX_TEXT_BYTES", "MAX_DEPTH", "MAX_NODES", "MAX_DIGITS", "CEILINGS", "MAX_ELEMENTS",
+           "MAX_CELLS", "MAX_PROBLEMS", "load_yaml_bounded", "check_digits", "check_ceiling", "check_indexable",
+           "check_path_text", "check_smoke_dtypes"]
 
 MAX_TEXT_BYTES = 1 << 20  # an experiment is a page of YAML; a megabyte is not one
 MAX_DEPTH = 64  # nesting of mappings and lists (an experiment needs about 5)
 MAX_NODES = 200_000  # nodes of the document with every alias expanded (a "billion laughs" has 10^9)
+# digits of an integer: the largest setting (a seed below 2**63) has 19; Python refuses to read more than 4,300
+MAX_DIGITS = 100
+_INT_TAG = "tag:yaml.org,2002:int"
 MAX_ELEMENTS = 2**31 - 1  # per tensor: rendered kernels compute offsets in int32
 MAX_CELLS = 1_000_000  # archive cells over all descriptors
 MAX_PROBLEMS = 10_000
@@ -85,9 +88,19 @@ def _check_shape(root: yaml.Node) -> None:
             continue
         if id(node) in on_path:
             raise LimitError("holds a recursive YAML alias (a node that contains itself)")
+        if isinstance(node, yaml.ScalarNode) and node.tag == _INT_TAG:
+            check_digits(node.value, f"line {node.start_mark.line + 1}")
         on_path.add(id(node))
         stack.append((node, depth, True))
         stack.extend((c, depth + 1, False) for c in children if id(c) not in sizes)
+
+
+def check_digits(text: str, where: str) -> None:
+    """LimitError (one line, naming `where`) when the integer written as `text` has more than MAX_DIGITS digits:
+    no setting needs them, and Python's int() refuses more than 4,300 with a ValueError that reads as a crash."""
+    digits = sum(c.isdigit() for c in text)
+    if digits > MAX_DIGITS:
+        raise LimitError(f"holds a number of {digits:,} digits ({where}); no setting needs more than {MAX_DIGITS}")
 
 
 def _children(node: yaml.Node) -> list[yaml.Node]:

@@ -173,8 +173,15 @@ def _load_json(text: str, file: str) -> Any:
             out[key] = value
         return out
 
+    def integer(text: str) -> int:
+        try:
+            limits.check_digits(text, "a JSON number")
+        except limits.LimitError as e:
+            raise ModelError(file, "", str(e)) from None
+        return int(text)
+
     try:
-        return json.loads(text, object_pairs_hook=unique)
+        return json.loads(text, object_pairs_hook=unique, parse_int=integer)
     except json.JSONDecodeError as e:
         raise ModelError(file, "", f"is not valid JSON: line {e.lineno}, column {e.colno}: {e.msg}") from None
     except RecursionError:

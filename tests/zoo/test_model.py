@@ -81,6 +81,9 @@ def _bad_json(**change):
     ("hidden_size: 64\nhidden_size: 65\n", "yaml", ""),
     ("a: [", "yaml", ""),
     ("just text", "yaml", ""),
+    ('{"hidden_size": ' + "9" * 5000 + "}", "json", ""),  # more digits than Python's int() reads: a ValueError
+    ('{"rope_scaling": {"factor": -' + "1" * 4400 + "}}", "json", ""),
+    ("hidden_size: " + "9" * 5000 + "\n", "yaml", ""),
 ])
 def test_refusals_name_the_file_and_field(text, fmt, field):
     with pytest.raises(ModelError) as e:
