@@ -35,8 +35,8 @@ class Gene:
             raise ValueError(f"gene {self.name!r} has an empty domain")
         if len(set(self.values)) != len(self.values):
             raise ValueError(f"gene {self.name!r} has repeated values: {self.values}")
-        if len(self.implied) > 1 or (self.implied and self.implied[0] not in self.values):
-            raise ValueError(f"gene {self.name!r}: implied {self.implied} is not one value of its domain")
+        if len(self.implied) > 1:
+            raise ValueError(f"gene {self.name!r}: implied {self.implied} is not one value")
 
     def check(self, value: Any) -> None:
         if value not in self.values:
@@ -62,7 +62,9 @@ class Gene:
         return self.values[0]
 
     def restrict(self, values: list[Any] | tuple[Any, ...]) -> Gene:
-        """A copy whose domain is `values`, which must all belong to the current domain."""
+        """A copy whose domain is `values`, which must all belong to the current domain. The implied value stays
+        as it is, in the domain or not: stored genomes without the gene still read back as they were (and, outside
+        the domain, are out of this run's space, as any stored genome with a value it excludes)."""
         bad = [v for v in values if v not in self.values]
         if bad:
             raise ValueError(f"gene {self.name!r}: {bad} not in its domain {list(self.values)}")
@@ -80,15 +82,22 @@ def PowerOfTwo(name: str, low: int, high: int, group: str = "misc", doc: str = "
     return Gene(name, tuple(values), group=group, ordered=True, doc=doc)
 
 
+def _defined(gene: Gene) -> Gene:
+    """`gene` as a family defines it: its implied value, if any, is one of its values (a restriction may drop it)."""
+    if gene.implied and gene.implied[0] not in gene.values:
+        raise ValueError(f"gene {gene.name!r}: implied {gene.implied} is not one value of its domain")
+    return gene
+
+
 def IntChoice(name: str, values: list[int] | tuple[int, ...], group: str = "misc", doc: str = "",
               implied: tuple[Any, ...] = ()) -> Gene:
-    return Gene(name, tuple(sorted(values)), group=group, ordered=True, doc=doc, implied=implied)
+    return _defined(Gene(name, tuple(sorted(values)), group=group, ordered=True, doc=doc, implied=implied))
 
 
 def Categorical(name: str, values: list[Any] | tuple[Any, ...], group: str = "misc", doc: str = "",
                 implied: tuple[Any, ...] = ()) -> Gene:
-    return Gene(name, tuple(values), group=group, ordered=False, doc=doc, implied=implied)
+    return _defined(Gene(name, tuple(values), group=group, ordered=False, doc=doc, implied=implied))
 
 
 def Boolean(name: str, group: str = "misc", doc: str = "", implied: tuple[Any, ...] = ()) -> Gene:
-    return Gene(name, (False, True), group=group, ordered=False, doc=doc, implied=implied)
+    return _defined(Gene(name, (False, True), group=group, ordered=False, doc=doc, implied=implied))

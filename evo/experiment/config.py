@@ -29,7 +29,7 @@ from evo.experiment.spec import (
     MemorySpec,
 )
 from evo.experiment.yaml_reader import Checker, ConfigError, UniqueKeyLoader, describe
-from evo.problem import DTYPES, HOPPER, Problem
+from evo.problem import DTYPES, HOPPER, INTERPRETED_HOPPER, Problem, Target
 
 __all__ = ["ConfigError", "load_experiment", "parse_experiment", "parse_shape", "EXECUTOR_KINDS"]
 
@@ -128,7 +128,7 @@ def parse_experiment(text: str, file: str = "<experiment>", default_name: str = 
     genome = _genome(c, d.get("genome", {}), op)
     if genome:
         op = operators.get(op_name, genome)
-    _check_feasible(c, op, problems, bool(genome))
+    _check_feasible(c, op, problems, bool(genome), INTERPRETED_HOPPER if executor.kind == "smoke" else HOPPER)
     descriptors = _descriptors(c, d.get("descriptors", []), op)
 
     mutators = dict(_default_mutators())
@@ -232,24 +232,40 @@ def _genome(c: Checker, node: Any, op: Any) -> dict[str, list[Any]]:
     return out
 
 
-def _check_feasible(c: Checker, op: Any, problems: tuple[Problem, ...], restricted: bool) -> None:
-    """With restricted genes, each problem must still have a valid genome (checked for a Hopper target)."""
+def _check_feasible(c: Checker, op: Any, problems: tuple[Problem, ...], restricted: bool, target: Target) -> None:
+    """With restricted genes, each problem must still have a valid genome on `target` (a Hopper GPU, or the CPU
+    interpreter of a smoke run, which runs no Gluon); else one line naming the rule the restrictions break."""
     if not restricted:
         return
     from genomes.base import InvalidGenome
 
     rng = np.random.default_rng(0)
     for p in problems:
-        if op.family.seeds(p, HOPPER):
+        if op.family.seeds(p, target):
             continue
         for _ in range(16):
             try:
-                op.family.random(rng, p, HOPPER)
+                op.family.random(rng, p, target)
                 break
             except InvalidGenome:
                 continue
         else:
-            raise c.fail("genome", f"no valid genome remains for problem {p.key} under these restrictions")
+            raise c.fail("genome", f"no valid genome remains for problem {p.key} under these restrictions"
+                                   f"{_conflict(op.family, p, target, rng)}")
+
+
+def _conflict(family: Any, problem: Problem, target: Target, rng: np.random.Generator, draws: int = 200) -> str:
+    """The rule that genomes drawn from the restricted domains break: one every draw breaks (e.g. backend gluon with
+    memory pointer: "the Gluon rendering holds memory=host_descriptor"), else the one broken most often."""
+    counts: dict[str, int] = {}
+    for _ in range(draws):
+        genome = family.make({name: gene.random(rng) for name, gene in family.genes.items()})
+        for reason in set(family.violations(genome, problem, target)):
+            counts[reason] = counts.get(reason, 0) + 1
+    if not counts:
+        return ""
+    reason, n = max(counts.items(), key=lambda kv: (kv[1], kv[0]))
+    return f": every genome they allow breaks a rule ({reason})" if n == draws else f" (most often: {reason})"
 
 
 def _descriptors(c: Checker, node: Any, op: Any) -> tuple[DescriptorSpec, ...]:

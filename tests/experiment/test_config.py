@@ -92,6 +92,13 @@ CASES = {
     "bool gene given int": (GOOD + "genome: {persistent: [1]}\n", "genome.persistent[0]", "domain"),
     "infeasible genome": (GOOD + "genome: {BLOCK_M: [256], BLOCK_N: [256], num_warps: [2]}\n", "genome",
                           "no valid genome"),
+    # a backend whose rules the other restrictions break: named, before any worker starts (was a traceback)
+    "gluon with pointer loads": (GOOD + "genome: {backend: [gluon], memory: [pointer]}\n", "genome",
+                                 "every genome they allow breaks a rule (the Gluon rendering holds "
+                                 "memory=host_descriptor)"),
+    "gluon in a smoke run": (GOOD + "executor: {kind: smoke}\ngenome: {backend: [gluon]}\n", "genome",
+                             "does not run in Triton's CPU interpreter"),
+    "a 5000-digit number": (GOOD + "seed: " + "9" * 5000 + "\n", "", "holds a number of 5,000 digits (line 6)"),
     "unknown descriptor": (GOOD + "descriptors: [tile_area, bogus]\n", "descriptors[1]", "tile_area"),
     "descriptor twice": (GOOD + "descriptors: [tile_area, tile_area]\n", "descriptors[1]", "twice"),
     "edges not increasing": (GOOD + "descriptors: [{name: block_k, edges: [4, 4]}]\n", "descriptors[0].edges",

@@ -82,3 +82,28 @@ def test_restrict_returns_a_narrower_copy_in_domain_order():
         gene.restrict([48])
     with pytest.raises(dataclasses.FrozenInstanceError):
         gene.values = (1,)  # type: ignore[misc]
+
+
+def test_a_restriction_may_leave_out_the_implied_value_and_keeps_it():
+    """`genome: {backend: [gluon]}` restricts a gene whose implied value (what genomes stored before it held) is
+    triton: the restriction holds, and the implied value stays, so stored genomes keep their identity."""
+    gene = Categorical("backend", ("triton", "gluon"), implied=("triton",))
+    narrow = gene.restrict(["gluon"])
+    assert narrow.values == ("gluon",) and narrow.implied == ("triton",)
+    with pytest.raises(ValueError, match="not one value of its domain"):
+        Categorical("backend", ("triton", "gluon"), implied=("cuda",))  # a family's own definition is checked
+
+
+def test_a_gluon_only_family_reads_genomes_stored_before_the_gene_as_they_were():
+    import json
+
+    import operators
+    from evo.problem import HOPPER
+
+    everything, gluon = operators.get("gemm"), operators.get("gemm", {"backend": ["gluon"]})
+    problem = everything.problem((4096, 4096, 4096), "fp16")
+    assert all(g["backend"] == "gluon" for g in gluon.family.seeds(problem, HOPPER))
+    old = everything.family.seeds(problem, HOPPER)[0]  # a Triton genome, stored before `backend` existed
+    stored = json.loads(old.canonical())["genes"]
+    assert "backend" not in stored  # left out at its implied value
+    assert gluon.family.unchecked(stored).hash == old.hash and gluon.family.unchecked(stored)["backend"] == "triton"
