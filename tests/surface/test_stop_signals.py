@@ -1,6 +1,7 @@
 """SIGTERM and SIGHUP stop `evo run` as Ctrl-C does (every completed evaluation stored, the resume hint, exit
-128 + signal), and a closed or broken stdout never ends a run. The fast tests drive the handler itself; the slow
-ones run the smoke executor in a subprocess and send the signal."""
+128 + signal), a second signal during the stop does not cut it short, and a closed or broken stdout never ends a
+run. The fast tests drive the handler itself; the slow ones run the smoke executor in a subprocess and send the
+signal."""
 
 from __future__ import annotations
 
@@ -40,6 +41,42 @@ def test_a_stop_signal_interrupts_once_and_sets_the_exit_status(sig, status):
         time.sleep(0.05)
         assert stops.exit_status() == status
     assert signal.getsignal(sig) == before  # the handlers of before the run are back
+
+
+def test_two_ctrl_c_interrupt_once_and_exit_130():
+    """The second Ctrl-C of two 0.2 s apart used to land in the middle of Ray's shutdown: exit 1, not 130."""
+    with StopSignals() as stops:
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)
+        os.kill(os.getpid(), signal.SIGINT)  # during the stop the first one started: absorbed
+        time.sleep(0.05)
+        assert stops.exit_status() == 130
+
+
+def test_a_signal_long_after_the_first_interrupts_again():
+    """A stop that hangs can still be interrupted: repeats are absorbed only for a while."""
+    with StopSignals(absorb_s=0.1) as stops:
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)
+        time.sleep(0.2)
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)
+        assert stops.exit_status() == 143  # the first signal decides the status
+
+
+def test_a_signal_ignored_before_stays_ignored():
+    """`nohup evo run ...` ignores SIGHUP: closing the terminal must not stop the run."""
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        with StopSignals() as stops:
+            os.kill(os.getpid(), signal.SIGHUP)
+            time.sleep(0.05)
+            assert stops.received is None
+    finally:
+        signal.signal(signal.SIGHUP, before)
 
 
 def test_no_signal_means_the_ctrl_c_status():
