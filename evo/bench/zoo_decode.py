@@ -25,7 +25,8 @@ __all__ = ["measure_decode", "decode_markdown"]
 NEEDS_CUDA = "needs CUDA"
 GOAL = 1.20  # issue 40: the zoo's best way under graphs over torch's best way under graphs, 128 steps from 4k
 NOTE = ("attention: torch SDPA over the fixed-capacity cache masked by the length tensor in every way (evo's attention "
-        "kernel takes its key length from the shapes, not from a tensor)")
+        "kernel takes its key length from the shapes, not from a tensor); the zoo ways run its patched roles, "
+        "rope_cache with the length tensor as its start")
 
 
 def _reason(e: BaseException) -> str:
