@@ -2,8 +2,9 @@
 address, or an embedded instance of the run's own, bound to 127.0.0.1 with the dashboard off and Ray's logging
 quiet, whose processes a guard ends however the run ends (evo.evaluate.ray_guard).
 
-Before joining, `check_reachable` asks the address over plain TCP: `ray.init(address=...)` retries an
-unreachable address for minutes, which looks like a hang; a TCP connection answers in seconds.
+Before joining, `check_reachable` asks the address over TCP and HTTP/2 (`resolve_address` first finds it as Ray
+would, "auto" included): `ray.init(address=...)` retries an address that does not answer for minutes, out of
+Ctrl-C's reach, which looks like a hang; these answer in seconds.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 from evo.evaluate.ray_guard import RayGuard
 
-__all__ = ["RaySession", "check_reachable"]
+__all__ = ["RaySession", "check_reachable", "resolve_address"]
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +24,8 @@ log = logging.getLogger(__name__)
 # network address (ray._private.services.get_node_ip_address). The driver reads it from ray_constants (set when Ray
 # was imported), the raylet and GCS it starts read it from their environment.
 _LOCAL_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"  # RFC 9113, 3.4: what a gRPC client sends first
+_SETTINGS = 4  # HTTP/2's SETTINGS frame type: a server's first frame
 
 
 class RaySession:
@@ -41,7 +44,7 @@ class RaySession:
             return ray
         quiet: dict[str, Any] = dict(logging_level=logging.ERROR, log_to_driver=False, namespace="evo")
         if self.address is not None:
-            check_reachable(self.address)
+            check_reachable(resolve_address(self.address), given=self.address)
             ray.init(address=self.address, **quiet)
             self._started = True
             return ray
@@ -82,15 +85,68 @@ class RaySession:
             self._guard = None
 
 
-def check_reachable(address: str, timeout_s: float = 5.0) -> None:
-    """Raise ConnectionError (one line) unless something accepts TCP connections at `address` ("host:port" or
-    "ray://host:port"). Addresses Ray resolves itself ("auto", "local") are left to Ray."""
+def check_reachable(address: str, timeout_s: float = 5.0, given: str | None = None) -> None:
+    """Raise ConnectionError (one line) unless a gRPC server (a Ray GCS, or a Ray Client server) answers at `address`
+    ("host:port" or "ray://host:port") within `timeout_s`: something must accept a TCP connection there and answer
+    HTTP/2's opening with its own (a port that accepts and stays silent would hold ray.init for minutes, out of
+    Ctrl-C's reach). `given`: what the experiment wrote, when Ray resolved it to `address`. Addresses Ray resolves
+    itself ("auto", "local") pass: resolve_address resolves them first."""
     host, sep, port = address.split("://", 1)[-1].rpartition(":")
     if not sep or not port.isdigit():
         return
+    target = f"{given} (as {address})" if given is not None and given != address else address
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s) as conn:
+            if os.environ.get("RAY_USE_TLS", "0").lower() in ("0", "false", ""):  # TLS: the handshake comes first
+                _answers_http2(conn, timeout_s)
     except OSError as e:
-        reason = e.strerror or type(e).__name__
-        raise ConnectionError(f"no Ray cluster answers at {address} ({reason}); is `ray start --head` running "
-                              f"there, and is the address right?") from None
+        reason = e.strerror or str(e) or type(e).__name__
+        if given == "auto":
+            raise ConnectionError(f"executor.address auto: the Ray instance found on this machine does not answer at "
+                                  f"{address} ({reason}); it may be another session's or user's, or one that ended: "
+                                  "give its address, or leave address out for a run of its own") from None
+        raise ConnectionError(f"no Ray cluster answers at {target} ({reason}); is `ray start --head` running there, "
+                              "and is the address right?") from None
+
+
+def _answers_http2(conn: socket.socket, timeout_s: float) -> None:
+    """Send HTTP/2's client preface and an empty SETTINGS frame; a gRPC server answers with a SETTINGS frame (a Ray
+    GCS within milliseconds). OSError when nothing, or something else, comes back within `timeout_s`."""
+    conn.settimeout(timeout_s)
+    conn.sendall(_HTTP2_PREFACE + bytes([0, 0, 0, _SETTINGS, 0, 0, 0, 0, 0]))
+    head = b""
+    try:
+        while len(head) < 9:
+            chunk = conn.recv(9 - len(head))
+            if not chunk:
+                raise OSError("it closed the connection without a gRPC reply")
+            head += chunk
+    except TimeoutError:
+        raise OSError(f"it accepts connections but sent no gRPC reply within {timeout_s:g} s") from None
+    if head[3] != _SETTINGS:
+        raise OSError("what answers there does not speak gRPC")
+
+
+def resolve_address(address: str) -> str:
+    """The host:port `ray.init(address=...)` connects to for `address`, by Ray's own rules: "auto" is what Ray finds
+    on this machine (RAY_ADDRESS, the cluster `ray start` recorded, else a raylet's command line through `ps`:
+    none is one line at once), and 127.0.0.1 or localhost become the machine's address unless Ray is kept local.
+    check_reachable asks it next: a GCS found through `ps` may be another session's or user's and not answer, and
+    Ray would retry it for minutes. "local" and "ray://" addresses are returned as given."""
+    if address == "local" or "://" in address:
+        return address
+    from ray._private import services
+
+    try:
+        found = services.canonicalize_bootstrap_address(address)
+    except (ConnectionError, ValueError) as e:
+        if address == "auto":
+            raise ConnectionError(f"executor.address auto: no Ray instance found on this machine "
+                                  f"({_first_line(e)}); start one with `ray start --head`, or leave address out for "
+                                  "a run of its own") from None
+        raise ConnectionError(f"executor.address {address}: {_first_line(e)}") from None
+    return found or address
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0].rstrip(".")
