@@ -18,10 +18,11 @@ __all__ = ["Candidate", "CompileResult", "make_candidate", "Lookup", "Backend", 
 
 
 def make_executor(spec: ExecutorSpec, evaluation: EvaluationSpec, seed: int = 0, lookup: Lookup | None = None,
-                  cache_dir: str | None = None) -> Executor:
+                  cache_dir: str | None = None, ray_log: str | None = None) -> Executor:
     """An experiment's executor. kind "local": LocalExecutor; "ray": RayExecutor; "smoke": the Ray executor's path
     on CPU workers, checking in the interpreter (SmokeBackend: its fitness is not a timing). `cache_dir`: the
-    Triton compile cache its compile processes and GPU workers share (None: Triton's default)."""
+    Triton compile cache its compile processes and GPU workers share (None: Triton's default). `ray_log`: the file
+    that what Ray prints goes to (None: the terminal)."""
     if spec.kind not in ("ray", "local", "smoke"):
         raise ValueError(f"unknown executor kind {spec.kind!r}; expected ray, local or smoke")
     backend = (SmokeBackend(evaluation, seed) if spec.kind == "smoke"
@@ -30,4 +31,4 @@ def make_executor(spec: ExecutorSpec, evaluation: EvaluationSpec, seed: int = 0,
         return LocalExecutor(backend, evaluation, lookup)
     from evo.evaluate.ray_executor import RayExecutor
 
-    return RayExecutor(backend, spec, evaluation, lookup)
+    return RayExecutor(backend, spec, evaluation, lookup, ray_log=ray_log)

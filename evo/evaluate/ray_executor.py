@@ -10,6 +10,7 @@ import math
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from evo.evaluate import pipeline
@@ -71,11 +72,13 @@ class _Worker:
 
 class RayExecutor(Executor):
     def __init__(self, backend: Backend, spec: ExecutorSpec | None = None, evaluation: EvaluationSpec | None = None,
-                 lookup: pipeline.Lookup | None = None, num_cpus: int | None = None) -> None:
-        """`num_cpus` sizes an embedded Ray instance (None: every CPU of this machine)."""
+                 lookup: pipeline.Lookup | None = None, num_cpus: int | None = None,
+                 ray_log: str | Path | None = None) -> None:
+        """`num_cpus` sizes an embedded Ray instance (None: every CPU of this machine); `ray_log`: the file that
+        what Ray prints goes to while the executor runs (None: the terminal, as Ray does)."""
         super().__init__(backend, evaluation, lookup)
         self.spec = spec or ExecutorSpec()  # validated where it was read (evo.experiment.config)
-        self._session = RaySession(self.spec.address, bool(self.spec.dashboard), num_cpus)
+        self._session = RaySession(self.spec.address, bool(self.spec.dashboard), num_cpus, log_path=ray_log)
         self._ray: Any = None
         self._workers: list[_Worker] = []
         self._waiting: deque[Candidate] = deque()  # rendered, waiting for a compile slot
@@ -127,6 +130,8 @@ class RayExecutor(Executor):
         if ray is None:
             return
         try:
+            if not self._session.alive():  # the instance died: any call into Ray now ends this process
+                return
             # compiles under way are left alone, never cancelled: a cancel that meets the task's reply trips a
             # check in Ray's core (ray-project/ray#54527) that aborts the driver before the resume hint (seen in
             # CI, also with a wait after the cancel); ray.shutdown() ends an embedded instance's compile
@@ -190,6 +195,13 @@ class RayExecutor(Executor):
             raise self._fatal
         deadline = time.monotonic() + (math.inf if timeout_s is None else timeout_s)
         while True:
+            if not self._session.alive():  # before any call into Ray: Ray's core ends a driver that makes one
+                self._fatal = WorkersLost(f"the Ray instance of this run died (its raylet or GCS server ended"
+                                          f"{self._log_note}); every completed evaluation is stored")
+                if not self._done:
+                    raise self._fatal
+                out, self._done = self._done, []  # handed over first: the next poll raises
+                return out
             self._pump()
             refs = [*self._compiling, *self._running, *self._probing]
             unreachable = any(w.ask_at is not None for w in self._workers)
@@ -208,8 +220,14 @@ class RayExecutor(Executor):
         return out
 
     # -- internals ------------------------------------------------------------------------------------
+    @property
+    def _log_note(self) -> str:
+        return f"; Ray's messages are in {self._session.log_path}" if self._session.log_path else ""
+
     def _pump(self) -> None:
         """Start compiles while CPU slots are free; hand compiled candidates to idle workers."""
+        if not self._session.alive():  # no call into a dead instance (poll says it died)
+            return
         while self._waiting and len(self._compiling) < self._compile_slots:
             cand = self._waiting.popleft()
             ref = self._compile.remote(self._backend_ref, cand, self.target)

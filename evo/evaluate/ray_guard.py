@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["RayGuard", "descendants"]
+__all__ = ["RayGuard", "descendants", "children_named", "all_alive"]
 
 _PROC = Path("/proc")
 _SAMPLE_S = 0.5
@@ -62,6 +62,29 @@ def descendants(roots: set[int], table: dict[int, tuple[int, int, str]] | None =
                 out[child] = table[child][1]
                 todo.append(child)
     return out
+
+
+def children_named(parent: int, names: tuple[str, ...]) -> dict[int, int]:
+    """{pid: start time} of the live children of `parent` whose command name (/proc/PID/comm) is one of `names`."""
+    out = {}
+    for pid, (ppid, start, state) in _table().items():
+        if ppid == parent and state != "Z":
+            try:
+                comm = (_PROC / str(pid) / "comm").read_text().strip()
+            except OSError:
+                continue
+            if comm in names:
+                out[pid] = start
+    return out
+
+
+def all_alive(seen: dict[int, int]) -> bool:
+    """Whether every process of `seen` ({pid: start time}) is still that process, and not a zombie."""
+    for pid, start in seen.items():
+        st = _stat(pid)
+        if st is None or st[1] != start or st[2] == "Z":
+            return False
+    return True
 
 
 class RayGuard:

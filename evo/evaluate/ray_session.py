@@ -4,7 +4,10 @@ quiet, whose processes a guard ends however the run ends (evo.evaluate.ray_guard
 
 Before joining, `check_reachable` asks the address over TCP and HTTP/2 (`resolve_address` first finds it as Ray
 would, "auto" included): `ray.init(address=...)` retries an address that does not answer for minutes, out of
-Ctrl-C's reach, which looks like a hang; these answer in seconds.
+Ctrl-C's reach, which looks like a hang; these answer in seconds. The embedded instance keeps its files in a folder
+only this user may enter (`private_temp_dir`); what Ray prints goes to the run's log (evo.evaluate.ray_output);
+SIGTERM keeps the caller's handler while Ray starts; and `alive()` says when the instance died under the run,
+before any call into it ends the process.
 """
 
 from __future__ import annotations
@@ -12,9 +15,12 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from contextlib import nullcontext
+from pathlib import Path
 from typing import Any
 
-from evo.evaluate.ray_guard import RayGuard
+from evo.evaluate.ray_guard import RayGuard, all_alive, children_named
+from evo.evaluate.ray_output import RayOutput
 
 __all__ = ["RaySession", "check_reachable", "resolve_address"]
 
@@ -24,18 +30,25 @@ log = logging.getLogger(__name__)
 # network address (ray._private.services.get_node_ip_address). The driver reads it from ray_constants (set when Ray
 # was imported), the raylet and GCS it starts read it from their environment.
 _LOCAL_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+_DAEMONS = ("raylet", "gcs_server")  # the embedded instance's processes whose end is the instance's end
 _HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"  # RFC 9113, 3.4: what a gRPC client sends first
 _SETTINGS = 4  # HTTP/2's SETTINGS frame type: a server's first frame
 
 
 class RaySession:
     """`start()` returns the `ray` module, initialised; `close()` stops only a Ray that `start()` started, then
-    lets the guard end what it left behind. `num_cpus` sizes an embedded instance (None: every CPU here)."""
+    lets the guard end what it left behind. `num_cpus` sizes an embedded instance (None: every CPU here);
+    `log_path`: where what Ray prints goes while the session is open (evo.evaluate.ray_output; None: where it
+    always goes)."""
 
-    def __init__(self, address: str | None = None, dashboard: bool = False, num_cpus: int | None = None) -> None:
+    def __init__(self, address: str | None = None, dashboard: bool = False, num_cpus: int | None = None,
+                 log_path: str | Path | None = None) -> None:
         self.address, self.dashboard, self.num_cpus = address, dashboard, num_cpus
+        self.log_path = Path(log_path) if log_path is not None else None
         self._started = False
         self._guard: RayGuard | None = None
+        self._output: RayOutput | None = None
+        self._daemons: dict[int, int] = {}  # the embedded instance's raylet and GCS server: {pid: start time}
 
     def start(self) -> Any:
         import ray
@@ -45,7 +58,13 @@ class RaySession:
         quiet: dict[str, Any] = dict(logging_level=logging.ERROR, log_to_driver=False, namespace="evo")
         if self.address is not None:
             check_reachable(resolve_address(self.address), given=self.address)
-            ray.init(address=self.address, **quiet)
+            self._quiet()
+            try:
+                with self._all_output():
+                    ray.init(address=self.address, **quiet)
+            except BaseException:
+                self._loud()
+                raise
             self._started = True
             return ray
         # both switches are set for this start only: a later ray.init(address=...) still finds the machine's address
@@ -56,33 +75,59 @@ class RaySession:
             os.environ[_LOCAL_ONLY_ENV] = "0"
         ray_constants.ENABLE_RAY_CLUSTER = os.environ[_LOCAL_ONLY_ENV].lower() not in ("0", "false")
         self._guard = RayGuard.start()
+        self._quiet()
         try:
             # address "local": a new instance of this run's own, never a cluster that `ray start` left recorded
-            ray.init(address="local", include_dashboard=bool(self.dashboard), dashboard_host="127.0.0.1",
-                     _node_ip_address="127.0.0.1", num_cpus=self.num_cpus, **quiet)
+            with self._all_output():
+                ray.init(address="local", include_dashboard=bool(self.dashboard), dashboard_host="127.0.0.1",
+                         _node_ip_address="127.0.0.1", num_cpus=self.num_cpus, **quiet)
         except BaseException:
             self._guard.close()
             self._guard = None
+            self._loud()
             raise
         finally:
             ray_constants.ENABLE_RAY_CLUSTER = saved_flag
             if saved_env is None:
                 os.environ.pop(_LOCAL_ONLY_ENV, None)
         self._started = True
+        self._daemons = children_named(os.getpid(), _DAEMONS)
         ip = ray.util.get_node_ip_address()
         if ip not in ("127.0.0.1", "::1", "localhost"):
             log.warning("the embedded Ray instance uses address %s, not 127.0.0.1 only", ip)
         return ray
 
-    def close(self) -> None:
-        if self._started:
-            import ray
+    def alive(self) -> bool:
+        """False once a daemon of the embedded instance (its raylet or GCS server) has ended: Ray's core then ends
+        this process within seconds, and no call into Ray may be made. A joined cluster: always True (a node it
+        loses costs its workers, which the executor handles)."""
+        return all_alive(self._daemons)
 
-            ray.shutdown()
-            self._started = False
-        if self._guard is not None:
-            self._guard.close()
-            self._guard = None
+    def close(self) -> None:
+        try:
+            if self._started:
+                import ray
+
+                with self._all_output():
+                    ray.shutdown()
+                self._started = False
+            if self._guard is not None:
+                self._guard.close()
+                self._guard = None
+        finally:
+            self._loud()
+
+    def _quiet(self) -> None:
+        if self.log_path is not None and self._output is None:
+            self._output = RayOutput(self.log_path).open()
+
+    def _all_output(self) -> Any:
+        return self._output.all_of_it() if self._output is not None else nullcontext()
+
+    def _loud(self) -> None:
+        if self._output is not None:
+            self._output.close()
+            self._output = None
 
 
 def check_reachable(address: str, timeout_s: float = 5.0, given: str | None = None) -> None:

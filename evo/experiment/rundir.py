@@ -1,4 +1,5 @@
-"""Where a run keeps its files: <output>/<experiment name>/ holding the store and a copy of the experiment.
+"""Where a run keeps its files: <output>/<experiment name>/ holding the store, a copy of the experiment and, for a
+run on Ray, what Ray printed (ray.log).
 
 The store is the run's checkpoint: resuming a run needs nothing else.
 """
@@ -8,10 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["RunDir", "STORE_NAME", "EXPERIMENT_NAME"]
+__all__ = ["RunDir", "STORE_NAME", "EXPERIMENT_NAME", "RAY_LOG_NAME"]
 
 STORE_NAME = "store.sqlite"
 EXPERIMENT_NAME = "experiment.yaml"
+RAY_LOG_NAME = "ray.log"
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,10 @@ class RunDir:
     @property
     def experiment(self) -> Path:
         return self.path / EXPERIMENT_NAME
+
+    @property
+    def ray_log(self) -> Path:
+        return self.path / RAY_LOG_NAME
 
     def exists(self) -> bool:
         """True when a run has stored something here (a directory alone is not a run)."""

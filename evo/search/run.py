@@ -125,7 +125,8 @@ def _run_locked(experiment: Experiment, rd: RunDir, resume: bool, on_event: Even
             executor = shared_executor.executor
             executor.lookup = store.lookup
         elif executor is None:
-            executor = make_executor(experiment.executor, experiment.evaluation, experiment.seed, store.lookup)
+            executor = make_executor(experiment.executor, experiment.evaluation, experiment.seed, store.lookup,
+                                     ray_log=str(rd.ray_log))
         if shared is not None and memory.reuse:  # the run's own store first, then what earlier runs measured
             executor.lookup = chain_lookups(executor.lookup, shared.lookup)
         if shared_executor is None or not shared_executor.started:
@@ -142,7 +143,7 @@ def _run_locked(experiment: Experiment, rd: RunDir, resume: bool, on_event: Even
         if shared is not None:
             shared.close()
         if not resume:  # leave nothing behind that would block a retry
-            for path in (rd.store, Path(f"{rd.store}-wal"), Path(f"{rd.store}-shm"), rd.experiment):
+            for path in (rd.store, Path(f"{rd.store}-wal"), Path(f"{rd.store}-shm"), rd.experiment, rd.ray_log):
                 path.unlink(missing_ok=True)
         elif previous is not None and previous != experiment.source:
             write_atomic(rd.experiment, previous)  # the resume did not happen: the copy describes the run again
