@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
-from contextlib import nullcontext
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +63,7 @@ class RaySession:
             check_reachable(resolve_address(self.address), given=self.address)
             self._quiet()
             try:
-                with self._all_output():
+                with _callers_sigterm(), self._all_output():
                     ray.init(address=self.address, **quiet)
             except BaseException:
                 self._loud()
@@ -78,10 +81,13 @@ class RaySession:
         self._quiet()
         try:
             # address "local": a new instance of this run's own, never a cluster that `ray start` left recorded
-            with self._all_output():
+            with _callers_sigterm(), self._all_output():
                 ray.init(address="local", include_dashboard=bool(self.dashboard), dashboard_host="127.0.0.1",
                          _node_ip_address="127.0.0.1", num_cpus=self.num_cpus, **quiet)
         except BaseException:
+            if ray.is_initialized():  # interrupted after Ray connected: its own shutdown, then the guard's
+                with self._all_output():
+                    ray.shutdown()
             self._guard.close()
             self._guard = None
             self._loud()
@@ -195,3 +201,23 @@ def resolve_address(address: str) -> str:
 
 def _first_line(e: BaseException) -> str:
     return (str(e).strip().splitlines() or [type(e).__name__])[0].rstrip(".")
+
+
+@contextmanager
+def _callers_sigterm() -> Iterator[None]:
+    """While Ray starts or joins, and after, SIGTERM keeps the handler the caller gave it. Ray's init installs its
+    own in Python (one that exits at once, then one that drains the node and exits 1), and its C++ core one below
+    Python's (it prints a stack dump, then hands over; at the process's exit it sometimes aborts it). evo's
+    (evo.surface.stop_signals) stops the run as Ctrl-C does, and the guard ends Ray's processes."""
+    from ray._private import utils as ray_utils
+
+    install = ray_utils.set_sigterm_handler
+    ray_utils.set_sigterm_handler = lambda handler: None
+    main_thread = threading.current_thread() is threading.main_thread()
+    callers = signal.getsignal(signal.SIGTERM) if main_thread else None
+    try:
+        yield
+    finally:
+        ray_utils.set_sigterm_handler = install
+        if callers is not None:  # installed again, over the handler Ray's core put beneath Python's
+            signal.signal(signal.SIGTERM, callers)

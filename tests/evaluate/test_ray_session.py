@@ -6,13 +6,16 @@ Ray starts. None of these tests starts Ray."""
 
 from __future__ import annotations
 
+import signal
 import socket
+import sys
 import threading
 import time
 
 import pytest
 
 from evo.evaluate.ray_session import (
+    _callers_sigterm,
     check_reachable,
     resolve_address,
 )
@@ -114,3 +117,22 @@ def test_auto_that_finds_a_gcs_that_does_not_answer_is_one_line_within_seconds(n
     assert time.monotonic() - t0 < 5.0
     assert str(e.value).startswith("executor.address auto: the Ray instance found on this machine does not answer")
     assert f":{port}" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_sigterm_keeps_the_callers_handler_while_ray_starts():
+    """Ray's init replaced SIGTERM's handler with one that exits (1, or 15, with a stack dump): a SIGTERM in the
+    first seconds of a run then ended it with no evo line and no exit 143."""
+    from ray._private import utils as ray_utils
+
+    def mine(signum, frame):
+        pass
+
+    before = signal.signal(signal.SIGTERM, mine)
+    try:
+        with _callers_sigterm():
+            ray_utils.set_sigterm_handler(lambda signum, frame: sys.exit(signum))  # what ray.init calls
+            assert signal.getsignal(signal.SIGTERM) is mine
+        ray_utils.set_sigterm_handler(mine)  # Ray's own function is back
+        assert signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        signal.signal(signal.SIGTERM, before)

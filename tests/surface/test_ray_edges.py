@@ -119,6 +119,27 @@ def test_a_killed_raylet_ends_the_run_in_one_evo_line_with_the_resume_hint(tmp_p
 
 
 @pytest.mark.slow
+def test_sigterm_while_ray_starts_is_one_evo_line_and_143(tmp_path):
+    run = tmp_path / "run"
+    proc = _start(_experiment(tmp_path), run)
+    try:
+        while "starting smoke workers" not in proc.stdout.readline():  # the run's own handling is in place
+            assert proc.poll() is None, proc.communicate()[1]
+        time.sleep(1.0)  # Ray is starting (it takes seconds here)
+        assert _rows(run) == 0, "Ray started too fast to test a SIGTERM during its start"
+        proc.send_signal(signal.SIGTERM)
+        t0 = time.monotonic()
+        _, err = _finish(proc)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert time.monotonic() - t0 < 15
+    assert proc.returncode == 143, err
+    assert err.count("\n") == 1 and err.startswith("evo: interrupted"), err
+    assert "Traceback" not in err and "SIGTERM" not in err
+
+
+@pytest.mark.slow
 def test_two_ctrl_c_0_2_s_apart_exit_130_with_the_resume_hint(tmp_path):
     """A terminal's Ctrl-C reaches the whole foreground group: the driver and every Ray process in it. The second
     one used to cut Ray's shutdown halfway: exit 1."""
