@@ -25,7 +25,7 @@ from typing import Any
 from evo.evaluate.ray_guard import RayGuard, all_alive, children_named
 from evo.evaluate.ray_output import RayOutput
 
-__all__ = ["RaySession", "check_reachable", "resolve_address"]
+__all__ = ["RaySession", "check_reachable", "resolve_address", "check_dashboard_extras"]
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +58,8 @@ class RaySession:
 
         if ray.is_initialized():
             return ray
+        if self.dashboard:
+            check_dashboard_extras()
         quiet: dict[str, Any] = dict(logging_level=logging.ERROR, log_to_driver=False, namespace="evo")
         if self.address is not None:
             check_reachable(resolve_address(self.address), given=self.address)
@@ -201,6 +203,17 @@ def resolve_address(address: str) -> str:
 
 def _first_line(e: BaseException) -> str:
     return (str(e).strip().splitlines() or [type(e).__name__])[0].rstrip(".")
+
+
+def check_dashboard_extras() -> None:
+    """Raise RuntimeError (one line) unless Ray's dashboard can start: it needs Ray's default extras, and
+    without them ray.init logs five lines of errors before it fails."""
+    try:
+        import ray.dashboard.optional_deps  # noqa: F401  (Ray's own test of the same)
+    except ImportError as e:
+        raise RuntimeError(f"executor.dashboard: Ray's dashboard needs Ray's default extras, which are not installed "
+                           f"here ({e}); pip install 'evo-kernels[dashboard]' (or 'ray[default]'), or set "
+                           f"dashboard: false") from None
 
 
 @contextmanager

@@ -16,6 +16,7 @@ import pytest
 
 from evo.evaluate.ray_session import (
     _callers_sigterm,
+    check_dashboard_extras,
     check_reachable,
     resolve_address,
 )
@@ -117,6 +118,14 @@ def test_auto_that_finds_a_gcs_that_does_not_answer_is_one_line_within_seconds(n
     assert time.monotonic() - t0 < 5.0
     assert str(e.value).startswith("executor.address auto: the Ray instance found on this machine does not answer")
     assert f":{port}" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_dashboard_without_rays_extras_is_one_line_before_ray_starts(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray.dashboard.optional_deps", None)  # import fails as without aiohttp
+    with pytest.raises(RuntimeError) as e:
+        check_dashboard_extras()
+    assert str(e.value).startswith("executor.dashboard: Ray's dashboard needs Ray's default extras")
+    assert "pip install" in str(e.value) and "\n" not in str(e.value)
 
 
 def test_sigterm_keeps_the_callers_handler_while_ray_starts():

@@ -55,6 +55,14 @@ def test_auto_that_finds_a_gcs_that_does_not_answer_is_one_line_within_seconds(t
     assert not (tmp_path / "run").exists()
 
 
+def test_a_dashboard_without_rays_extras_is_one_line_before_ray_starts(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "ray.dashboard.optional_deps", None)  # as without aiohttp & co
+    assert main(["run", str(_experiment(tmp_path, extra=", dashboard: true")), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Ray's dashboard needs Ray's default extras" in err and "pip install" in err
+    assert not (tmp_path / "run").exists()
+
+
 def _start(exp: Path, run: Path) -> subprocess.Popen:
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONUNBUFFERED="1")
     return subprocess.Popen([sys.executable, "-m", "evo.surface.cli", "run", str(exp), "--out", str(run)], env=env,
