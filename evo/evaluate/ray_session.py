@@ -16,6 +16,8 @@ import logging
 import os
 import signal
 import socket
+import stat
+import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
@@ -25,7 +27,7 @@ from typing import Any
 from evo.evaluate.ray_guard import RayGuard, all_alive, children_named
 from evo.evaluate.ray_output import RayOutput
 
-__all__ = ["RaySession", "check_reachable", "resolve_address", "check_dashboard_extras"]
+__all__ = ["RaySession", "check_reachable", "resolve_address", "private_temp_dir", "check_dashboard_extras"]
 
 log = logging.getLogger(__name__)
 
@@ -79,13 +81,14 @@ class RaySession:
         if saved_env is None:
             os.environ[_LOCAL_ONLY_ENV] = "0"
         ray_constants.ENABLE_RAY_CLUSTER = os.environ[_LOCAL_ONLY_ENV].lower() not in ("0", "false")
+        temp_dir = private_temp_dir()
         self._guard = RayGuard.start()
         self._quiet()
         try:
             # address "local": a new instance of this run's own, never a cluster that `ray start` left recorded
             with _callers_sigterm(), self._all_output():
                 ray.init(address="local", include_dashboard=bool(self.dashboard), dashboard_host="127.0.0.1",
-                         _node_ip_address="127.0.0.1", num_cpus=self.num_cpus, **quiet)
+                         _node_ip_address="127.0.0.1", num_cpus=self.num_cpus, _temp_dir=temp_dir, **quiet)
         except BaseException:
             if ray.is_initialized():  # interrupted after Ray connected: its own shutdown, then the guard's
                 with self._all_output():
@@ -100,6 +103,7 @@ class RaySession:
                 os.environ.pop(_LOCAL_ONLY_ENV, None)
         self._started = True
         self._daemons = children_named(os.getpid(), _DAEMONS)
+        _private_token()
         ip = ray.util.get_node_ip_address()
         if ip not in ("127.0.0.1", "::1", "localhost"):
             log.warning("the embedded Ray instance uses address %s, not 127.0.0.1 only", ip)
@@ -205,6 +209,28 @@ def _first_line(e: BaseException) -> str:
     return (str(e).strip().splitlines() or [type(e).__name__])[0].rstrip(".")
 
 
+def private_temp_dir() -> str:
+    """Ray's temp directory for an embedded instance: `ray` in a folder only this user may enter
+    ($RAY_TMPDIR or the system's temp folder, then evo-ray-UID, mode 0700). Ray makes its temp and session
+    directories mode 0777 without the sticky bit, where any local user could read its logs and replace its
+    sockets; the folder above keeps them out. A folder of that name that is not this user's own is refused."""
+    base = Path(os.environ.get("RAY_TMPDIR") or tempfile.gettempdir())
+    folder = base / f"evo-ray-{os.getuid()}"
+    try:
+        folder.mkdir(mode=0o700, parents=True)
+    except FileExistsError:
+        pass
+    except OSError as e:
+        raise RuntimeError(f"cannot create Ray's private temp folder {folder}: {e.strerror or e}") from None
+    st = os.lstat(folder)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+        raise RuntimeError(f"{folder} is not a folder of this user's own (a link, a file or another user's): "
+                           f"Ray's temp files will not go there; remove it, or set RAY_TMPDIR to another folder")
+    if st.st_mode & 0o077:
+        os.chmod(folder, 0o700)
+    return str(folder / "ray")
+
+
 def check_dashboard_extras() -> None:
     """Raise RuntimeError (one line) unless Ray's dashboard can start: it needs Ray's default extras, and
     without them ray.init logs five lines of errors before it fails."""
@@ -234,3 +260,15 @@ def _callers_sigterm() -> Iterator[None]:
         ray_utils.set_sigterm_handler = install
         if callers is not None:  # installed again, over the handler Ray's core put beneath Python's
             signal.signal(signal.SIGTERM, callers)
+
+
+def _private_token() -> None:
+    """Ray's token for clusters it starts (~/.ray/auth_token, written readable by everyone who can reach the home
+    folder) made readable by this user only: with it, any local user could use the instance's GCS port."""
+    token = Path.home() / ".ray" / "auth_token"
+    try:
+        st = os.lstat(token)
+        if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid() and st.st_mode & 0o077:
+            os.chmod(token, 0o600)
+    except OSError:
+        pass

@@ -6,8 +6,10 @@ Ray starts. None of these tests starts Ray."""
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
+import stat
 import sys
 import threading
 import time
@@ -18,6 +20,7 @@ from evo.evaluate.ray_session import (
     _callers_sigterm,
     check_dashboard_extras,
     check_reachable,
+    private_temp_dir,
     resolve_address,
 )
 
@@ -118,6 +121,24 @@ def test_auto_that_finds_a_gcs_that_does_not_answer_is_one_line_within_seconds(n
     assert time.monotonic() - t0 < 5.0
     assert str(e.value).startswith("executor.address auto: the Ray instance found on this machine does not answer")
     assert f":{port}" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_rays_temp_files_go_to_a_folder_only_this_user_may_enter(monkeypatch, tmp_path):
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
+    temp = private_temp_dir()
+    folder = tmp_path / f"evo-ray-{os.getuid()}"
+    assert temp == str(folder / "ray")  # Ray makes `ray` 0777; the folder above keeps others out
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    folder.chmod(0o755)  # loosened since: tightened again
+    assert private_temp_dir() == temp and stat.S_IMODE(folder.stat().st_mode) == 0o700
+
+
+def test_a_temp_folder_that_is_a_link_is_refused(monkeypatch, tmp_path):
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / f"evo-ray-{os.getuid()}").symlink_to(tmp_path / "elsewhere")  # planted by another local user
+    with pytest.raises(RuntimeError, match="is not a folder of this user's own"):
+        private_temp_dir()
 
 
 def test_a_dashboard_without_rays_extras_is_one_line_before_ray_starts(monkeypatch):
