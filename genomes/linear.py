@@ -77,6 +77,13 @@ def rules(tiles: int = 1, norm: bool = False) -> tuple[Rule, ...]:
             return "without a split there is no reduction to order: reduction=atomic"
         return None
 
+    def tiles_reduce_in_order(g, p, t):
+        # On an H100 (Triton 3.6) atomic adds of tl.dot's accumulator tiles summed wrongly (relative errors 0.06-0.5,
+        # CUDA-graph replays too) where the same genomes with ordered slots, and FMA tiles with atomics, were right
+        if g["SPLIT_K"] > 1 and g["math"] == "dot" and g["reduction"] == "atomic":
+            return "a split tl.dot tile is reduced in ordered slots (atomic adds of its tiles summed wrongly on sm_90)"
+        return None
+
     def canonical_reduce_k(g, p, t):
         return "tl.dot reduces over K itself: reduce_k=step" if g["math"] == "dot" and g["reduce_k"] != "step" else None
 
@@ -144,6 +151,7 @@ def rules(tiles: int = 1, norm: bool = False) -> tuple[Rule, ...]:
         Rule("split_has_steps", split_has_steps, fix_split, hard=False),
         Rule("threads_busy", threads_busy, fix_threads),
         Rule("smem_fits", smem_fits, lambda fam, g, p, t: fam._step_down(g, "num_stages")),
+        Rule("tiles_reduce_in_order", tiles_reduce_in_order, lambda fam, g, p, t: fam._set(g, "reduction", "ordered")),
         Rule("canonical_reduction", canonical_reduction, lambda fam, g, p, t: fam._set(g, "reduction", "atomic")),
         Rule("canonical_reduce_k", canonical_reduce_k, lambda fam, g, p, t: fam._set(g, "reduce_k", "step")),
     )

@@ -56,7 +56,7 @@ def test_rules_name_what_is_wrong_and_repair_fixes_it():
 
 def test_wasteful_genomes_stay_valid_for_smaller_problems():
     fam = LinearFamily()
-    elite = fam.make(fam.base(math="dot", BLOCK_N=64, BLOCK_K=256, SPLIT_K=16, num_stages=3))
+    elite = fam.make(fam.base(math="dot", BLOCK_N=64, BLOCK_K=256, SPLIT_K=16, num_stages=3, reduction="ordered"))
     assert fam.violations(elite, _problem((16, 4096, 14336)), HOPPER) == []
     assert fam.violations(elite, _problem((1, 64, 256)), HOPPER) == []  # the smoke mode clips problems
 
@@ -83,3 +83,15 @@ def test_descriptors_bin_every_seed():
     for g in fam.seeds(_problem((1, 4096, 4096)), HOPPER):
         for d in fam.descriptors().values():
             assert d.edges[0] <= d(g) <= d.edges[-1], (d.name, str(g))
+
+
+def test_split_tensor_core_tiles_reduce_in_ordered_slots():
+    """Atomic adds of tl.dot tiles summed wrongly on an H100 (reports/gpu/decode-2026-11-27): such a genome is
+    invalid and repair orders its reduction, while FMA tiles keep their atomics."""
+    fam = LinearFamily()
+    p = _problem((4, 4096, 4096))
+    dot = fam.make(fam.base(math="dot", BLOCK_N=64, BLOCK_K=128, SPLIT_K=8, reduction="atomic"))
+    assert any("ordered slots" in r for r in fam.violations(dot, p, HOPPER))
+    assert fam.repair(dot, p, HOPPER, None)["reduction"] == "ordered"
+    fma = fam.make(fam.base(math="fma", BLOCK_N=16, BLOCK_K=256, SPLIT_K=2, reduction="atomic"))
+    assert not any("ordered slots" in r for r in fam.violations(fma, p, HOPPER))

@@ -131,10 +131,11 @@ def graph_replay_check() -> str:
 
     target = Target.from_torch()
     failures = []
-    for reduction in ("atomic", "ordered"):
+    # the two reductions the family allows for a split: tensor-core tiles in ordered slots, FMA tiles by atomics
+    for reduction, math in (("atomic", "fma"), ("ordered", "dot")):
         op = operators.get("linear+residual")
         problem = op.problem((4, 4096, 4096), DTYPE)
-        genome = op.family.make(op.family.base(math="dot", BLOCK_N=64, BLOCK_K=128, SPLIT_K=8, num_stages=3,
+        genome = op.family.make(op.family.base(math=math, BLOCK_N=64, BLOCK_K=128, SPLIT_K=8, num_stages=3,
                                                reduction=reduction))
         launch = load_source(op.render(genome, problem, target)).linear
         x, w, r = op.make_inputs(problem, 1, device="cuda")

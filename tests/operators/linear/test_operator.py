@@ -56,6 +56,8 @@ def test_variants_match_reference(name, shape, dtype):
 def test_split_leaves_its_workspace_zeroed_and_ordered_is_deterministic(reduction, math):
     import torch
 
+    if math == "dot" and reduction == "atomic":
+        pytest.skip("a split tl.dot tile is reduced in ordered slots (the family's rule)")
     op = operators.get("linear+swiglu")
     p = op.problem((3, 50, 320), "fp32")
     g = op.family.make(op.family.base(math=math, BLOCK_N=16, BLOCK_K=32, SPLIT_K=8, reduction=reduction))
@@ -162,7 +164,8 @@ def test_wasteful_genome_on_a_small_problem_is_right(name):
     """Blocks wider than N and K and more splits than K has steps (soft rules) still compute the right result."""
     op = operators.get(name)
     p = op.problem((2, 20, 48), "fp32")
-    g = op.family.make(op.family.base(math="dot", BLOCK_N=64, BLOCK_K=128, SPLIT_K=4, num_stages=2))
+    g = op.family.make(op.family.base(math="dot", BLOCK_N=64, BLOCK_K=128, SPLIT_K=4, num_stages=2,
+                                      reduction="ordered"))
     assert op.family.violations(g, p, TARGET) == []
     _check(op, p, [g])
 
