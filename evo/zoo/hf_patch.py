@@ -22,13 +22,15 @@ the model's module INSTANCES only (no class is touched, so other models are unaf
   final: a copy does not follow later changes (patch again to refresh it).
 
 A call runs the zoo's op only where the zoo measured its token count, dtype and this model's sizes
-(evo.zoo.hf_roles); any other call runs transformers' own code, so a zoo of decode token counts leaves prefill to
-torch. A role may have several ops: `evo zoo`'s decode plan names `linear_qkv` (linear+rmsnorm: the input norm in
-the GEMM's prologue), `linear_o_proj`, `linear_gate_up`, `linear_down` for T <= 16 beside the gemm roles of larger
-T; the first op that serves a call runs it. A role the zoo has no kernel for, or none for this model, keeps torch's
-code, and the report's one line names it and why: the sampling softmax (transformers samples in its own code),
-`rope` (transformers' own RoPE and cache update), `linear_lm_head` (its fused norm is the final norm, which
-transformers runs over every row before lm_head takes the last one).
+(evo.zoo.hf_roles) and its module's USES says evo runs there (evo.zoo.uses: where the zoo's baseline runs, the
+layer's own torch code runs instead, which torch.compile can fuse); any other call runs transformers' own code, so a
+zoo of decode token counts leaves prefill to torch. A role may have several ops: `evo zoo`'s decode plan names
+`linear_qkv` (linear+rmsnorm: the input norm in the GEMM's prologue), `linear_o_proj`, `linear_gate_up`,
+`linear_down` for T <= 16 beside the gemm roles of larger T; the first op that serves a call runs it. A role the zoo
+has no kernel for, or none for this model, keeps torch's code, and the report's one line names it and why: the
+sampling softmax (transformers samples in its own code), `rope` (transformers' own RoPE and cache update),
+`linear_lm_head` (its fused norm is the final norm, which transformers runs over every row before lm_head takes the
+last one).
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from evo.zoo.hf_roles import (
     op_form,
     served_tokens,
 )
+from evo.zoo.uses import baseline_tokens
 
 __all__ = ["patch_model", "unpatch_model", "PatchReport", "FAMILIES"]
 
@@ -76,6 +79,7 @@ class PatchReport:
     served: dict[str, tuple[str, tuple[int, ...] | None]] = field(default_factory=dict)
     kept: dict[str, str] = field(default_factory=dict)
     copied_bytes: int = 0
+    torch_at: dict[str, tuple[int, ...]] = field(default_factory=dict)  # role -> T its zoo's baseline runs: torch
 
     def line(self) -> str:
         """The one line a patch prints."""
@@ -87,6 +91,9 @@ class PatchReport:
         layers = f"{self.layers} layer{'' if self.layers == 1 else 's'}"
         text = f"evo patch: {self.model} ({layers}, {self.dtype}): evo's kernels for {on}"
         text += " (other token counts run torch)" if any(t is not None for t in groups) else ""
+        if self.torch_at:
+            text += "; torch's code where the zoo runs its baseline: " + "; ".join(
+                f"{role} at T={','.join(map(str, t))}" for role, t in self.torch_at.items())
         if self.kept:
             text += "; torch keeps " + "; ".join(f"{role} ({why})" for role, why in self.kept.items())
         if self.copied_bytes:
@@ -129,10 +136,11 @@ def _dims(model: nn.Module) -> dict[str, tuple[int, ...]]:
     return dims
 
 
-def _bind(model: nn.Module, ops: Mapping[str, Callable[..., Any]], dtype: torch.dtype
+def _bind(model: nn.Module, ops: Mapping[str, Callable[..., Any]], dtype: torch.dtype, torch_at: dict[str, Any]
           ) -> tuple[dict[str, tuple[Bound, ...]], dict[str, str]]:
     """Role -> the ops that can serve it in this model (a zoo's `linear_qkv` serves qkv, as `qkv` does), and zoo
-    role name -> why torch keeps it."""
+    role name -> why torch keeps it; `torch_at` gets zoo role name -> the token counts its baseline runs (torch's
+    code runs them)."""
     dims, layer = _dims(model), _base(model).layers[0]
     kept: dict[str, str] = {}
     bound: dict[str, list[Bound]] = {}
@@ -155,7 +163,13 @@ def _bind(model: nn.Module, ops: Mapping[str, Callable[..., Any]], dtype: torch.
             kept[key] = ("its prologue norm is the final norm, which transformers runs over every row before "
                          "lm_head takes the last")
             continue
-        tokens, why = served_tokens(role, measured(op), dims[role], DTYPE_NAMES.get(dtype, str(dtype)))
+        name = DTYPE_NAMES.get(dtype, str(dtype))
+        tokens, why = served_tokens(role, measured(op), dims[role], name)
+        baseline = baseline_tokens(op, role, dims[role], name) if tokens else frozenset()
+        if baseline:
+            torch_at[key] = tuple(sorted(baseline))
+            tokens = tokens - baseline
+            why = why or f"its zoo runs its baseline at every T it measured ({','.join(map(str, torch_at[key]))})"
         if tokens is not None and not tokens:
             kept[key] = why
             continue
@@ -250,7 +264,8 @@ def patch_model(model: nn.Module, ops: Mapping[str, Callable[..., Any]], quiet: 
     if not isinstance(ops, Mapping):
         raise ValueError(f"ops must map roles to callables; got {type(ops).__name__}")
     param = next(model.parameters())
-    bound, kept = _bind(model, ops, param.dtype)
+    torch_at: dict[str, tuple[int, ...]] = {}
+    bound, kept = _bind(model, ops, param.dtype, torch_at)
     unpatch_model(model)
     hf_attention.register()
     base = _base(model)
@@ -276,7 +291,8 @@ def patch_model(model: nn.Module, ops: Mapping[str, Callable[..., Any]], quiet: 
     _forget_compiled(model)
     report = PatchReport(type(model).__name__, len(base.layers), DTYPE_NAMES.get(param.dtype, str(param.dtype)),
                          {b.key: (b.operator, None if b.tokens is None else tuple(sorted(b.tokens)))
-                          for bs in bound.values() for b in bs}, kept, copied)
+                          for bs in bound.values() for b in bs}, kept, copied,
+                         {k: t for k, t in torch_at.items() if k not in kept})
     if not quiet:
         print(report.line(), file=sys.stderr)
     return report

@@ -69,23 +69,34 @@ def rope_tables(inv_freq: torch.Tensor, positions: int) -> tuple[torch.Tensor, t
 
 class _Routed(nn.Module):
     """A module whose GEMMs and norms go through `self.kernels` (role -> callable) when a role is patched in
-    (evo.zoo.patch), and through torch otherwise."""
+    (evo.zoo.patch), and through torch otherwise: also at the token counts `self.torch_tokens[role]`, where the op's
+    module runs its baseline (evo.zoo.uses), so torch.compile sees the layer's own torch code there."""
 
     ROLES: tuple[str, ...] = ()
 
     def __init__(self) -> None:
         super().__init__()
         self.kernels: dict[str, Callable[..., torch.Tensor]] = {}
+        self.torch_tokens: dict[str, frozenset[int]] = {}
+
+    def _op(self, role: str, tokens: int) -> Callable[..., torch.Tensor] | None:
+        """The role's patched op for `tokens` rows; None where torch runs it (not patched, or its baseline's T)."""
+        op = self.kernels.get(role)
+        return None if op is None or tokens in self.torch_tokens.get(role, ()) else op
+
+    def _torch_at(self, role: str, tokens: int) -> bool:
+        """Whether a patched role leaves `tokens` rows to the layer's torch code (its zoo module's baseline there)."""
+        return role in self.kernels and tokens in self.torch_tokens.get(role, ())
 
     def _norm(self, norm: RMSNorm, x: torch.Tensor) -> torch.Tensor:
-        op = self.kernels.get("norm")
+        op = self._op("norm", x.shape[0])
         return norm(x) if op is None else op(x, norm.weight, norm.eps)
 
     def _linear(self, role: str, linear: nn.Linear, x: torch.Tensor,
                 residual: torch.Tensor | None = None) -> torch.Tensor:
         """x @ W^T (+ bias) (+ residual) through torch, or as op(x, B[, bias][, residual]) with B = W^T made once
         at patch time (the epilogue operators' operand order: bias before residual)."""
-        op = self.kernels.get(role)
+        op = self._op(role, x.shape[0])
         if op is None:
             y = linear(x)
             return y if residual is None else residual + y
@@ -93,7 +104,7 @@ class _Routed(nn.Module):
 
     def _fused(self, role: str, tokens: int) -> Callable[..., torch.Tensor] | None:
         """The patched `linear_<role>` op where it serves `tokens` rows (T <= LINEAR_MAX_TOKENS), else None."""
-        op = self.kernels.get(f"linear_{role}")
+        op = self._op(f"linear_{role}", tokens)
         return op if op is not None and tokens <= LINEAR_MAX_TOKENS else None
 
     def _project(self, role: str, linear: nn.Linear, x: torch.Tensor, norm: RMSNorm | None = None,
@@ -101,6 +112,9 @@ class _Routed(nn.Module):
         """norm (if given) then the role's projection (+ bias) (+ residual): one `linear_<role>` launch on nn.Linear's
         weight and bias (the norm in its prologue where LINEAR_ROLES fuses it) at T <= LINEAR_MAX_TOKENS where that
         role is patched, else the norm and the gemm role (or torch) apart."""
+        if self._torch_at(f"linear_{role}", x.shape[0]):  # the zoo's baseline at this T: the layer's torch code
+            y = linear(x if norm is None else norm(x))
+            return y if residual is None else residual + y
         op = self._fused(role, x.shape[0])
         if op is None:
             return self._linear(role, linear, x if norm is None else self._norm(norm, x), residual)
@@ -233,7 +247,7 @@ class DecoderLayer(_Routed):
         if self.context and t > self.max_tokens:
             raise ValueError(f"{t} new tokens over a KV cache with room for {self.max_tokens} "
                              "(DecoderLayer's max_tokens)")
-        rope = self.kernels.get("rope")
+        rope = self._op("rope", t)
         if rope is not None and self.context:  # RoPE and the KV write in one launch, the cache passed whole
             q = rope(qkv, self.rope_cos, self.rope_sin, self.kv_cache, self.rope_start)
             end = self.context + t
@@ -250,7 +264,7 @@ class DecoderLayer(_Routed):
                 self.kv_cache[0, :, :, self.context:end].copy_(k)
                 self.kv_cache[1, :, :, self.context:end].copy_(v)
                 k, v = self.kv_cache[0, :, :, :end], self.kv_cache[1, :, :, :end]
-        op = self.kernels.get("attention")
+        op = self._op("attention", t)
         if op is not None:
             out = op(q, k, v)
         elif self.context and t > 1:
@@ -269,14 +283,14 @@ class DecoderLayer(_Routed):
     def mlp(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
         """down(act(up(x))) + residual, with the gated (SwiGLU) or the plain GELU MLP of the spec."""
         if self.spec.mlp == "swiglu":
-            op = self.kernels.get("gate_up")
+            op = self._op("gate_up", x.shape[0])
             if op is None:
                 gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
                 hidden = F.silu(gate) * up
             else:
                 hidden = op(x, self.gate_up_b)
         else:
-            op = self.kernels.get("up")
+            op = self._op("up", x.shape[0])
             if op is None:
                 hidden = F.gelu(self.up_proj(x), approximate="tanh" if self.spec.mlp == "gelu_tanh" else "none")
             else:
@@ -286,6 +300,9 @@ class DecoderLayer(_Routed):
     def ffn(self, h: torch.Tensor) -> torch.Tensor:
         """The layer's second half: mlp(post_attention_norm(h), residual=h), the norm, gate_up and SwiGLU as one
         linear_gate_up launch where that role serves these rows."""
+        if self._torch_at("linear_gate_up", h.shape[0]):  # the zoo's baseline at this T: the layer's torch code
+            gate, up = self.gate_up_proj(self.post_attention_norm(h)).chunk(2, dim=-1)
+            return self._project("down", self.down_proj, F.silu(gate) * up, residual=h)
         op = self._fused("gate_up", h.shape[0]) if self.spec.mlp == "swiglu" else None
         if op is None:
             return self.mlp(self._norm(self.post_attention_norm, h), residual=h)
@@ -325,7 +342,7 @@ class LMHead(_Routed):
     def probabilities(self, x: torch.Tensor) -> torch.Tensor:
         """softmax(forward(x)) over the vocabulary [T, vocab]: what sampling draws the next tokens from."""
         logits = self(x)
-        op = self.kernels.get("sampling_softmax")
+        op = self._op("sampling_softmax", logits.shape[0])
         return torch.softmax(logits.float(), dim=-1).to(logits.dtype) if op is None else op(logits)
 
 

@@ -31,6 +31,10 @@ call too. A projection's bias is passed after the norm weight (the linear operat
 needs the layer's KV cache (context >= 1): it gets fp32 cos/sin tables of the cache's positions and the start
 position as a device tensor, made once here (DecoderLayer.rope_cache_args), and the cache whole, written in place.
 
+A role whose op's module (an `evo export --all` module, as each of a zoo module's operators is) says by its USES that
+its baseline runs at a token count leaves that count to the layer's torch code (`module.torch_tokens[role]`, made
+here; evo.zoo.uses says why): a fused linear role runs the norm, nn.Linear and SwiGLU as the unpatched layer does.
+
 A run directory of `evo zoo`'s experiment holds one elite per shape; `load(run)` without a shape dispatches by
 the input's shape (to the nearest measured one for a token count the plan was not made for).
 
@@ -50,10 +54,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from evo.zoo.hf_roles import DTYPE_NAMES
 from evo.zoo.layer import DecoderLayer, LMHead, linears
 from evo.zoo.problems import LINEAR_ROLES
+from evo.zoo.uses import baseline_tokens
 
-__all__ = ["patch", "unpatch", "roles_of"]
+__all__ = ["patch", "unpatch", "roles_of", "torch_tokens"]
 
 
 def roles_of(module: DecoderLayer | LMHead) -> tuple[str, ...]:
@@ -96,7 +102,33 @@ def patch(module: DecoderLayer | LMHead, ops: Mapping[str, Callable[..., object]
     if "rope" in ops and isinstance(module, DecoderLayer):
         module.rope_cache_args(module.kv_cache.shape[3])
     module.kernels.update(ops)
+    dtype = DTYPE_NAMES.get(next(module.parameters()).dtype, "")
+    for role, op in ops.items():
+        at = baseline_tokens(op, role, _dims(module, role), dtype)
+        if at:
+            module.torch_tokens[role] = at
     return module
+
+
+def _dims(module: DecoderLayer | LMHead, role: str) -> tuple[int, ...] | None:
+    """The sizes besides the token count that `role`'s problems have in this module (evo.zoo.uses.split_tokens)."""
+    s, base = module.spec, role.removeprefix("linear_")
+    if base in ("attention", "rope"):
+        return (s.num_attention_heads, s.num_key_value_heads, s.head_dim)
+    if base == "norm":
+        return (s.hidden_size,)
+    if base == "sampling_softmax":
+        return (s.vocab_size,)
+    linear = linears(module).get(base)
+    if linear is None:
+        return None
+    n = linear.out_features // 2 if base == "gate_up" else linear.out_features  # gate_up's N: the SwiGLU's width
+    return (n, linear.in_features)
+
+
+def torch_tokens(module: DecoderLayer | LMHead) -> dict[str, tuple[int, ...]]:
+    """Patched role -> the token counts it leaves to torch's code (its zoo module's baseline there), sorted."""
+    return {role: tuple(sorted(t)) for role, t in module.torch_tokens.items() if t}
 
 
 def unpatch(module: DecoderLayer | LMHead) -> DecoderLayer | LMHead:
@@ -105,4 +137,5 @@ def unpatch(module: DecoderLayer | LMHead) -> DecoderLayer | LMHead:
         if name in module._buffers:
             del module._buffers[name]
     module.kernels.clear()
+    module.torch_tokens.clear()
     return module

@@ -1,0 +1,118 @@
+"""A role whose zoo module runs its baseline at a token count (USES) leaves that count to the layer's own torch code
+(evo.zoo.uses): evo.zoo.patch's DecoderLayer and evo.zoo.hf_patch's Hugging Face layers do not call the op there
+(counted), the output still matches, other token counts and roles still call it, and a module without USES runs
+evo everywhere as before."""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from evo.zoo.layer import DecoderLayer
+from evo.zoo.patch import patch, torch_tokens, unpatch
+from evo.zoo.uses import baseline_tokens, split_tokens, uses
+from tests.zoo._hf_models import gemm_stand_in, named, prompt, rel, tiny_model
+from tests.zoo._layer_cases import TINY, hidden_states
+
+CONTEXT = 8
+
+
+def with_uses(fn: Callable[..., Any], operator: str, table: dict[tuple[int, ...], str | None], dtype: str,
+              monkeypatch: Any, calls: list[str], role: str) -> Callable[..., Any]:
+    """`fn` as a zoo op whose module measured the shapes of `table`, each with its USES choice ("evo", "baseline";
+    None: a module exported before USES, which names none); each call appends `role` to `calls`."""
+    module = types.ModuleType(f"evo_test_uses_{len(sys.modules)}_{id(fn)}")
+    module._EVO_VARIANTS = {f"{'x'.join(map(str, s))}:{dtype}": {"sizes": s, "dtype": dtype} for s in table}
+    if any(u is not None for u in table.values()):
+        module.USES = {f"{'x'.join(map(str, s))}:{dtype}": (u, "test") for s, u in table.items()}
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+
+    def entry(*args: Any) -> Any:
+        calls.append(role)
+        return fn(*args)
+
+    entry.__module__ = module.__name__
+    op = named(entry, operator)
+    op.entry = entry  # type: ignore[attr-defined]
+    return op
+
+
+def test_uses_reads_the_module_and_a_module_without_uses_runs_evo_everywhere(monkeypatch):
+    calls: list[str] = []
+    op = with_uses(gemm_stand_in("linear+residual"), "linear+residual",
+                   {(1, 64, 128): "evo", (4, 64, 128): "baseline", (4, 64, 64): "baseline"}, "fp32", monkeypatch,
+                   calls, "linear_down")
+    assert sorted(uses(op)) == [((1, 64, 128), "fp32", "evo"), ((4, 64, 64), "fp32", "baseline"),
+                                ((4, 64, 128), "fp32", "baseline")]
+    assert baseline_tokens(op, "linear_down", (64, 128), "fp32") == {4}
+    assert baseline_tokens(op, "linear_down", (64, 128), "bf16") == frozenset()
+    old = with_uses(gemm_stand_in("linear+residual"), "linear+residual", {(4, 64, 128): None}, "fp32", monkeypatch,
+                    calls, "linear_down")
+    assert uses(old) is None and baseline_tokens(old, "linear_down", (64, 128), "fp32") == frozenset()
+    assert split_tokens("attention", (1, 4, 2, 16, 4112, 128)) == (16, (4, 2, 128))
+    assert split_tokens("rope", (16, 28, 4, 128, 6128)) == (16, (28, 4, 128))
+
+
+def test_a_layer_runs_its_torch_code_where_the_zoo_runs_its_baseline(monkeypatch):
+    """linear_gate_up's module: evo at T=1, baseline at T=4; linear_o_proj and linear_down share one module
+    (linear+residual) whose baseline is at down's shape at T=4 only: o_proj still runs the op there."""
+    ref_layer = DecoderLayer(TINY, dtype=torch.float32, context=CONTEXT, max_tokens=16)
+    layer = DecoderLayer(TINY, dtype=torch.float32, context=CONTEXT, max_tokens=16)
+    h, inter = TINY.hidden_size, TINY.intermediate_size
+    calls: list[str] = []
+    residual = {(1, h, h): "evo", (4, h, h): "evo", (1, h, inter): "evo", (4, h, inter): "baseline"}
+    ops = {"linear_gate_up": with_uses(gemm_stand_in("linear+rmsnorm+swiglu"), "linear+rmsnorm+swiglu",
+                                       {(1, inter, h): "evo", (4, inter, h): "baseline"}, "fp32", monkeypatch, calls,
+                                       "linear_gate_up"),
+           "linear_o_proj": with_uses(gemm_stand_in("linear+residual"), "linear+residual", residual, "fp32",
+                                      monkeypatch, calls, "linear_o_proj"),
+           "linear_down": with_uses(gemm_stand_in("linear+residual"), "linear+residual", residual, "fp32",
+                                    monkeypatch, calls, "linear_down")}
+    patch(layer, ops)
+    assert torch_tokens(layer) == {"linear_gate_up": (4,), "linear_down": (4,)}
+    for tokens, called in ((1, ["linear_o_proj", "linear_gate_up", "linear_down"]), (4, ["linear_o_proj"])):
+        calls.clear()
+        x = hidden_states(TINY, tokens)
+        y, ref = layer(x), ref_layer(x)
+        assert calls == called, tokens
+        assert rel(y, ref) < 1e-6
+    x = hidden_states(TINY, 4)
+    assert torch.equal(layer.ffn(x), ref_layer.ffn(x))  # at T=4 the second half is the unpatched layer's own code
+    unpatch(layer)
+    assert torch_tokens(layer) == {}
+
+
+def test_a_hugging_face_model_runs_transformers_code_where_the_zoo_runs_its_baseline(monkeypatch):
+    from evo.api import patch_model
+
+    model = tiny_model("llama")
+    ids = prompt()
+    with torch.no_grad():
+        ref = model(ids).logits
+    tokens = model.generate(ids, max_new_tokens=3, do_sample=False, cache_implementation="static")
+    calls: list[str] = []
+    ops = {"linear_gate_up": with_uses(gemm_stand_in("linear+rmsnorm+swiglu"), "linear+rmsnorm+swiglu",
+                                       {(1, 128, 64): "baseline", (4, 128, 64): "evo"}, "fp32", monkeypatch, calls,
+                                       "linear_gate_up"),
+           "linear_down": with_uses(gemm_stand_in("linear+residual"), "linear+residual",
+                                    {(1, 64, 128): "evo", (4, 64, 128): "baseline"}, "fp32", monkeypatch, calls,
+                                    "linear_down")}
+    report = patch_model(model, ops, quiet=True)
+    assert report.served == {"linear_gate_up": ("linear+rmsnorm+swiglu", (4,)),
+                             "linear_down": ("linear+residual", (1,))}
+    assert report.torch_at == {"linear_gate_up": (1,), "linear_down": (4,)}
+    assert "torch's code where the zoo runs its baseline: linear_gate_up at T=1; linear_down at T=4" in report.line()
+    with torch.no_grad():
+        assert rel(model(ids).logits, ref) < 1e-5  # the prompt: 4 rows
+    assert calls == ["linear_gate_up"] * 2  # both layers' gate_up; down at T=4 on torch
+    calls.clear()
+    assert torch.equal(model.generate(ids, max_new_tokens=3, do_sample=False, cache_implementation="static"), tokens)
+    assert set(calls[2:]) == {"linear_down"}  # decode steps (T=1): down on the op, gate_up on torch
+    only = with_uses(gemm_stand_in("linear+residual"), "linear+residual", {(1, 64, 128): "baseline"}, "fp32",
+                     monkeypatch, calls, "linear_down")
+    report = patch_model(model, {"linear_down": only}, quiet=True)
+    assert report.kept["linear_down"] == "its zoo runs its baseline at every T it measured (1)"
