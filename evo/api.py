@@ -205,8 +205,13 @@ def as_torch_op(entry: Callable[..., Any], operator: Any, tag: str) -> Callable[
     if name in _LOADED:
         return _LOADED[name]
 
+    from evo.launch.first_call import FirstCalls
+
+    first = FirstCalls()  # a signature's first call (its plan's workspace) outside any CUDA graph pool: see there
+
     def impl(*args: Any) -> Any:  # a fresh contiguous result, as the fake implementation promises
-        return operator.call_into(entry, *args, out=operator.empty_output(*args))
+        out = operator.empty_output(*args)  # the caller's: in the graph's pool where one expects its outputs
+        return first.run(lambda: operator.call_into(entry, *args, out=out), args)
 
     # an operator that writes into an argument (a KV cache) declares it, as its schema marks it `Tensor(a!)`:
     # torch.compile then lets the op write it in place, and CUDA graphs capture that, without copies

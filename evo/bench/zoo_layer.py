@@ -262,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     from evo.problem import DTYPES
     from evo.zoo import layer_problems
     from evo.zoo.layer import DecoderLayer
-    from evo.zoo.patch import patch, roles_of
+    from evo.zoo.patch import patch, roles_of, torch_tokens
 
     dtype = getattr(torch, DTYPES[args.dtype])
     # one seed, so both layers hold the same weights; patch() adds the transposed copies of the patched gemm roles
@@ -281,7 +281,11 @@ def main(argv: list[str] | None = None) -> int:
     doc: dict[str, Any] = {"model": spec.name, "gpu": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
                            "device": args.device, "versions": versions(), "dtype": args.dtype,
                            "context": args.context, "copy_GBps": _copy_GBps(args.device),
-                           "zoo_module": str(Path(args.zoo_module).resolve()), "roles": roles, "layers": []}
+                           "zoo_module": str(Path(args.zoo_module).resolve()), "roles": roles, "layers": [],
+                           "torch_tokens": torch_tokens(patched)}  # role -> T its zoo's baseline runs: torch's code
+    if doc["torch_tokens"]:
+        print("evo zoo layer bench: torch's code where the zoo runs its baseline: " + "; ".join(
+            f"{role} at T={','.join(map(str, t))}" for role, t in doc["torch_tokens"].items()), file=sys.stderr)
     for t in tokens:
         row = measure_layer(plain, patched, t, args.dtype, args.device, seed=args.seed, rounds=args.rounds)
         row["floor"] = layer_floor(plain, t, doc["copy_GBps"], doc["gpu"] if args.device == "cuda" else "", args.dtype)
