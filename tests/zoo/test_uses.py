@@ -10,6 +10,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 import torch
 
 from evo.zoo.layer import DecoderLayer
@@ -116,3 +117,36 @@ def test_a_hugging_face_model_runs_transformers_code_where_the_zoo_runs_its_base
                      monkeypatch, calls, "linear_down")
     report = patch_model(model, {"linear_down": only}, quiet=True)
     assert report.kept["linear_down"] == "its zoo runs its baseline at every T it measured (1)"
+
+
+@pytest.mark.slow
+def test_the_tiny_zoo_s_baseline_at_one_t_leaves_it_to_the_layer_s_torch_code(tiny_zoo, monkeypatch):
+    """The real tiny zoo (tests/fixtures/tiny_zoo.py: fp16, T = 1 and 4), its linear_gate_up module's USES set to
+    baseline at T=4: the patched layer calls that op at T=1 only, and matches the plain layer at both."""
+    import inspect
+    import warnings
+
+    from evo.api import load_zoo
+    from tests.fixtures.tiny_zoo import CONTEXT as ZOO_CONTEXT
+    from tests.zoo._hf_models import recording
+
+    ops = load_zoo(tiny_zoo)
+    table = inspect.getmodule(ops["linear_gate_up"].entry).USES
+    key = f"4x{TINY.intermediate_size}x{TINY.hidden_size}:fp16"
+    assert table[key][0] == "evo"  # a smoke zoo runs evo everywhere
+    monkeypatch.setitem(table, key, ("baseline", "evo's best 0.9x eager (this test)"))
+    roles = ("linear_qkv", "rope", "attention", "linear_o_proj", "linear_gate_up", "linear_down")
+    calls: list = []
+    for tokens in (1, 4):
+        plain = DecoderLayer(TINY, dtype=torch.float16, init_std=0.2, context=ZOO_CONTEXT, max_tokens=4)
+        layer = patch(DecoderLayer(TINY, dtype=torch.float16, init_std=0.2, context=ZOO_CONTEXT, max_tokens=4),
+                      recording({r: ops[r] for r in roles}, calls))
+        assert torch_tokens(layer) == {"linear_gate_up": (4,)}
+        calls.clear()
+        x = torch.randn(tokens, TINY.hidden_size, generator=torch.Generator().manual_seed(tokens)).half()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the cache's key lengths: the nearest measured elite serves them
+            out, ref = layer(x).float(), plain(x).float()
+        assert ("linear_gate_up" in [r for r, _ in calls]) == (tokens == 1), tokens
+        assert "linear_down" in [r for r, _ in calls]
+        assert rel(out, ref) < 5e-3, tokens
