@@ -223,7 +223,10 @@ def linear_plan(x, weight, norm_weight, bias, residual, out, config):
     block_m, block_n, block_k, split = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"], config["SPLIT_K"]
     chunk = triton.cdiv(triton.cdiv(k, split), block_k) * block_k  # K per split, whole steps
     tiles_n, blocks_m = triton.cdiv(n, block_n), triton.cdiv(m, block_m)
-    workspace = counters = x  # stand-ins: the kernel touches neither without a split
+    # without a split the kernel touches neither: each call's x stands in for them. Never the first call's x kept
+    # here: a plan that held it would keep an activation alive (under CUDA-graph trees, one inside the graph's pool
+    # that no output tracks: "tensor(s) in the cudagraph pool not tracked as outputs")
+    workspace = counters = None
     if split > 1:
         slots = (split if config["ORDERED"] else 1) * parts
         workspace = torch.zeros(tiles_n * blocks_m * slots * block_m * block_n, dtype=torch.float32, device=x.device)
@@ -246,7 +249,8 @@ def linear_plan(x, weight, norm_weight, bias, residual, out, config):
         y = torch.empty(shape, dtype=x.dtype, device=x.device) if out is None else out
         if m and n:
             kernel(x, weight, y, residual if config["RESIDUAL"] else x, norm_weight if config["NORM"] else x,
-                   bias if config["BIAS"] else x, workspace, counters, m, n, eps, *consts)
+                   bias if config["BIAS"] else x, x if workspace is None else workspace,
+                   x if counters is None else counters, m, n, eps, *consts)
         return y
 
     run.kernel = kernel  # for inspection
