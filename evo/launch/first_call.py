@@ -20,6 +20,10 @@ compile needs the shapes generate() will use, which only the run knows; workspac
 operator's schema. Under a stream capture (torch.cuda.graph, or a CUDA-graph tree's recording) the call runs in
 place as before: capture owns the allocations then, and the plan's memory belongs to that graph's pool, which the
 graph keeps alive. On the CPU (Triton's interpreter) nothing changes.
+
+The same check also caught a plan that kept a tensor of the call that made it (linear's plan without a split held
+that call's x in its workspace's place: an activation inside the pool); no thread helps there, so plans keep none
+(operators/linear/kernel.py, tests/operators/linear/test_plan_refs.py).
 """
 
 from __future__ import annotations
