@@ -222,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     for way in WAYS:
         if way in ZOO_WAYS and "patch" not in doc:
             report = patch_model(model, ops, quiet=True)
-            doc.update(patch=report.line(), served={r: list(v) for r, v in report.served.items()}, kept=report.kept)
+            doc.update(patch=report.line(), served={r: list(v) for r, v in report.served.items()}, kept=report.kept,
+                       torch_at={r: list(t) for r, t in report.torch_at.items()})  # the zoo's baseline T: torch
             print(report.line(), file=sys.stderr)
             if not report.served:
                 return _refuse(f"{args.zoo_module} serves none of {name}'s roles: {report.line()}")

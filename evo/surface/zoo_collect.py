@@ -91,7 +91,8 @@ def _module_text(spec: ModelSpec, roles: dict[str, str], sources: dict[str, str]
     if missing:
         head += ["Not served (their roles keep PyTorch):"] + [f"  {m}" for m in missing]
     head += ["Each operator's module is `evo export --all` of its run, with its own header and self-check;",
-             "`python THIS_FILE.py` self-checks them all. evo.api.load_zoo(THIS_FILE) gives the roles as torch ops."]
+             "`python THIS_FILE.py` self-checks them all. evo.api.load_zoo(THIS_FILE) gives the roles as torch ops;",
+             "runs_evo(role, sizes, dtype) says whether evo's elite or its baseline serves a measured problem."]
     lines = ['"""' + "\n".join(head) + '\n"""', "", NO_GPU_PREAMBLE,  # (imports os as _evo_os)
              f"ZOO_MODEL = {spec.name!r}", f"ROLES = {roles!r}  # role -> operator",
              "_ZOO_LOADED = {}", "# each operator's `evo export --all` module, one source line per item",
@@ -112,6 +113,16 @@ def module(operator):
     if operator not in _ZOO_LOADED:
         _ZOO_LOADED[operator] = _evo_import("\\n".join(_ZOO_SOURCES[operator]), "evo_zoo")
     return _ZOO_LOADED[operator]
+
+
+def runs_evo(role, sizes, dtype):
+    """True where evo's elite serves `role` at the measured problem `sizes` (e.g. (16, 4608, 3584)) in `dtype`
+    ("bf16"), False where its baseline does (USES of the role's operator), None for a problem not measured."""
+    if role not in ROLES:
+        raise KeyError(f"no kernel for role {role!r}; this zoo serves {', '.join(ROLES)}")
+    loaded = module(ROLES[role])
+    choice = getattr(loaded, "USES", {}).get("x".join(str(int(s)) for s in sizes) + ":" + dtype)
+    return None if choice is None else choice[0] == "evo"
 
 
 def op(role):

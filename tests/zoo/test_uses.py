@@ -150,3 +150,15 @@ def test_the_tiny_zoo_s_baseline_at_one_t_leaves_it_to_the_layer_s_torch_code(ti
         assert ("linear_gate_up" in [r for r, _ in calls]) == (tokens == 1), tokens
         assert "linear_down" in [r for r, _ in calls]
         assert rel(out, ref) < 5e-3, tokens
+
+
+@pytest.mark.slow
+def test_the_zoo_module_says_what_runs_a_measured_problem(tiny_zoo):
+    from evo.evaluate.modules import load_source
+
+    zoo = load_source(tiny_zoo.read_text())
+    h, inter = TINY.hidden_size, TINY.intermediate_size
+    assert zoo.runs_evo("linear_gate_up", (4, inter, h), "fp16") is True  # a smoke zoo claims no win, runs evo
+    assert zoo.runs_evo("linear_gate_up", (2, inter, h), "fp16") is None  # not measured
+    with pytest.raises(KeyError, match="no kernel for role 'gate'"):
+        zoo.runs_evo("gate", (4, inter, h), "fp16")
