@@ -12,6 +12,7 @@ import operators
 from evo.api import as_torch_op, load
 from evo.evaluate.modules import load_source
 from evo.problem import HOPPER, INTERPRETED_HOPPER, Problem
+from evo.surface.export import HEADER_ONE
 from operators.gemm.variants import GemmEpilogueOperator
 
 # together these use every part: scale, bias, gelu, gelu_tanh, silu, relu, swiglu, residual
@@ -303,7 +304,9 @@ def test_load_and_as_torch_op_of_an_epilogue_module(tmp_path):
     problem = op.problem(RAGGED, "fp32")
     source = op.render(op.family.make(op.family.base(BLOCK_M=32, BLOCK_N=32, BLOCK_K=16)), problem, HOPPER)
     path = tmp_path / "kernel.py"
-    path.write_text(source + f"\n_EVO_OPERATOR = {op.name!r}\n")
+    # the first line `evo export` writes: load refuses a file without it before running any of it
+    header = f"# {HEADER_ONE} {op.name} 37x50x40 fp32\n"
+    path.write_text(header + source + f"\n_EVO_OPERATOR = {op.name!r}\n")
     fn = load(path)
     assert fn.operator == op.name and "+" not in fn.__name__
     assert fn.__name__.startswith("gemm_scale_bias_relu_residual_")
