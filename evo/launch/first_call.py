@@ -77,6 +77,10 @@ def outside_graph_pools(fn: Callable[[], Any], device: torch.device) -> Any:
         try:
             with torch.cuda.device(device), torch.cuda.stream(stream), torch.inference_mode(inference), \
                     torch.set_grad_enabled(grad):
+                # A new thread has no current CUDA context until it makes a runtime call: Triton's host tensor
+                # descriptors (driver calls) failed there on an H200 with "invalid device context". A device
+                # synchronize binds the primary context (once per new argument signature, outside any capture).
+                torch.cuda.synchronize(device)
                 box["result"] = fn()
         except BaseException as e:  # handed to the caller's thread, raised there
             box["error"] = e

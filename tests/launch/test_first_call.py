@@ -37,6 +37,10 @@ def no_cuda_pieces(monkeypatch):
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: "stream")
     monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
     monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: synchronized.append(device))
+
+
+synchronized: list[object] = []
 
 
 def test_the_helper_thread_carries_the_callers_modes_and_hands_back_results_and_errors(no_cuda_pieces):
@@ -50,6 +54,7 @@ def test_the_helper_thread_carries_the_callers_modes_and_hands_back_results_and_
     with torch.inference_mode():
         assert outside_graph_pools(fn, torch.device("cpu")) == "done"
     assert seen == {"thread": "evo-first-call", "grad": False, "inference": True}
+    assert synchronized[-1] == torch.device("cpu")  # the helper thread binds the device's context before fn
     with torch.no_grad():
         outside_graph_pools(fn, torch.device("cpu"))
     assert seen == {"thread": "evo-first-call", "grad": False, "inference": False}
