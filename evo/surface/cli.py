@@ -49,7 +49,9 @@ def _open_run(path: str) -> tuple[Any, Any, str, Any]:
     text, experiment = "", None
     if rd.experiment.exists():
         try:
-            experiment = load_experiment(rd.experiment)  # bounded: a huge or device copy is refused, not read
+            # bounded: a huge or device copy is refused, not read; the run's own copy was checked for feasible
+            # genomes when the run started
+            experiment = load_experiment(rd.experiment, check_feasible=False)
             text = experiment.source
         except ConfigError as e:  # the copy no longer validates (e.g. an operator changed): summarise anyway
             print(f"evo: warning: {e}; using default descriptors", file=sys.stderr)

@@ -183,3 +183,22 @@ def test_the_documented_example_is_a_valid_experiment():
     exp = parse_experiment(block, "docs/experiments.md")
     assert exp.name == "quick_gemm" and exp.genome["warp_specialize"] == [False]
     assert exp.descriptors[1].name == "split_k" and exp.descriptors[1].edges == (0.0, 1.0, 2.0, 3.0, 4.0)
+
+
+@pytest.mark.slow
+def test_a_run_directorys_own_copy_skips_the_feasibility_draws(monkeypatch, tmp_path):
+    """`evo status` (and export, report) read the run's experiment copy without drawing a genome per problem: the
+    copy was checked when the run started, and on 10,000 problems the draws made Ctrl-C take 20 s to return."""
+    import evo.experiment.config as config
+
+    drawn: list[int] = []
+    real = config._check_feasible
+    monkeypatch.setattr(config, "_check_feasible", lambda c, op, problems, *a: drawn.append(len(problems)) or
+                        real(c, op, problems, *a))
+    path = ROOT / "experiments" / "smoke.yaml"
+    assert load_experiment(path).problems and drawn == [2]  # smoke.yaml restricts genes: its problems are drawn
+    assert load_experiment(path, check_feasible=False).problems and drawn == [2]
+    run = tmp_path / "run"
+    assert main(["run", str(path), "--out", str(run)]) == 0
+    count = len(drawn)
+    assert main(["status", str(run)]) == 0 and len(drawn) == count
