@@ -206,6 +206,15 @@ class GenomeFamily:
     def is_valid(self, genome: Genome, problem: Problem, target: Target) -> bool:
         return not self.violations(genome, problem, target)
 
+    def require(self, genome: Genome, problem: Problem, target: Target, operator: str) -> None:
+        """InvalidGenome unless `genome` is of this family and runs `problem` on `target` (what an operator checks
+        before rendering it)."""
+        if genome.family != self.name:
+            raise InvalidGenome(f"genome of family {genome.family!r} given to the {operator} operator")
+        reasons = self.violations(genome, problem, target)
+        if reasons:
+            raise InvalidGenome(f"genome {genome.hash} cannot run {problem.key}: {'; '.join(reasons)}")
+
     def random(self, rng: np.random.Generator, problem: Problem, target: Target) -> Genome:
         """A uniformly drawn genome, repaired into the valid region."""
         raw = self.make({name: gene.random(rng) for name, gene in self.genes.items()})

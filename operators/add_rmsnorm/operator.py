@@ -18,7 +18,7 @@ from typing import Any
 from evo.launch import runtime_source
 from evo.problem import DTYPES, Problem, Target
 from genomes.add_rmsnorm import AddRMSNormFamily
-from genomes.base import Genome, GenomeFamily, InvalidGenome
+from genomes.base import Genome, GenomeFamily
 from genomes.rowwise import ELEM_BYTES
 from operators._paste import pasted_source
 from operators.base import Baseline, Operator
@@ -91,11 +91,7 @@ class AddRMSNormOperator(Operator):
         return AddRMSNormFamily(overrides)
 
     def render(self, genome: Genome, problem: Problem, target: Target) -> str:
-        if genome.family != self.family.name:
-            raise InvalidGenome(f"genome of family {genome.family!r} given to the {self.name} operator")
-        reasons = self.family.violations(genome, problem, target)
-        if reasons:
-            raise InvalidGenome(f"genome {genome.hash} cannot run {problem.key}: {'; '.join(reasons)}")
+        self.family.require(genome, problem, target, self.name)
         g = genome.as_dict()
         cache, evict = _STORE[g["store"]]
         config = {"ROWS": g["ROWS"], "BLOCK": g["BLOCK"], "SINGLE": g["mode"] == "single",

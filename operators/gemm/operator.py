@@ -10,7 +10,7 @@ import textwrap
 from typing import Any
 
 from evo.problem import DTYPES, Problem, Target
-from genomes.base import Genome, GenomeFamily, InvalidGenome
+from genomes.base import Genome, GenomeFamily
 from genomes.gemm import ELEM_BYTES, GemmFamily
 from operators.base import Baseline, Operator
 from operators.gemm.gluon_source import gluon_source
@@ -49,11 +49,7 @@ class GemmOperator(Operator):
 
     def render(self, genome: Genome, problem: Problem, target: Target) -> str:
         """Source of a standalone module for `genome`; raises InvalidGenome if it cannot run `problem`."""
-        if genome.family != self.family.name:
-            raise InvalidGenome(f"genome of family {genome.family!r} given to the gemm operator")
-        reasons = self.family.violations(genome, problem, target)
-        if reasons:
-            raise InvalidGenome(f"genome {genome.hash} cannot run {problem.key}: {'; '.join(reasons)}")
+        self.family.require(genome, problem, target, "gemm")
         # the GPU is named by its architecture only, so H100 and H200 share one source (and compile cache)
         title = (f"GEMM kernel rendered by evo from genome {genome.hash} for {problem.key} on sm_{target.arch}.\n\n"
                  + textwrap.fill(f"Genome: {genome}", 100))

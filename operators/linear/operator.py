@@ -21,7 +21,7 @@ from typing import Any
 
 from evo.launch import runtime_source
 from evo.problem import DTYPES, Problem, Target
-from genomes.base import Genome, GenomeFamily, InvalidGenome
+from genomes.base import Genome, GenomeFamily
 from genomes.linear import LinearFamily, block_m
 from genomes.rowwise import ELEM_BYTES
 from operators._paste import pasted_source
@@ -93,11 +93,7 @@ class LinearOperator(Operator):
 
     # -- code generation --------------------------------------------------------------------------------
     def render(self, genome: Genome, problem: Problem, target: Target) -> str:
-        if genome.family != self.family.name:
-            raise InvalidGenome(f"genome of family {genome.family!r} given to the {self.name} operator")
-        reasons = self.family.violations(genome, problem, target)
-        if reasons:
-            raise InvalidGenome(f"genome {genome.hash} cannot run {problem.key}: {'; '.join(reasons)}")
+        self.family.require(genome, problem, target, self.name)
         g, mm = genome.as_dict(), self.math
         config = {"BLOCK_M": block_m(g, problem.dims["M"]), "BLOCK_N": g["BLOCK_N"], "BLOCK_K": g["BLOCK_K"],
                   "SPLIT_K": g["SPLIT_K"], "DOT": g["math"] == "dot", "REDUCE_AT_END": g["reduce_k"] == "end",
