@@ -3,7 +3,7 @@
 Everything is checked before any work starts: an unknown key, a wrong type, an impossible value, an
 unknown operator, gene or descriptor each raises `ConfigError`, whose message is one line naming the
 file, the key path (e.g. `budget.evaluations`) and what was expected. The schema is documented in
-README.md and in the comments of experiments/*.yaml.
+docs/experiments.md and in the comments of experiments/*.yaml.
 """
 
 from __future__ import annotations
