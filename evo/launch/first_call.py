@@ -34,13 +34,16 @@ from typing import Any
 
 import torch
 
+from evo.launch.runtime import signature as tensor_signature
+
 __all__ = ["FirstCalls", "signature"]
 
 
 def signature(args: tuple[Any, ...]) -> tuple[Any, ...]:
-    """What a launch plan may depend on, per argument: a tensor's shape, strides, dtype, device and the 16-byte
-    alignment of its pointer (evo.launch.runtime.signature's fields); another value's type and value."""
-    return tuple((a.shape, a.stride(), a.dtype, a.device, a.data_ptr() % 16) if isinstance(a, torch.Tensor)
+    """What a launch plan may depend on, per argument: a tensor's key as the launch runtime makes it
+    (evo.launch.runtime.signature: shape, strides, dtype, device, 16-byte alignment); another value's type and
+    value."""
+    return tuple(tensor_signature(a) if isinstance(a, torch.Tensor)
                  else (type(a), a if isinstance(a, (int, float, bool, str, type(None))) else id(a)) for a in args)
 
 
