@@ -1,0 +1,44 @@
+"""Every genome family keeps its recorded verdicts and repairs (tests/genomes/behaviour.py), and its repair keeps
+the properties the search relies on: a repaired genome is valid, a valid genome that keeps the soft rules too is
+its own repair, and violations() is empty exactly for the genomes the family calls valid."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from genomes.base import InvalidGenome
+from tests.genomes.behaviour import CASES, genomes, record, recorded
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_verdicts_and_repairs_are_the_recorded_ones(name):
+    live, kept = list(record(CASES[name])), recorded(name)
+    assert len(live) == len(kept), f"{name}: {len(live)} genomes drawn, {len(kept)} recorded"
+    differ = [(i, k, v) for i, (k, v) in enumerate(zip(kept, live, strict=True)) if k != v]
+    assert not differ, (f"{name}: {len(differ)} of {len(kept)} genomes judged or repaired otherwise; the first: "
+                        f"row {differ[0][0]}\n recorded {differ[0][1]}\n now      {differ[0][2]}")
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_repair_properties(name):
+    case = CASES[name]
+    family = case.make()
+    checked = repaired = 0
+    for problem in case.problems[::2]:
+        for target in case.targets:
+            rng = np.random.default_rng([len(problem.key), 7])
+            for genome in genomes(case, family, problem, target, rng):
+                checked += 1
+                reasons = family.violations(genome, problem, target)
+                assert (not reasons) == family.is_valid(genome, problem, target)
+                try:
+                    fixed = family.repair(genome, problem, target, np.random.default_rng(checked))
+                except InvalidGenome as e:
+                    assert str(e).startswith("cannot repair")
+                    continue
+                repaired += 1
+                assert family.violations(fixed, problem, target) == [], (problem.key, str(genome), str(fixed))
+                # repair is idempotent: what it made is what it leaves (soft rules included)
+                assert family.repair(fixed, problem, target, np.random.default_rng(checked)) == fixed
+    assert checked >= 300 and repaired >= 50, (checked, repaired)  # the draws reached the rules
