@@ -82,6 +82,14 @@ class _MoEOperator(Operator):
         self.torch_schema = f"({', '.join(f'Tensor {n}' for n in self.names)}) -> Tensor"
         super().__init__(overrides)
 
+    def problem(self, sizes: tuple[int, ...] | list[int], dtype: str) -> Problem:
+        """The problem (T, E, TOPK, N, K); ValueError naming TOPK when it routes to more experts than E."""
+        problem = super().problem(sizes, dtype)
+        d = problem.dims
+        if d["TOPK"] > d["E"]:
+            raise ValueError(f"{self.name}: TOPK={d['TOPK']} routes each token to more experts than E={d['E']}")
+        return problem
+
     def make_family(self, overrides: dict[str, list[Any]] | None) -> GenomeFamily:
         return (MoEGateUpFamily if self.gate_up else MoEDownFamily)(overrides)
 
