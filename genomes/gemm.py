@@ -6,7 +6,8 @@ persistent grid (optionally finishing its last partial wave with stream-K), the 
 or tensor descriptors, i.e. TMA on Hopper, built either inside the kernel or on the host and passed in as
 arguments), split-K, and a subtiled epilogue; and the backend that renders it: Triton's `tl`, or Gluon with real
 producer and consumer warp groups (genomes/gemm_gluon.py). Validity encodes the limits of the target (shared
-memory, registers, tensor-descriptor alignment) and what Triton cannot compile (see ../shared/TRITON_NOTES.md).
+memory, registers, tensor-descriptor alignment) and what Triton cannot compile (see ../shared/TRITON_NOTES.md),
+one rule table that violations() and repair() both read (genomes/gemm_rules.py).
 """
 
 from __future__ import annotations
@@ -19,27 +20,22 @@ import numpy as np
 from evo.problem import Problem, Target
 from genomes import labels
 from genomes.base import Descriptor, Genome, GenomeFamily
-from genomes.gemm_gluon import GLUON_FIXED, gluon_repair, gluon_smem, gluon_violations, rows_repair
+from genomes.gemm_gluon import GLUON_FIXED, gluon_smem
 from genomes.gemm_resources import (
     DESCRIPTOR_MEMORY,
     ELEM_BYTES,
     MAX_ACC_REGS,
     acc_regs_per_thread,
     column_blocks,
-    descriptor_ok,
-    next_pow2,
     smem_estimate,
     unaligned_rows,
 )
+from genomes.gemm_rules import MAX_WS_STAGES, PLAN, TWO_TILE_REFUSALS, Moves, rules
 from genomes.genes import Boolean, Categorical, Gene, IntChoice, PowerOfTwo
+from genomes.rule_table import plan_repair, table_violations
 
 __all__ = ["GemmFamily", "TUTORIAL_CONFIGS", "DESCRIPTOR_MEMORY", "ELEM_BYTES", "smem_estimate", "acc_regs_per_thread",
-           "column_blocks", "unaligned_rows"]
-
-# Warp-specialized kernels with a 5-deep K pipeline (num_stages=5, 128x128x64, 4 warps) left part of the
-# output unwritten in 2 of 6 evaluations on an H200 with triton 3.6 (a race: the same genome also passed);
-# depths 3 and 4 were correct in all 32 evaluations. The evaluator caught both; the genome no longer offers it.
-MAX_WS_STAGES = 4
+           "column_blocks", "unaligned_rows", "MAX_ACC_REGS", "MAX_WS_STAGES", "TWO_TILE_REFUSALS"]
 
 # The Triton matmul tutorial's 16 CUDA configurations: (BM, BN, BK, GROUP_M, num_stages, num_warps).
 TUTORIAL_CONFIGS = (
@@ -69,11 +65,6 @@ def _structure(g: Mapping[str, Any], resources: Any) -> float:
     if g["memory"] == "host_descriptor":
         return 5.0 + g["persistent"]
     return 2.0 * (g["memory"] == "descriptor") + g["persistent"]
-
-
-# what a kernel with two B tiles per K step (SwiGLU: gate and up, two accumulators) is not combined with
-TWO_TILE_REFUSALS = (("split_k", 1, "split-K (partials of two accumulators)"), ("stream_k", False, "stream-K"),
-                     ("warp_specialize", False, "warp specialization"), ("pad_rows", False, "padded rows"))
 
 
 class GemmFamily(GenomeFamily):
@@ -135,161 +126,12 @@ class GemmFamily(GenomeFamily):
                             "each of every tile (one B tile for all: a 192-row tile's operand traffic)"),
         ]
 
-    # -- validity -------------------------------------------------------------------------------------
+    # -- validity and repair: one rule table (genomes/gemm_rules.py) --------------------------------------
     def violations(self, genome: Genome, problem: Problem, target: Target) -> list[str]:
-        g = genome.as_dict()
-        d = problem.dims
-        out = []
-        for gene, dim in (("BLOCK_M", "M"), ("BLOCK_N", "N"), ("BLOCK_K", "K")):
-            if g[gene] > max(16, next_pow2(d[dim])):
-                out.append(f"{gene}={g[gene]} exceeds {dim}={d[dim]} rounded up to a power of two")
-        if g["split_k"] > -(-d["K"] // g["BLOCK_K"]):
-            out.append(f"split_k={g['split_k']} exceeds the {-(-d['K'] // g['BLOCK_K'])} K steps")
-        if g["backend"] == "gluon":
-            out += gluon_violations(g, problem, target, self._gluon_refusal(), unaligned_rows(problem))
-        else:
-            if g["consumers"] != 1 or g["consumer_split"] != "tiles":
-                out.append("consumers and consumer_split are genes of the Gluon rendering: 1 and tiles under "
-                           "backend=triton")
-            if g["BLOCK_M"] == 192:
-                out.append("BLOCK_M=192 is three Gluon consumers of 64 rows (backend=gluon, consumer_split=rows)")
-        if g["split_k"] > 1 and g["persistent"] and g["backend"] == "triton":
-            out.append("split_k > 1 is not combined with a persistent grid")
-        if g["stream_k"] and not g["persistent"]:
-            out.append("stream_k needs a persistent grid")
-        if g["memory"] in DESCRIPTOR_MEMORY and not descriptor_ok(g, problem, target):
-            out.append("tensor descriptors need sm_90+ and row strides that are multiples of 16 bytes")
-        if g["pad_rows"] and g["memory"] != "host_descriptor":
-            out.append("pad_rows needs host tensor descriptors (memory=host_descriptor)")
-        if g["pad_rows"] and not unaligned_rows(problem):
-            out.append("pad_rows changes nothing when every row is a multiple of 16 bytes")
-        if len(column_blocks(g["BLOCK_N"])) > 1:
-            out += [f"BLOCK_N={g['BLOCK_N']} (two column blocks) is not combined with {what}"
-                    for what, on in (("split-K", g["split_k"] > 1), ("stream-K", g["stream_k"]),
-                                     ("warp specialization", g["warp_specialize"]),
-                                     ("a subtiled epilogue", g["epilogue_subtile"])) if on]
-        if g["warp_specialize"]:
-            if target.arch != 90:
-                out.append("warp specialization is only enabled for sm_90")
-            if g["memory"] != "descriptor":
-                # pointer loads fail to compile; host descriptors are not verified with it (3.6 notes: in-kernel only)
-                out.append("warp specialization needs in-kernel tensor descriptors (memory=descriptor)")
-            if g["num_warps"] != 4:
-                out.append("warp specialization needs num_warps=4 on Hopper (8 is silently ignored)")
-            if (g["loop_stages"] or g["num_stages"]) > MAX_WS_STAGES:
-                out.append(f"warp specialization deeper than {MAX_WS_STAGES} stages left outputs unwritten")
-            if g["persistent"]:
-                out.append("warp specialization is not combined with a persistent grid")
-            if (g["BLOCK_M"], g["BLOCK_N"]) == (64, 256):
-                out.append("warp specialization fails to compile 64x256 tiles")
-            if g["split_k"] > 1:
-                # Hopper warp specialization copies the split-K arrival atomic into each consumer partition
-                # (seen in Triton 3.9's TTGIR), so a program would count as two arrivals
-                out.append("warp specialization is not combined with split-K")
-            if g["loop_unroll"] > 1:  # Triton 3.9: UNREACHABLE in WSDataPartition
-                out.append("warp specialization fails to compile an unrolled K loop")
-            if problem.dtype == "fp32":  # Triton 3.9: "WGMMA type or shape is not supported" for tf32
-                out.append("warp specialization fails to compile fp32 (tf32) dots")
-            if g["epilogue_subtile"]:  # Triton 3.6 (not 3.9): "PassManager::run failed" for sm_90
-                out.append("warp specialization fails to compile a subtiled epilogue in Triton 3.6")
-        if g["epilogue_subtile"] and g["BLOCK_N"] < 32:
-            out.append("epilogue subtiling needs BLOCK_N >= 32")
-        if self.b_tiles > 1:
-            out += [f"two B tiles per K step (SwiGLU) are not combined with {what}"
-                    for gene, off, what in TWO_TILE_REFUSALS if g[gene] != off]
-            if len(column_blocks(g["BLOCK_N"])) > 1:
-                out.append(f"two B tiles per K step (SwiGLU) are not combined with BLOCK_N={g['BLOCK_N']}")
-        regs = acc_regs_per_thread(g, self.b_tiles)
-        if regs > MAX_ACC_REGS:
-            out.append(f"accumulator needs {regs} registers per thread (> {MAX_ACC_REGS})")
-        if g["warp_specialize"] and self.ws_refusal:
-            out.append(f"warp specialization {self.ws_refusal}")
-        smem = self._smem(g, problem.dtype)
-        if smem > target.smem_bytes:
-            out.append(f"needs ~{smem} bytes of shared memory (> {target.smem_bytes})")
-        return out
+        return table_violations(rules(self), genome.as_dict(), problem, target)
 
-    # -- repair ---------------------------------------------------------------------------------------
     def repair(self, genome: Genome, problem: Problem, target: Target, rng: np.random.Generator) -> Genome:
-        g = genome.as_dict()
-        d = problem.dims
-        for gene, dim in (("BLOCK_M", "M"), ("BLOCK_N", "N"), ("BLOCK_K", "K")):
-            while g[gene] > max(16, next_pow2(d[dim])) and self._step_down(g, gene):
-                pass
-        while g["split_k"] > -(-d["K"] // g["BLOCK_K"]) and self._step_down(g, "split_k"):
-            pass
-        if g["backend"] == "gluon":  # first: it fixes the structure genes the rules below look at
-            gluon_repair(self, g, problem, target, self._gluon_refusal(), unaligned_rows(problem))
-        if g["backend"] == "triton":
-            self._set(g, "consumers", 1)
-            self._set(g, "consumer_split", "tiles")
-            if g["BLOCK_M"] == 192:
-                self._step_down(g, "BLOCK_M")
-        if self.b_tiles > 1:  # SwiGLU's two accumulators: first, so later rules see the result
-            for gene, off, _ in TWO_TILE_REFUSALS:
-                self._set(g, gene, off)
-            while len(column_blocks(g["BLOCK_N"])) > 1 and self._step_down(g, "BLOCK_N"):
-                pass
-        if g["stream_k"] and not g["persistent"]:
-            # stream-K was just turned on (or persistence off): the coin keeps one of the two
-            keep = rng.random() < 0.5 and g["split_k"] == 1 and not g["warp_specialize"]
-            if not (keep and self._set(g, "persistent", True)):
-                self._set(g, "stream_k", False)
-        if g["split_k"] > 1 and g["persistent"] and g["backend"] == "triton":
-            # keep whichever structure the coin favours, if the domain allows dropping the other
-            if rng.random() < 0.5 and self._set(g, "persistent", False):
-                self._set(g, "stream_k", False)
-            elif not self._set(g, "split_k", 1):
-                self._set(g, "persistent", False)
-                self._set(g, "stream_k", False)
-        if g["pad_rows"] and not (g["memory"] == "host_descriptor" and unaligned_rows(problem)):
-            self._set(g, "pad_rows", False)
-        if (g["memory"] == "host_descriptor" and not descriptor_ok(g, problem, target) and target.arch >= 90
-                and self.b_tiles == 1):
-            self._set(g, "pad_rows", True)  # the padded copy keeps the TMA path for unaligned rows
-        if g["memory"] in DESCRIPTOR_MEMORY and not descriptor_ok(g, problem, target):
-            self._set(g, "memory", "pointer")
-            self._set(g, "pad_rows", False)
-        if len(column_blocks(g["BLOCK_N"])) > 1 and (g["split_k"] > 1 or g["stream_k"] or g["warp_specialize"]
-                                                     or g["epilogue_subtile"]):
-            # a wide tile and a feature it is not combined with: the coin keeps one of the two
-            keep_wide = rng.random() < 0.5 and all(self._set(g, k, v) for k, v in (
-                ("split_k", 1), ("stream_k", False), ("warp_specialize", False), ("epilogue_subtile", False)))
-            while not keep_wide and len(column_blocks(g["BLOCK_N"])) > 1 and self._step_down(g, "BLOCK_N"):
-                pass
-        if g["warp_specialize"]:
-            ws_ok = (target.arch == 90 and g["memory"] == "descriptor" and g["num_warps"] == 4 and not self.ws_refusal
-                     and not g["persistent"] and (g["BLOCK_M"], g["BLOCK_N"]) != (64, 256) and g["split_k"] == 1
-                     and g["loop_unroll"] == 1 and problem.dtype != "fp32" and not g["epilogue_subtile"])
-            if not ws_ok:
-                self._set(g, "warp_specialize", False)
-            while g["warp_specialize"] and (g["loop_stages"] or g["num_stages"]) > MAX_WS_STAGES:
-                if not self._step_down(g, "loop_stages" if g["loop_stages"] else "num_stages"):
-                    self._set(g, "warp_specialize", False)
-        if g["epilogue_subtile"] and g["BLOCK_N"] < 32:
-            self._set(g, "epilogue_subtile", False)
-        while acc_regs_per_thread(g, self.b_tiles) > MAX_ACC_REGS:
-            if not g["warp_specialize"] and g["consumers"] == 1 and self._step_up(g, "num_warps"):
-                continue
-            big = "BLOCK_M" if g["BLOCK_M"] >= g["BLOCK_N"] else "BLOCK_N"
-            if not (self._step_down(g, big) or self._step_down(g, "BLOCK_M" if big == "BLOCK_N" else "BLOCK_N")):
-                break
-        for name in ("loop_unroll", "num_stages", "loop_stages", "BLOCK_K", "BLOCK_N", "BLOCK_M"):
-            while self._smem(g, problem.dtype) > target.smem_bytes:
-                if name == "loop_stages" and g["loop_stages"] == 0:
-                    break
-                if not self._step_down(g, name):
-                    break
-        if g["split_k"] > -(-d["K"] // g["BLOCK_K"]):
-            while g["split_k"] > -(-d["K"] // g["BLOCK_K"]) and self._step_down(g, "split_k"):
-                pass
-        if g["backend"] == "gluon":  # the smem steps above may have moved BLOCK_M under a row split
-            rows_repair(self, g)
-        refused = g["split_k"] > 1 or g["stream_k"] or g["warp_specialize"] or g["epilogue_subtile"]
-        while refused and len(column_blocks(g["BLOCK_N"])) > 1 and self._step_down(g, "BLOCK_N"):
-            pass  # the smem steps above may have made a wide tile of one that carries a feature it refuses
-        if g["epilogue_subtile"] and g["BLOCK_N"] < 32:
-            self._set(g, "epilogue_subtile", False)
+        g = plan_repair(Moves(self, rng), rules(self), PLAN, genome.as_dict(), problem, target)
         return self._repaired(g, genome, problem, target)
 
     # -- seeds and descriptors ------------------------------------------------------------------------

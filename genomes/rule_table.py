@@ -10,7 +10,13 @@ until its rule holds or the fix gives up, and goes round the table again while a
 A rule is hard (the kernel cannot run, or runs wrong or spilled: a violation) or soft (the kernel runs right but
 wastes work, e.g. a block wider than the row). Soft rules are no violations, so a genome stays valid for a smaller
 problem of its operator (an elite transferred between shapes, the smoke mode's clipped problems); repair, and so
-random draws and seeds, follows them too, so what a search proposes is sensible.
+random draws and seeds, follows them too, so what a search proposes is sensible. A hard rule may also `steer`: name
+what a valid genome still moves for (its sensible form), which its fix settles but violations() does not report.
+
+A check may name several reasons (a list) where one fix settles them together. A family whose repair settles its
+rules in another order than it reports them (or looks at some twice, after later fixes moved genes they read) walks a
+`plan`, the rules' names in the order repair settles them, once (`plan_repair`); a fix that decides once (a coin
+between two structures) returns False, so it is applied once.
 """
 
 from __future__ import annotations
@@ -21,9 +27,9 @@ from typing import Any
 
 from evo.problem import Problem, Target
 
-__all__ = ["Rule", "table_violations", "table_repair"]
+__all__ = ["Rule", "reasons", "holds", "table_violations", "table_repair", "plan_repair"]
 
-Check = Callable[[Mapping[str, Any], Problem, Target], "str | None"]
+Check = Callable[[Mapping[str, Any], Problem, Target], "str | Sequence[str] | None"]
 Fix = Callable[[Any, dict[str, Any], Problem, Target], bool]
 
 
@@ -36,13 +42,31 @@ class Rule:
     check: Check
     fix: Fix
     hard: bool = True
+    steer: Check | None = None  # what a valid genome still moves for: a hard rule's soft side
+
+
+def reasons(rule: Rule, g: Mapping[str, Any], problem: Problem, target: Target, soft: bool = False) -> list[str]:
+    """Why gene values `g` break `rule` (its steering and soft reasons too with `soft`); empty when it holds."""
+    out = _listed(rule.check(g, problem, target)) if rule.hard or soft else []
+    if soft and rule.steer is not None:
+        out += _listed(rule.steer(g, problem, target))
+    return out
+
+
+def holds(rule: Rule, g: Mapping[str, Any], problem: Problem, target: Target) -> bool:
+    """Whether `g` keeps `rule`, soft side and steering included (repair's test)."""
+    return not reasons(rule, g, problem, target, soft=True)
+
+
+def _listed(found: str | Sequence[str] | None) -> list[str]:
+    return [] if found is None else [found] if isinstance(found, str) else list(found)
 
 
 def table_violations(rules: Sequence[Rule], g: Mapping[str, Any], problem: Problem, target: Target,
                      soft: bool = False) -> list[str]:
     """The reasons, in table order, that gene values `g` break the hard rules (and the soft ones with `soft`); empty
     when they hold them all."""
-    return [reason for rule in rules if (rule.hard or soft) and (reason := rule.check(g, problem, target)) is not None]
+    return [reason for rule in rules for reason in reasons(rule, g, problem, target, soft)]
 
 
 def table_repair(family: Any, rules: Sequence[Rule], g: dict[str, Any], problem: Problem, target: Target,
@@ -52,8 +76,24 @@ def table_repair(family: Any, rules: Sequence[Rule], g: dict[str, Any], problem:
     for _ in range(rounds):
         for rule in rules:
             for _ in range(steps):
-                if rule.check(g, problem, target) is None or not rule.fix(family, g, problem, target):
+                if holds(rule, g, problem, target) or not rule.fix(family, g, problem, target):
                     break
         if not table_violations(rules, g, problem, target, soft=True):
             break
+    return g
+
+
+def plan_repair(family: Any, rules: Sequence[Rule], plan: Sequence[str], g: dict[str, Any], problem: Problem,
+                target: Target, steps: int = 64) -> dict[str, Any]:
+    """`g` moved in place by the fixes of the rules `plan` names, in its order, once: each fix applied until its rule
+    holds or the fix gives up; returns `g` (the caller checks what is left of the hard rules)."""
+    by_name = {rule.name: rule for rule in rules}
+    unknown = [name for name in plan if name not in by_name]
+    if unknown:
+        raise ValueError(f"repair plan names rules {unknown} the table does not have")
+    for name in plan:
+        rule = by_name[name]
+        for _ in range(steps):
+            if holds(rule, g, problem, target) or not rule.fix(family, g, problem, target):
+                break
     return g

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from genomes.base import InvalidGenome
-from genomes.rule_table import table_violations
+from genomes.rule_table import reasons, table_violations
 
 
 def check_rule_table(family, rules, problem, target, draws: int = 200, seed: int = 0) -> dict[str, int]:
@@ -25,7 +25,7 @@ def check_rule_table(family, rules, problem, target, draws: int = 200, seed: int
         values = raw.as_dict()
         assert family.violations(raw, problem, target) == table_violations(rules, values, problem, target)
         for rule in rules:
-            broken[rule.name] += rule.check(values, problem, target) is not None
+            broken[rule.name] += bool(reasons(rule, values, problem, target, soft=True))
         try:
             fixed = family.repair(raw, problem, target, rng)
         except InvalidGenome:

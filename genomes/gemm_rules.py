@@ -1,0 +1,329 @@
+"""The GEMM genome's rules (genomes/gemm.py): one table, each rule a check and its fix, read by `violations()` (in
+the table's order) and `repair()` (in PLAN's order, once: genomes/rule_table.py).
+
+Repair settles the tile against the problem first, then the backend (the Gluon rendering's region, or the Triton
+rendering's own genes), the structures a coin chooses between (stream-K or a plain grid, split-K or a persistent
+one, a wide tile or the features it refuses), the memory path, warp specialization, and last the resources
+(accumulator registers, shared memory), whose fixes shrink tiles and stages; the rules those moves may break again
+(K steps, the Gluon row split, wide tiles, the subtiled epilogue) are looked at once more after them.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from evo.problem import Problem, Target
+from genomes.gemm_gluon import (
+    ROWS_PER_CONSUMER,
+    gluon_repair,
+    gluon_smem,
+    gluon_violations,
+    rows_repair,
+    rows_violations,
+)
+from genomes.gemm_resources import (
+    DESCRIPTOR_MEMORY,
+    MAX_ACC_REGS,
+    acc_regs_per_thread,
+    column_blocks,
+    descriptor_ok,
+    next_pow2,
+    smem_estimate,
+    unaligned_rows,
+)
+from genomes.rule_table import Rule
+
+__all__ = ["MAX_WS_STAGES", "TWO_TILE_REFUSALS", "PLAN", "Moves", "rules"]
+
+# Warp-specialized kernels with a 5-deep K pipeline (num_stages=5, 128x128x64, 4 warps) left part of the
+# output unwritten in 2 of 6 evaluations on an H200 with triton 3.6 (a race: the same genome also passed);
+# depths 3 and 4 were correct in all 32 evaluations. The evaluator caught both; the genome no longer offers it.
+MAX_WS_STAGES = 4
+
+# what a kernel with two B tiles per K step (SwiGLU: gate and up, two accumulators) is not combined with
+TWO_TILE_REFUSALS = (("split_k", 1, "split-K (partials of two accumulators)"), ("stream_k", False, "stream-K"),
+                     ("warp_specialize", False, "warp specialization"), ("pad_rows", False, "padded rows"))
+
+# what a wide tile (two column blocks: BLOCK_N 96 or 192) is not combined with: (name, gene, its off value)
+_WIDE_REFUSALS = (("split-K", "split_k", 1), ("stream-K", "stream_k", False),
+                  ("warp specialization", "warp_specialize", False), ("a subtiled epilogue", "epilogue_subtile", False))
+
+# warp specialization's conditions: (rule name, holds, why not); the stages and an epilogue's refusal have rules of
+# their own (the stages' fix is shallower stages before no warp specialization)
+_WS_CONDITIONS = (
+    ("ws_arch", lambda g, p, t: t.arch == 90, "warp specialization is only enabled for sm_90"),
+    # pointer loads fail to compile; host descriptors are not verified with it (3.6 notes: in-kernel only)
+    ("ws_memory", lambda g, p, t: g["memory"] == "descriptor",
+     "warp specialization needs in-kernel tensor descriptors (memory=descriptor)"),
+    ("ws_warps", lambda g, p, t: g["num_warps"] == 4,
+     "warp specialization needs num_warps=4 on Hopper (8 is silently ignored)"),
+    ("ws_persistent", lambda g, p, t: not g["persistent"],
+     "warp specialization is not combined with a persistent grid"),
+    ("ws_tile", lambda g, p, t: (g["BLOCK_M"], g["BLOCK_N"]) != (64, 256),
+     "warp specialization fails to compile 64x256 tiles"),
+    # Hopper warp specialization copies the split-K arrival atomic into each consumer partition (seen in Triton
+    # 3.9's TTGIR), so a program would count as two arrivals
+    ("ws_split", lambda g, p, t: g["split_k"] == 1, "warp specialization is not combined with split-K"),
+    ("ws_unroll", lambda g, p, t: g["loop_unroll"] == 1,  # Triton 3.9: UNREACHABLE in WSDataPartition
+     "warp specialization fails to compile an unrolled K loop"),
+    ("ws_fp32", lambda g, p, t: p.dtype != "fp32",  # Triton 3.9: "WGMMA type or shape is not supported" for tf32
+     "warp specialization fails to compile fp32 (tf32) dots"),
+    ("ws_subtile", lambda g, p, t: not g["epilogue_subtile"],  # Triton 3.6 (not 3.9): "PassManager::run failed"
+     "warp specialization fails to compile a subtiled epilogue in Triton 3.6"),
+)
+
+# the order repair settles the rules in (see the module's docstring); some are looked at again after the resources
+PLAN = ("fits_BLOCK_M", "fits_BLOCK_N", "fits_BLOCK_K", "split_has_steps", "gluon", "triton_consumers", "triton_rows",
+        "two_tiles_refusals", "two_tiles_wide", "stream_k_persistent", "split_k_persistent", "pad_rows", "descriptors",
+        "wide_alone", *(name for name, _, _ in _WS_CONDITIONS), "ws_refusal", "ws_stages", "subtile_width",
+        "registers", "smem", "split_has_steps", "rows_settled", "wide_narrowed", "subtile_width")
+
+
+def _k_steps(g: Mapping[str, Any], p: Problem) -> int:
+    return -(-p.dims["K"] // g["BLOCK_K"])
+
+
+def _wide(g: Mapping[str, Any]) -> bool:
+    return len(column_blocks(g["BLOCK_N"])) > 1
+
+
+def _wide_refused(g: Mapping[str, Any]) -> list[str]:
+    if not _wide(g):
+        return []
+    return [f"BLOCK_N={g['BLOCK_N']} (two column blocks) is not combined with {what}"
+            for what, gene, off in _WIDE_REFUSALS if g[gene] != off]
+
+
+def _rows_unsettled(g: Mapping[str, Any], p: Problem, t: Target) -> list[str]:
+    """What the Gluon row split's repair (gemm_gluon.rows_repair) moves: its rules, stream-K beside a split of K or
+    ping-pong consumers, and the sensible forms (a 192-row tile is three row-split consumers; one consumer, or a
+    tile of other than 128 or 192 rows, takes whole tiles)."""
+    if g["backend"] != "gluon":
+        return []
+    out = rows_violations(g)
+    if g["consumer_split"] == "rows" and g["num_warps"] != 4:
+        out.append("row-split consumers are one warp group each: num_warps=4")
+    if g["stream_k"] and (g["split_k"] > 1 or g["consumer_split"] == "tiles" and g["consumers"] > 1):
+        out.append("the Gluon stream-K walks one sequence of work items in every consumer")
+    return out + _rows_steer(g)
+
+
+def _rows_steer(g: Mapping[str, Any]) -> list[str]:
+    out = []
+    if g["BLOCK_M"] == 192 and g["split_k"] == 1 and g["consumer_split"] == "tiles":
+        out.append("BLOCK_M=192 is three consumers of 64 rows (consumer_split=rows)")
+    if g["consumer_split"] == "tiles" and g["BLOCK_M"] == 192 and g["split_k"] > 1:
+        out.append("BLOCK_M=192 is a row split, which split-K does not combine with")
+    if g["consumer_split"] == "rows" and g["BLOCK_M"] not in (128, 192):
+        out.append(f"a row split takes BLOCK_M 128 or 192 ({ROWS_PER_CONSUMER} rows a consumer), not {g['BLOCK_M']}")
+    return out
+
+
+class Moves:
+    """What a fix moves genes with: the family's moves (`_step_down`, `_step_up`, `_set`), and the coin of the repair
+    that runs it (the fixes that choose between two structures draw it from the repair's generator)."""
+
+    def __init__(self, family: Any, rng: np.random.Generator) -> None:
+        self.family, self.rng = family, rng
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.family, name)
+
+    def coin(self) -> float:
+        return float(self.rng.random())
+
+
+def rules(family: Any) -> tuple[Rule, ...]:
+    """The table of `family` (a GemmFamily: its B tiles, epilogue and refusals), in the order violations() reports
+    it; repair runs its fixes with `Moves` (its coins)."""
+    return _table(family.b_tiles, family.reads_tile, family.ws_refusal, family._gluon_refusal())
+
+
+@functools.lru_cache(maxsize=64)
+def _table(b_tiles: int, reads_tile: bool, ws_refusal: str, refusal: str) -> tuple[Rule, ...]:
+    unaligned = unaligned_rows
+
+    def fits(gene: str, dim: str) -> Rule:
+        def check(g, p, t):
+            if g[gene] > max(16, next_pow2(p.dims[dim])):
+                return f"{gene}={g[gene]} exceeds {dim}={p.dims[dim]} rounded up to a power of two"
+            return None
+        return Rule(f"fits_{gene}", check, lambda fam, g, p, t: fam._step_down(g, gene))
+
+    def split_has_steps(g, p, t):
+        return f"split_k={g['split_k']} exceeds the {_k_steps(g, p)} K steps" if g["split_k"] > _k_steps(g, p) else None
+
+    def gluon(g, p, t):
+        return gluon_violations(g, p, t, refusal, unaligned(p)) if g["backend"] == "gluon" else []
+
+    def gluon_steer(g, p, t):
+        if g["backend"] != "gluon":
+            return []
+        # (M up to 32: a 64-row wgmma tile over so few rows loses to Triton's smaller tiles)
+        small = [f"M={p.dims['M']} is rendered with Triton (a 64-row wgmma tile over so few rows)"] \
+            if p.dims["M"] <= 32 else []
+        return small + _rows_steer(g)
+
+    def fix_gluon(fam, g, p, t):
+        gluon_repair(fam, g, p, t, refusal, unaligned(p))
+        return False
+
+    def triton_consumers(g, p, t):
+        if g["backend"] == "triton" and (g["consumers"] != 1 or g["consumer_split"] != "tiles"):
+            return "consumers and consumer_split are genes of the Gluon rendering: 1 and tiles under backend=triton"
+        return None
+
+    def fix_triton_consumers(fam, g, p, t):
+        fam._set(g, "consumers", 1)
+        fam._set(g, "consumer_split", "tiles")
+        return False
+
+    def triton_rows(g, p, t):
+        if g["backend"] == "triton" and g["BLOCK_M"] == 192:
+            return "BLOCK_M=192 is three Gluon consumers of 64 rows (backend=gluon, consumer_split=rows)"
+        return None
+
+    def split_k_persistent(g, p, t):
+        if g["split_k"] > 1 and g["persistent"] and g["backend"] == "triton":
+            return "split_k > 1 is not combined with a persistent grid"
+        return None
+
+    def fix_split_k_persistent(fam, g, p, t):
+        # keep whichever structure the coin favours, if the domain allows dropping the other
+        if fam.coin() < 0.5 and fam._set(g, "persistent", False):
+            fam._set(g, "stream_k", False)
+        elif not fam._set(g, "split_k", 1):
+            fam._set(g, "persistent", False)
+            fam._set(g, "stream_k", False)
+        return False
+
+    def stream_k_persistent(g, p, t):
+        return "stream_k needs a persistent grid" if g["stream_k"] and not g["persistent"] else None
+
+    def fix_stream_k_persistent(fam, g, p, t):
+        # stream-K was just turned on (or persistence off): the coin keeps one of the two
+        keep = fam.coin() < 0.5 and g["split_k"] == 1 and not g["warp_specialize"]
+        if not (keep and fam._set(g, "persistent", True)):
+            fam._set(g, "stream_k", False)
+        return False
+
+    def descriptors(g, p, t):
+        if g["memory"] in DESCRIPTOR_MEMORY and not descriptor_ok(g, p, t):
+            return "tensor descriptors need sm_90+ and row strides that are multiples of 16 bytes"
+        return None
+
+    def fix_descriptors(fam, g, p, t):
+        if g["memory"] == "host_descriptor" and t.arch >= 90 and b_tiles == 1:
+            fam._set(g, "pad_rows", True)  # the padded copy keeps the TMA path for unaligned rows
+        if descriptors(g, p, t) is not None:
+            fam._set(g, "memory", "pointer")
+            fam._set(g, "pad_rows", False)
+        return False
+
+    def pad_rows(g, p, t):
+        out = []
+        if g["pad_rows"] and g["memory"] != "host_descriptor":
+            out.append("pad_rows needs host tensor descriptors (memory=host_descriptor)")
+        if g["pad_rows"] and not unaligned(p):
+            out.append("pad_rows changes nothing when every row is a multiple of 16 bytes")
+        return out
+
+    def fix_wide_alone(fam, g, p, t):
+        # a wide tile and a feature it is not combined with: the coin keeps one of the two
+        keep_wide = fam.coin() < 0.5 and all(fam._set(g, gene, off) for _, gene, off in _WIDE_REFUSALS)
+        while not keep_wide and _wide(g) and fam._step_down(g, "BLOCK_N"):
+            pass
+        return False
+
+    def ws_condition(name: str, ok: Any, why: str) -> Rule:
+        return Rule(name, lambda g, p, t: why if g["warp_specialize"] and not ok(g, p, t) else None,
+                    lambda fam, g, p, t: fam._set(g, "warp_specialize", False) and False)
+
+    def ws_stages(g, p, t):
+        if g["warp_specialize"] and (g["loop_stages"] or g["num_stages"]) > MAX_WS_STAGES:
+            return f"warp specialization deeper than {MAX_WS_STAGES} stages left outputs unwritten"
+        return None
+
+    def fix_ws_stages(fam, g, p, t):
+        if fam._step_down(g, "loop_stages" if g["loop_stages"] else "num_stages"):
+            return True
+        fam._set(g, "warp_specialize", False)
+        return False
+
+    def ws_refused(g, p, t):
+        return f"warp specialization {ws_refusal}" if g["warp_specialize"] and ws_refusal else None
+
+    def subtile_width(g, p, t):
+        return "epilogue subtiling needs BLOCK_N >= 32" if g["epilogue_subtile"] and g["BLOCK_N"] < 32 else None
+
+    def two_tiles_refusals(g, p, t):
+        if b_tiles == 1:
+            return []
+        return [f"two B tiles per K step (SwiGLU) are not combined with {what}"
+                for gene, off, what in TWO_TILE_REFUSALS if g[gene] != off]
+
+    def fix_two_tiles_refusals(fam, g, p, t):
+        for gene, off, _ in TWO_TILE_REFUSALS:
+            fam._set(g, gene, off)
+        return False
+
+    def two_tiles_wide(g, p, t):
+        if b_tiles > 1 and _wide(g):
+            return f"two B tiles per K step (SwiGLU) are not combined with BLOCK_N={g['BLOCK_N']}"
+        return None
+
+    def registers(g, p, t):
+        regs = acc_regs_per_thread(g, b_tiles)
+        return f"accumulator needs {regs} registers per thread (> {MAX_ACC_REGS})" if regs > MAX_ACC_REGS else None
+
+    def fix_registers(fam, g, p, t):
+        """More warps (one consumer, no warp specialization), else a smaller tile, its longer side first."""
+        if not g["warp_specialize"] and g["consumers"] == 1 and fam._step_up(g, "num_warps"):
+            return True
+        big = "BLOCK_M" if g["BLOCK_M"] >= g["BLOCK_N"] else "BLOCK_N"
+        return fam._step_down(g, big) or fam._step_down(g, "BLOCK_M" if big == "BLOCK_N" else "BLOCK_N")
+
+    def smem(g, p, t):
+        need = gluon_smem(g, p.dtype) if g["backend"] == "gluon" else smem_estimate(g, p.dtype, b_tiles, reads_tile)
+        return f"needs ~{need} bytes of shared memory (> {t.smem_bytes})" if need > t.smem_bytes else None
+
+    def fix_smem(fam, g, p, t):
+        """The first that can shrink of: unrolling, stages, the K loop's own stages (0 stays), then the tile."""
+        for name in ("loop_unroll", "num_stages", "loop_stages", "BLOCK_K", "BLOCK_N", "BLOCK_M"):
+            if not (name == "loop_stages" and g["loop_stages"] == 0) and fam._step_down(g, name):
+                return True
+        return False
+
+    def rows_settled(fam, g, p, t):
+        rows_repair(fam, g)
+        return False
+
+    step_down_n = lambda fam, g, p, t: fam._step_down(g, "BLOCK_N")
+    return (
+        fits("BLOCK_M", "M"), fits("BLOCK_N", "N"), fits("BLOCK_K", "K"),
+        Rule("split_has_steps", split_has_steps, lambda fam, g, p, t: fam._step_down(g, "split_k")),
+        Rule("gluon", gluon, fix_gluon, steer=gluon_steer),
+        Rule("triton_consumers", triton_consumers, fix_triton_consumers),
+        Rule("triton_rows", triton_rows, lambda fam, g, p, t: fam._step_down(g, "BLOCK_M") and False),
+        Rule("split_k_persistent", split_k_persistent, fix_split_k_persistent),
+        Rule("stream_k_persistent", stream_k_persistent, fix_stream_k_persistent),
+        Rule("descriptors", descriptors, fix_descriptors),
+        Rule("pad_rows", pad_rows, lambda fam, g, p, t: fam._set(g, "pad_rows", False) and False),
+        Rule("wide_alone", lambda g, p, t: _wide_refused(g), fix_wide_alone),
+        *(ws_condition(name, ok, why) for name, ok, why in _WS_CONDITIONS[:3]),
+        Rule("ws_stages", ws_stages, fix_ws_stages),
+        *(ws_condition(name, ok, why) for name, ok, why in _WS_CONDITIONS[3:]),
+        Rule("subtile_width", subtile_width, lambda fam, g, p, t: fam._set(g, "epilogue_subtile", False) and False),
+        Rule("two_tiles_refusals", two_tiles_refusals, fix_two_tiles_refusals),
+        Rule("two_tiles_wide", two_tiles_wide, step_down_n),
+        Rule("registers", registers, fix_registers),
+        Rule("ws_refusal", ws_refused, lambda fam, g, p, t: fam._set(g, "warp_specialize", False) and False),
+        Rule("smem", smem, fix_smem),
+        # looked at again after the resources' fixes moved the tile (not reported twice: their rules above report)
+        Rule("rows_settled", _rows_unsettled, rows_settled, hard=False),
+        Rule("wide_narrowed", lambda g, p, t: _wide_refused(g), step_down_n, hard=False),
+    )
