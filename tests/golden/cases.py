@@ -48,6 +48,8 @@ PROBLEMS: dict[str, list[tuple[tuple[int, ...], str, int]]] = {
     "linear+rmsnorm+swiglu": [((3, 1000, 600), "bf16", 3)],
     "rope_cache": [((1, 32, 8, 128, 4096), "bf16", 6), ((333, 12, 4, 80, 2048), "fp16", 6),
                    ((16, 8, 8, 64, 1000), "fp32", 4)],
+    "moe_gate_up": [((16, 8, 2, 14336, 4096), "bf16", 2)],
+    "moe_down": [((2048, 8, 2, 4096, 14336), "bf16", 2)],
 }
 # operators whose first seed on each problem is also rendered as the module `evo export` writes (header, kernel,
 # self-check)
