@@ -105,7 +105,10 @@ def zoo_command(args: argparse.Namespace) -> int:
     except OSError as e:
         raise usage_error(f"cannot create {folder}: {e.strerror or e}") from None
     problems = layer_problems(spec, tokens, args.dtype, args.context)
-    print(f"model {spec.name}: hidden {spec.hidden_size}, intermediate {spec.intermediate_size} ({spec.mlp}), "
+    experts = (f", {spec.num_experts} experts top-{spec.experts_per_token}"
+               + (f" + a shared expert of {spec.shared_expert_size}" if spec.shared_expert_size else "")
+               if spec.num_experts else "")
+    print(f"model {spec.name}: hidden {spec.hidden_size}, intermediate {spec.intermediate_size} ({spec.mlp}{experts}), "
           f"heads {spec.num_attention_heads}/{spec.num_key_value_heads} kv x {spec.head_dim}, vocab "
           f"{spec.vocab_size}; {args.dtype}; T new tokens of one sequence after {args.context} tokens in the KV "
           "cache; shapes in the operators' dims (gemm and linear MxNxK, rmsnorm/softmax rowsxcols, attention "

@@ -175,6 +175,10 @@ class DecoderLayer(_Routed):
             raise ValueError(f"{spec.name}: head_dim {spec.head_dim} is odd; rotary embedding pairs its halves")
         if spec.mlp not in ("swiglu", "gelu", "gelu_tanh"):
             raise ValueError(f"{spec.name}: unknown mlp {spec.mlp!r}; expected swiglu, gelu or gelu_tanh")
+        if spec.num_experts:
+            raise ValueError(f"{spec.name}: a Mixture-of-Experts MLP ({spec.num_experts} experts, top-"
+                             f"{spec.experts_per_token}): the zoo's reference layer is dense; its MoE layer is not "
+                             "built yet (evo zoo plans and searches the model's kernels)")
         self.spec = spec
         h, inter = spec.hidden_size, spec.intermediate_size
         eps = spec.rms_norm_eps if eps is None else eps

@@ -33,8 +33,8 @@ _HF_ACT = {"silu": "swiglu", "swish": "swiglu", "gelu": "gelu", "gelu_new": "gel
 _GATED_GELU = ("gemma", "gemma2", "gemma3", "gemma3_text")  # GELU in a gated MLP (GeGLU): no operator for it yet
 # Families whose MLP is gated, down(act(gate(x)) * up(x)), whatever hidden_act says (Hugging Face's *MLP classes),
 # and families whose MLP is plain, down(act(up(x))); a model_type in neither keeps the activation's usual MLP
-_GATED = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "phi3", "olmo", "olmo2", "granite", "cohere",
-          "internlm2", "stablelm", *_GATED_GELU)
+_GATED = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "phi3", "olmo", "olmo2",
+          "granite", "cohere", "internlm2", "stablelm", *_GATED_GELU)
 _PLAIN = ("gpt2", "gpt_neox", "gptj", "gpt_bigcode", "phi", "falcon", "starcoder2", "codegen", "bloom")
 # Keys of what the plan does not compute, found in a config whatever its model_type (a Gemma's without one)
 _UNPLANNED = {
@@ -43,10 +43,16 @@ _UNPLANNED = {
     "attn_logit_softcapping": "soft-capped attention logits (Gemma 2): evo's attention does not cap them",
     "final_logit_softcapping": "soft-capped final logits (Gemma 2): evo's lm_head and softmax do not cap them",
 }
-_MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
+_MOE_KEYS = ("num_local_experts", "num_experts")  # Mixtral's, Qwen-MoE's expert counts (what the plan reads)
+# MoE configs the plan does not compute: DeepSeek's routing (shared and grouped experts) and its attention (MLA)
+_UNPLANNED_MOE = {
+    "n_routed_experts": "DeepSeek-style experts (shared experts, grouped top-k routing): evo plans Mixtral- and "
+                        "Qwen-MoE-style routed experts only",
+    "kv_lora_rank": "multi-head latent attention (MLA): no evo operator runs it",
+}
 _YAML_KEYS = ("name", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
               "vocab_size", "norm", "mlp", "tie_word_embeddings", "attention_bias", "mlp_bias", "rms_norm_eps",
-              "rope_theta", "sliding_window")
+              "rope_theta", "sliding_window", "num_experts", "experts_per_token", "shared_expert_size")
 _REQUIRED = ("hidden_size", "intermediate_size", "num_attention_heads", "vocab_size")
 
 
@@ -78,6 +84,10 @@ class ModelSpec:
     rope_theta: float = 10000.0  # the rotary embedding's base
     sliding_window: int = 0  # each query sees its last W keys only (0: all): the plan's causal attention is exact
     #                          while the KV cache and the new tokens hold at most W (evo zoo refuses longer ones)
+    num_experts: int = 0  # a Mixture-of-Experts MLP of this many routed experts (0: a dense MLP), each
+    #                       intermediate_size wide, every token routed to experts_per_token of them
+    experts_per_token: int = 0
+    shared_expert_size: int = 0  # Qwen-MoE's shared expert beside the routed ones: a dense SwiGLU MLP this wide
 
     @property
     def q_size(self) -> int:
@@ -210,9 +220,9 @@ def _from_hf(data: Any, file: str, default_name: str) -> ModelSpec:
     model_type = d.get("model_type", "")
     if not isinstance(model_type, str):
         raise ModelError(file, "model_type", f"expected text; got {describe(model_type)}")
-    for key in _MOE_KEYS:
+    for key, what in _UNPLANNED_MOE.items():
         if d.get(key):
-            raise ModelError(file, key, "a mixture-of-experts model: evo's zoo derives dense layers only")
+            raise ModelError(file, key, f"{what}; the plan would compute another model")
     if "rms_norm_eps" not in d and any(k in d for k in ("layer_norm_eps", "layer_norm_epsilon")):
         raise ModelError(file, "layer_norm_eps", "a LayerNorm model: evo has an rmsnorm operator only")
     act = d.get("hidden_act", "silu")
@@ -237,6 +247,8 @@ def _from_hf(data: Any, file: str, default_name: str) -> ModelSpec:
     fields["mlp"] = _HF_ACT[act]
     # Qwen2 puts a bias on Q, K and V without saying so in its config; an explicit attention_bias wins
     fields["attention_bias"] = d.get("attention_bias", model_type == "qwen2")
+    if model_type == "qwen2_moe":  # its config names the bias qkv_bias (True by default)
+        fields["attention_bias"] = d.get("qkv_bias", True)
     if d.get("attention_bias") is True and model_type != "qwen2":
         # Llama-family configs bias the output projection too, which the plan (gemm+residual) does not model
         raise ModelError(file, "attention_bias", f"in a {model_type or 'Llama-family'} config it biases o_proj as "
@@ -244,7 +256,36 @@ def _from_hf(data: Any, file: str, default_name: str) -> ModelSpec:
     fields["tie_word_embeddings"] = d.get("tie_word_embeddings", True)  # PretrainedConfig's default
     if d.get("sliding_window") is not None and d.get("use_sliding_window") is not False:  # Qwen2 turns it off
         fields["sliding_window"] = d["sliding_window"]
+    fields.update(_hf_experts(d, file))
     return _build(fields, file, default_name)
+
+
+def _hf_experts(d: dict, file: str) -> dict:
+    """The MoE fields of a Mixtral (num_local_experts) or Qwen-MoE (num_experts, moe_intermediate_size, a shared
+    expert) config; {} for a dense one. A field that does not fit is one line naming it."""
+    key = next((k for k in _MOE_KEYS if d.get(k)), None)
+    if key is None:
+        return {}
+    experts = _size(d[key], key, file)
+    if "num_experts_per_tok" not in d:
+        raise ModelError(file, "num_experts_per_tok", f"missing: a model of {experts} experts routes each token to "
+                                                      "how many?")
+    top_k = d["num_experts_per_tok"]
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= experts:
+        raise ModelError(file, "num_experts_per_tok", f"expected an integer from 1 to {key} ({experts}); got "
+                                                      f"{describe(top_k)}")
+    if d.get("decoder_sparse_step", 1) != 1 or d.get("mlp_only_layers"):
+        field = "mlp_only_layers" if d.get("mlp_only_layers") else "decoder_sparse_step"
+        raise ModelError(file, field, "some layers keep a dense MLP: evo's plan is one layer, every layer's MLP "
+                                      "routed to experts")
+    if d.get("mlp_bias"):
+        raise ModelError(file, "mlp_bias", "biased experts: the moe operators take none")
+    out = {"num_experts": experts, "experts_per_token": top_k}
+    if d.get("moe_intermediate_size") is not None:  # Qwen-MoE: intermediate_size is the dense MLP's
+        out["intermediate_size"] = d["moe_intermediate_size"]
+    if d.get("shared_expert_intermediate_size"):
+        out["shared_expert_size"] = d["shared_expert_intermediate_size"]
+    return out
 
 
 def _from_yaml(data: Any, file: str, default_name: str) -> ModelSpec:
@@ -285,7 +326,30 @@ def _build(d: dict, file: str, default_name: str) -> ModelSpec:
     theta = _positive(d.get("rope_theta", 10000.0), "rope_theta", 1e12, file)
     return ModelSpec(name=name, num_key_value_heads=kv_heads, head_dim=head_dim,
                      norm=_choice(d.get("norm", "rmsnorm"), "norm", NORMS, file),
-                     mlp=mlp, rms_norm_eps=eps, rope_theta=theta, sliding_window=window, **sizes, **flags)
+                     mlp=mlp, rms_norm_eps=eps, rope_theta=theta, sliding_window=window, **sizes, **flags,
+                     **_experts(d, mlp, flags["mlp_bias"], file))
+
+
+def _experts(d: dict, mlp: str, mlp_bias: bool, file: str) -> dict:
+    """num_experts, experts_per_token and shared_expert_size checked: all 0 (a dense MLP), or experts routed top-k
+    (1 <= k <= experts) in a SwiGLU MLP without biases."""
+    experts = d.get("num_experts", 0)
+    if experts == 0 and not isinstance(experts, bool):
+        for key in ("experts_per_token", "shared_expert_size"):
+            if d.get(key):
+                raise ModelError(file, key, "given without num_experts: a dense MLP has no experts")
+        return {}
+    experts = _size(experts, "num_experts", file)
+    top_k = d.get("experts_per_token")
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= experts:
+        raise ModelError(file, "experts_per_token", f"expected an integer from 1 to num_experts ({experts}); got "
+                                                    f"{describe(top_k)}")
+    if mlp != "swiglu" or mlp_bias:
+        raise ModelError(file, "mlp", "experts run SwiGLU without biases (moe_gate_up, moe_down); got "
+                                      f"{mlp}{' with biases' if mlp_bias else ''}")
+    shared = d.get("shared_expert_size", 0)
+    shared = 0 if shared == 0 and not isinstance(shared, bool) else _size(shared, "shared_expert_size", file)
+    return {"num_experts": experts, "experts_per_token": top_k, "shared_expert_size": shared}
 
 
 def _size(value: Any, field: str, file: str) -> int:

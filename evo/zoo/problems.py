@@ -108,16 +108,36 @@ def _problems_at(spec: ModelSpec, t: int, dtype: str, context: int, attention_dt
         up = kp("gate_up", "gemm+swiglu", (t, inter, h))
     else:
         up = kp("up", "gemm+" + ("bias+" if spec.mlp_bias else "") + spec.mlp, (t, inter, h))
+    down = kp("down", "gemm+bias+residual" if spec.mlp_bias else "gemm+residual", (t, h, inter))
+    mlp = _moe_problems(spec, kp, t, linear=False) if spec.num_experts else [up, down]
     return [
         kp("norm", "rmsnorm", (t, h), uses=2,
            note="norm: the input and post-attention norms of a layer; the final norm, before lm_head, has their shape"),
         kp("qkv", "gemm+bias" if spec.attention_bias else "gemm", (t, qkv_width, h)),
         *rope, attention,
         kp("o_proj", "gemm+residual", (t, h, spec.q_size)),
-        up,
-        kp("down", "gemm+bias+residual" if spec.mlp_bias else "gemm+residual", (t, h, inter)),
+        *mlp,
         kp("lm_head", "gemm", (t, spec.vocab_size, h), scope="model"),
     ] + head
+
+
+def _moe_problems(spec: ModelSpec, kp: Any, t: int, linear: bool) -> list[KernelProblem]:
+    """A Mixture-of-Experts MLP's problems after its norm: the router's logits (linear or gemm, T x E x hidden), the
+    routed experts' gate-up with SwiGLU (moe_gate_up) and down projection with the routing weights and the top-k sum
+    (moe_down), and a shared expert's dense SwiGLU MLP where the model has one (Qwen-MoE)."""
+    e, k, inter, h = spec.num_experts, spec.experts_per_token, spec.intermediate_size, spec.hidden_size
+    note = ("moe: the router's softmax and top-k, and the residual add after moe_down, run in torch; each moe op "
+            "sorts its tokens by expert itself")
+    pre = "linear_" if linear else ""  # a role is served by one operator: the linear roles are named apart
+    out = [kp(pre + "router", "linear" if linear else "gemm", (t, e, h), note=note),
+           kp("moe_gate_up", "moe_gate_up", (t, e, k, inter, h), note=note),
+           kp("moe_down", "moe_down", (t, e, k, h, inter), note=note)]
+    if spec.shared_expert_size:
+        s = spec.shared_expert_size
+        shared = "moe: the shared expert's sigmoid gate (a [1, hidden] projection) and its sum run in torch"
+        out += [kp(pre + "shared_gate_up", "linear+swiglu" if linear else "gemm+swiglu", (t, s, h), note=shared),
+                kp(pre + "shared_down", "linear" if linear else "gemm", (t, h, s), note=shared)]
+    return out
 
 
 def _linear_problems(spec: ModelSpec, kp: Any, attention: KernelProblem, rope: list[KernelProblem]
@@ -130,7 +150,10 @@ def _linear_problems(spec: ModelSpec, kp: Any, attention: KernelProblem, rope: l
     kept: list[str] = []
     norms = 1  # the final norm is lm_head's prologue; a layer's norm is fused unless its GEMM keeps gemm
     qkv = kp("linear_qkv", "linear+rmsnorm+bias" if spec.attention_bias else "linear+rmsnorm", (t, qkv_width, h))
-    if spec.mlp == "swiglu":
+    up = None
+    if spec.num_experts:  # the post-attention norm apart: the router and the experts read the normed rows
+        norms += 1
+    elif spec.mlp == "swiglu":
         up = kp("linear_gate_up", "linear+rmsnorm+swiglu", (t, inter, h))
     else:
         up = kp("up", "gemm+" + ("bias+" if spec.mlp_bias else "") + spec.mlp, (t, inter, h))
@@ -139,7 +162,8 @@ def _linear_problems(spec: ModelSpec, kp: Any, attention: KernelProblem, rope: l
     down = kp("linear_down", "linear+bias+residual" if spec.mlp_bias else "linear+residual", (t, h, inter))
     note = (f"T <= {LINEAR_MAX_TOKENS}: {spec.name} keeps the gemm roles for {'; '.join(kept)}, with the norm "
             "before them apart") if kept else ""
-    out = [qkv, *rope, attention, kp("linear_o_proj", "linear+residual", (t, h, spec.q_size)), up, down,
+    mlp = _moe_problems(spec, kp, t, linear=True) if spec.num_experts else [up, down]
+    out = [qkv, *rope, attention, kp("linear_o_proj", "linear+residual", (t, h, spec.q_size)), *mlp,
            kp("linear_lm_head", "linear+rmsnorm", (t, spec.vocab_size, h), scope="model")]
     if norms > 1:
         out.insert(0, kp("norm", "rmsnorm", (t, h), uses=norms - 1,

@@ -190,3 +190,14 @@ def test_new_keys_are_written_into_the_cache_in_place_and_each_call_sees_the_sam
             layer(torch.zeros(5, TINY.hidden_size))
     with pytest.raises(ValueError, match="max_tokens"):
         DecoderLayer(TINY, max_tokens=0)
+
+
+def test_a_moe_spec_is_refused_in_one_line():
+    from pathlib import Path
+
+    from evo.zoo import load_model
+
+    spec = load_model(Path(__file__).resolve().parents[2] / "experiments" / "models" / "mixtral-8x7b.json")
+    with pytest.raises(ValueError, match=r"a Mixture-of-Experts MLP \(8 experts, top-2\): the zoo's reference layer "
+                                         "is dense"):
+        DecoderLayer(spec)

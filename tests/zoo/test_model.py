@@ -46,6 +46,22 @@ def test_hf_defaults_and_activations():
     assert parse_model(json.dumps({**base, "mlp_bias": True, "head_dim": None, "hidden_act": "gelu"}), "json").mlp_bias
 
 
+_TINY = "hidden_size: 64\nintermediate_size: 128\nnum_attention_heads: 4\nvocab_size: 256\n"
+
+
+def test_moe_models():
+    mixtral = load_model(MODELS / "mixtral-8x7b.json")
+    assert (mixtral.num_experts, mixtral.experts_per_token, mixtral.intermediate_size, mixtral.shared_expert_size) == \
+        (8, 2, 14336, 0)
+    qwen = load_model(MODELS / "qwen1.5-moe-a2.7b.json")  # each expert moe_intermediate_size wide, a shared expert
+    assert (qwen.num_experts, qwen.experts_per_token, qwen.intermediate_size, qwen.shared_expert_size) == \
+        (60, 4, 1408, 5632)
+    assert qwen.mlp == "swiglu" and qwen.attention_bias  # Qwen2-MoE's qkv_bias, True unless its config says not
+    tiny = parse_model(_TINY + "num_experts: 4\nexperts_per_token: 1\n", "yaml", "m.yaml", "m")
+    assert (tiny.num_experts, tiny.experts_per_token, tiny.shared_expert_size) == (4, 1, 0)
+    assert load_model(MODELS / "llama-3-8b.json").num_experts == 0
+
+
 def _bad_json(**change):
     d = {**LLAMA, **change}
     return json.dumps({k: v for k, v in d.items() if v is not ...})
@@ -65,7 +81,14 @@ def _bad_json(**change):
     (_bad_json(mlp_bias=True), "json", "mlp_bias"),  # SwiGLU's gate and up would be biased
     (_bad_json(model_type="gemma", hidden_act="gelu_pytorch_tanh"), "json", "model_type"),
     (_bad_json(model_type=3), "json", "model_type"),
-    (_bad_json(num_local_experts=8), "json", "num_local_experts"),
+    (_bad_json(num_local_experts=8), "json", "num_experts_per_tok"),  # a MoE config must say its top-k
+    (_bad_json(num_local_experts=8, num_experts_per_tok=9), "json", "num_experts_per_tok"),
+    (_bad_json(num_local_experts=0.5, num_experts_per_tok=1), "json", "num_local_experts"),
+    (_bad_json(num_experts=60, num_experts_per_tok=4, mlp_only_layers=[0]), "json", "mlp_only_layers"),
+    (_bad_json(num_experts=60, num_experts_per_tok=4, decoder_sparse_step=2), "json", "decoder_sparse_step"),
+    (_bad_json(num_local_experts=8, num_experts_per_tok=2, mlp_bias=True), "json", "mlp_bias"),
+    (_bad_json(n_routed_experts=64, num_experts_per_tok=6), "json", "n_routed_experts"),  # DeepSeek
+    (_bad_json(kv_lora_rank=512), "json", "kv_lora_rank"),  # MLA
     (_bad_json(rms_norm_eps=..., layer_norm_eps=1e-5), "json", "layer_norm_eps"),
     (_bad_json(rms_norm_eps=0), "json", "rms_norm_eps"),
     (_bad_json(rms_norm_eps="1e-5"), "json", "rms_norm_eps"),
@@ -79,6 +102,11 @@ def _bad_json(**change):
      "norm"),
     ("hidden_size: 64\nintermediate_size: 128\nnum_attention_heads: 4\nvocab_size: 256\nname: a/b\n", "yaml", "name"),
     ("hidden_size: 64\nhidden_size: 65\n", "yaml", ""),
+    (_TINY + "num_experts: 8\nexperts_per_token: 9\n", "yaml", "experts_per_token"),
+    (_TINY + "num_experts: 8\n", "yaml", "experts_per_token"),
+    (_TINY + "experts_per_token: 2\n", "yaml", "experts_per_token"),
+    (_TINY + "num_experts: 8\nexperts_per_token: 2\nmlp: gelu\n", "yaml", "mlp"),
+    (_TINY + "num_experts: 8\nexperts_per_token: 2\nshared_expert_size: -1\n", "yaml", "shared_expert_size"),
     ("a: [", "yaml", ""),
     ("just text", "yaml", ""),
     ('{"hidden_size": ' + "9" * 5000 + "}", "json", ""),  # more digits than Python's int() reads: a ValueError

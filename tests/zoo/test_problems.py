@@ -122,7 +122,35 @@ def test_bad_token_counts():
             experiments_for(spec, [1], wall_s=wall_s)
 
 
-@pytest.mark.parametrize("model", ["llama-3-8b.json", "qwen2-7b.json", "mistral-7b.json", "tiny.yaml"])
+def test_mixtral_plans_the_expert_gemms():
+    """A MoE MLP: the post-attention norm apart, the router (linear at T <= 16, gemm above), moe_gate_up and moe_down
+    at every T; no dense gate_up or down."""
+    problems = layer_problems(load_model(MODELS / "mixtral-8x7b.json"), [1, 2048])
+    decode, prefill = _by_role(problems, 1), _by_role(problems, 2048)
+    assert decode["moe_gate_up"] == ("moe_gate_up", (1, 8, 2, 14336, 4096)) == \
+        (prefill["moe_gate_up"][0], (1, *prefill["moe_gate_up"][1][1:]))
+    assert prefill["moe_down"] == ("moe_down", (2048, 8, 2, 4096, 14336))
+    assert decode["linear_router"] == ("linear", (1, 8, 4096)) and prefill["router"] == ("gemm", (2048, 8, 4096))
+    assert decode["norm"] == ("rmsnorm", (1, 4096)) and decode["linear_qkv"][0] == "linear+rmsnorm"
+    assert not {"gate_up", "down", "linear_gate_up", "linear_down"} & (set(decode) | set(prefill))
+    assert any("router's softmax and top-k" in p.note for p in problems)
+    norm = next(p for p in problems if p.role == "norm" and p.tokens == 1)
+    assert norm.uses == 1  # the input norm is linear_qkv's prologue; the post-attention one runs apart
+
+
+def test_qwen_moe_plans_its_shared_expert():
+    problems = layer_problems(load_model(MODELS / "qwen1.5-moe-a2.7b.json"), [16, 128])
+    decode, prefill = _by_role(problems, 16), _by_role(problems, 128)
+    assert decode["moe_gate_up"] == ("moe_gate_up", (16, 60, 4, 1408, 2048))
+    assert decode["linear_shared_gate_up"] == ("linear+swiglu", (16, 5632, 2048))
+    assert decode["linear_shared_down"] == ("linear", (16, 2048, 5632))
+    assert prefill["shared_gate_up"] == ("gemm+swiglu", (128, 5632, 2048))
+    assert prefill["qkv"][0] == "gemm+bias"  # Qwen2-MoE's qkv_bias
+    assert any("shared expert's sigmoid gate" in p.note for p in problems)
+
+
+@pytest.mark.parametrize("model", ["llama-3-8b.json", "qwen2-7b.json", "mistral-7b.json", "tiny.yaml",
+                                   "mixtral-8x7b.json", "qwen1.5-moe-a2.7b.json"])
 def test_experiments_parse_and_hold_the_plans_problems(model):
     spec = load_model(MODELS / model)
     tokens = [1, 16, 128, 2048]

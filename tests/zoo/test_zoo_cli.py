@@ -41,6 +41,19 @@ def test_tiny_model_plan_and_files(tmp_path, capsys):
     assert [p.key for p in load_experiment(folder / "gemm-swiglu.yaml").problems] == ["gemm+swiglu:32x128x64:bf16"]
 
 
+def test_mixtral_plan_writes_the_moe_experiments(tmp_path, capsys):
+    mixtral = str(ROOT / "experiments" / "models" / "mixtral-8x7b.json")
+    assert main(["zoo", mixtral, "--tokens", "1,2048", "-o", str(tmp_path), "--wall-s", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "8 experts top-2" in out and "2048x8x2x14336x4096" in out
+    folder = tmp_path / "mixtral-8x7b"
+    assert [p.key for p in load_experiment(folder / "moe_gate_up.yaml").problems] == [
+        "moe_gate_up:1x8x2x14336x4096:bf16", "moe_gate_up:2048x8x2x14336x4096:bf16"]
+    assert [p.key for p in load_experiment(folder / "moe_down.yaml").problems] == [
+        "moe_down:1x8x2x4096x14336:bf16", "moe_down:2048x8x2x4096x14336:bf16"]
+    assert not (folder / "gemm-swiglu.yaml").exists() and not (folder / "linear-rmsnorm-swiglu.yaml").exists()
+
+
 @pytest.mark.parametrize("extra,words", [
     (["--tokens", "1,x"], "'x' is not a positive integer"),
     (["--tokens", "0"], "is not a positive integer"),
