@@ -30,6 +30,7 @@ from operators.moe.baselines import MoEMath, moe_baselines, moe_contenders
 __all__ = ["MoEGateUpOperator", "MoEDownOperator", "KERNEL_FILE", "TOLERANCE", "make_routing"]
 
 KERNEL_FILE = Path(__file__).with_name("kernel.py")
+SELFCHECK_FILE = Path(__file__).with_name("selfcheck.py")
 # Relative Frobenius error accepted per dtype: linear's fused variants' (fp32 tl.dot runs in tf32 on the GPU; SwiGLU
 # is a product of two rounded-input products)
 TOLERANCE = {"fp16": 3e-3, "bf16": 1.5e-2, "fp32": 3e-3}
@@ -160,6 +161,14 @@ class _MoEOperator(Operator):
 
     def bench_baselines(self) -> list[Baseline]:
         return self.baselines() + moe_contenders(self.math)
+
+    def selfcheck_source(self, problem: Problem) -> str:
+        """Plain-torch self-check code for exported kernels: the problem's constants above operators/moe/selfcheck.py
+        pasted verbatim."""
+        head = ["import torch", "", f"SELFCHECK_SIZES = {problem.sizes!r}  # (T, E, TOPK, N, K)",
+                f"SELFCHECK_DTYPE = torch.{DTYPES[problem.dtype]}", f"SELFCHECK_GATE_UP = {self.gate_up!r}",
+                f"SELFCHECK_TOLERANCE = {self.tolerance(problem)!r}", "", ""]
+        return "\n".join(head) + pasted_source(SELFCHECK_FILE)
 
     def flops(self, problem: Problem) -> int:
         d = problem.dims

@@ -204,3 +204,19 @@ def test_grouped_mm_unavailable_says_why(monkeypatch):
     monkeypatch.delattr(torch, "_grouped_mm", raising=False)
     with pytest.raises(ContenderUnavailable, match=r"torch .* has no torch._grouped_mm"):
         grouped.make(p)
+
+
+def test_selfcheck_source_matches_the_operator():
+    import torch
+
+    for name in OPS:
+        op = operators.get(name)
+        p = op.problem((6, 4, 2, 24, 40), "fp32")
+        namespace: dict = {}
+        exec(compile(op.selfcheck_source(p), name, "exec"), namespace)
+        inputs = namespace["selfcheck_inputs"]("cpu")
+        assert tuple(namespace["problem_sizes"](*inputs)) == p.sizes
+        ref, base = namespace["selfcheck_reference"](*inputs), namespace["selfcheck_baseline"](*inputs)
+        assert torch.allclose(ref, op.reference(*inputs), atol=1e-5)
+        assert torch.allclose(base, op.baselines()[0].make(p)(*inputs), atol=1e-5)
+        assert namespace["SELFCHECK_TOLERANCE"] == op.tolerance(p)
