@@ -21,8 +21,9 @@ Validity keeps what can run: tiles of at least 16 (tl.dot), the fp32 values a th
 registers, the pipelined loads within shared memory, packing only where heads share a KV head. More key
 splits than key blocks, or tiles taller than the queries, are wasteful but valid (a split without keys
 writes an empty partial), so a genome stays valid for a shorter problem (a transferred elite, a clipped
-smoke-test problem); random draws and repair aim at the sensible forms. The head dimension (any size; the
-kernel pads it to a power of two) comes from the problem.
+smoke-test problem); random draws and repair aim at the sensible forms (soft rules). The rules are one table,
+each a check and its fix, that violations() and repair() both read (genomes/attention_rules.py). The head dimension
+(any size; the kernel pads it to a power of two) comes from the problem.
 """
 
 from __future__ import annotations
@@ -33,52 +34,30 @@ import numpy as np
 
 from evo.problem import Problem, Target
 from genomes import labels
-from genomes.attention_gluon import GLUON_FIXED, MIN_GLUON_ROWS, gluon_repair, gluon_violations
+from genomes.attention_gluon import GLUON_FIXED, MIN_GLUON_ROWS
+from genomes.attention_resources import (
+    ELEM_BYTES,
+    MAX_LIVE,
+    group,
+    head_dim_pad,
+    key_blocks,
+    live_limit,
+    live_values,
+    next_pow2,
+    smem_estimate,
+    tile_rows,
+)
+from genomes.attention_rules import PLAN, rules
 from genomes.base import Descriptor, Genome, GenomeFamily
 from genomes.genes import Boolean, Categorical, Gene, IntChoice, PowerOfTwo
+from genomes.rule_table import plan_repair, table_violations
 
 __all__ = ["AttentionFamily", "ELEM_BYTES", "head_dim_pad", "tile_rows", "key_blocks", "MAX_LIVE", "live_limit"]
-
-ELEM_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
-
-# fp32 values a thread may keep alive for the output tile and one tile of scores. Compiled for sm_90 (Triton 3.9,
-# head dim 128), a thread took about 1.6-2 registers per live value: 96 live took 168-186 registers, 160 took
-# 252, 128 at 4 warps spilled (255); at 16 warps a thread has only 128 registers, and 96 live spilled a little.
-# So at most 160, and three quarters of the registers a thread may have at that many warps.
-MAX_LIVE = 160
-
-
-def live_limit(num_warps: int) -> int:
-    return min(MAX_LIVE, 3 * min(255, 65536 // (32 * num_warps)) // 4)
-
-
-def head_dim_pad(problem: Problem) -> int:
-    """The head dimension rounded up to a power of two (at least 16): the width of the kernel's tiles."""
-    return max(16, 1 << (problem.dims["head_dim"] - 1).bit_length())
-
-
-def group(problem: Problem) -> int:
-    """Query heads per KV head."""
-    return problem.dims["heads"] // problem.dims["kv_heads"]
-
-
-def tile_rows(g: dict[str, Any], problem: Problem) -> int:
-    """Rows a head's (or, packed, a KV head's) query tiles cover: the queries, times the group when packed."""
-    return problem.dims["q_len"] * (group(problem) if g["pack_gqa"] else 1)
-
-
-def key_blocks(g: dict[str, Any], problem: Problem) -> int:
-    return -(-problem.dims["kv_len"] // g["BLOCK_N"])
-
 
 def _structure(g: dict[str, Any], r: Any) -> float:
     if g["backend"] == "gluon":
         return 7.0 if g["consumers"] == 3 else 4.0 + (g["consumers"] == 2) + g["pingpong"]
     return float(g["pack_gqa"]) + 2.0 * (g["kv_split"] > 1)
-
-
-def _next_pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
 
 
 class AttentionFamily(GenomeFamily):
@@ -124,18 +103,10 @@ class AttentionFamily(GenomeFamily):
         ]
 
     # -- resources ------------------------------------------------------------------------------------
-    @staticmethod
-    def live_values(g: dict[str, Any], problem: Problem) -> int:
-        """fp32 values a thread keeps: the output tile and one tile of scores, over the program's threads."""
-        return (g["BLOCK_M"] * head_dim_pad(problem) + g["BLOCK_M"] * g["BLOCK_N"]) // (32 * g["num_warps"])
+    live_values = staticmethod(live_values)
+    smem_estimate = staticmethod(smem_estimate)
 
-    @staticmethod
-    def smem_estimate(g: dict[str, Any], problem: Problem) -> int:
-        """The query tile, and num_stages buffers of a K and a V tile (one when the loads are not pipelined)."""
-        e, d = ELEM_BYTES[problem.dtype], head_dim_pad(problem)
-        return e * d * (g["BLOCK_M"] + 2 * g["BLOCK_N"] * max(1, g["num_stages"]))
-
-    # -- validity -------------------------------------------------------------------------------------
+    # -- validity and repair: one rule table (genomes/attention_rules.py) -----------------------------------
     def violations(self, genome: Genome, problem: Problem, target: Target) -> list[str]:
         try:
             g = genome.as_dict()
@@ -143,75 +114,12 @@ class AttentionFamily(GenomeFamily):
                 return [f"genes {sorted(set(g) ^ set(self.genes))} do not match family {self.name}"]
         except Exception as e:  # noqa: BLE001 - a malformed genome is a violation, not a crash
             return [f"malformed genome: {e}"]
-        out = []
-        if problem.dims["heads"] % problem.dims["kv_heads"]:
+        if problem.dims["heads"] % problem.dims["kv_heads"]:  # the problem's own rule: no genome runs it
             return [f"{problem.dims['heads']} query heads are not a multiple of {problem.dims['kv_heads']} KV heads"]
-        if g["backend"] == "gluon":
-            return gluon_violations(g, problem, target)
-        if g["consumers"] != 1 or g["overlap"] or g["pingpong"]:
-            out.append("consumers, overlap and pingpong are genes of the Gluon rendering: 1, False and False under "
-                       "backend=triton")
-        live, limit = self.live_values(g, problem), live_limit(g["num_warps"])
-        if live > limit:
-            out.append(f"keeps ~{live} fp32 values per thread (> {limit} at {g['num_warps']} warps): "
-                       "smaller tiles or other warps")
-        if g["BLOCK_M"] * g["BLOCK_N"] < 32 * g["num_warps"] * 4:
-            out.append(f"a {g['BLOCK_M']}x{g['BLOCK_N']} tile is too small for {g['num_warps']} warps")
-        smem = self.smem_estimate(g, problem)
-        if smem > target.smem_bytes:
-            out.append(f"needs ~{smem} bytes of shared memory (> {target.smem_bytes})")
-        elif g["persistent"] > 1 and g["persistent"] * smem > target.smem_bytes:
-            out.append(f"persistent {g['persistent']}: that many programs of ~{smem} bytes of shared memory do not "
-                       "fit one SM together")
-        if g["pack_gqa"] and group(problem) == 1:
-            out.append("pack_gqa: every query head has its own KV head, there is nothing to pack")
-        if g["kv_split"] == 1 and g["reduce"] != self.genes["reduce"].values[0]:
-            out.append("reduce: only a kv_split > 1 has partials to combine")
-        if g["kv_load"] == "tma" and problem.dims["head_dim"] * ELEM_BYTES[problem.dtype] % 16:
-            out.append(f"kv_load tma: rows of head_dim {problem.dims['head_dim']} are not 16-byte multiples")
-        return out
+        return table_violations(rules(self), g, problem, target)
 
-    # -- repair ---------------------------------------------------------------------------------------
     def repair(self, genome: Genome, problem: Problem, target: Target, rng: np.random.Generator) -> Genome:
-        g = genome.as_dict()
-        if g["backend"] == "gluon":
-            gluon_repair(self, g, problem, target)
-            if g["backend"] == "gluon":
-                return self._repaired(g, genome, problem, target)
-        self._set(g, "consumers", 1)
-        self._set(g, "overlap", False)
-        self._set(g, "pingpong", False)
-        if g["pack_gqa"] and group(problem) == 1:
-            self._set(g, "pack_gqa", False)
-        rows = _next_pow2(tile_rows(g, problem))
-        while g["BLOCK_M"] > max(16, rows) and self._step_down(g, "BLOCK_M"):
-            pass
-        while g["BLOCK_N"] > max(16, _next_pow2(problem.dims["kv_len"])) and self._step_down(g, "BLOCK_N"):
-            pass
-        while self.live_values(g, problem) > live_limit(g["num_warps"]):
-            trial = dict(g)
-            if self._step_up(trial, "num_warps") and (self.live_values(trial, problem) <= live_limit(trial["num_warps"])
-                                                      or self.live_values(trial, problem) < self.live_values(g, problem)
-                                                      and trial["num_warps"] <= 8):
-                g.update(trial)
-                continue
-            if self._step_down(g, "BLOCK_N") or self._step_down(g, "BLOCK_M"):
-                continue
-            break
-        while g["BLOCK_M"] * g["BLOCK_N"] < 32 * g["num_warps"] * 4 and self._step_down(g, "num_warps"):
-            pass
-        for name in ("num_stages", "BLOCK_N", "BLOCK_M"):
-            while self.smem_estimate(g, problem) > target.smem_bytes and self._step_down(g, name):
-                pass
-        while (g["persistent"] > 1 and g["persistent"] * self.smem_estimate(g, problem) > target.smem_bytes
-               and self._step_down(g, "persistent")):
-            pass
-        while g["kv_split"] > key_blocks(g, problem) and self._step_down(g, "kv_split"):
-            pass
-        if g["kv_split"] == 1:
-            self._set(g, "reduce", self.genes["reduce"].values[0])
-        if g["kv_load"] == "tma" and problem.dims["head_dim"] * ELEM_BYTES[problem.dtype] % 16:
-            self._set(g, "kv_load", "pointer")
+        g = plan_repair(self, rules(self), PLAN, genome.as_dict(), problem, target)
         return self._repaired(g, genome, problem, target)
 
     # -- seeds and descriptors ------------------------------------------------------------------------
@@ -240,7 +148,7 @@ class AttentionFamily(GenomeFamily):
                     self.base(persistent=2, q_order="reverse")]
         rows = problem.dims["q_len"] * group(problem)
         programs = problem.dims["batch"] * problem.dims["kv_heads"] * max(1, -(-rows // 64))
-        split = max(1, min(64, _next_pow2(max(1, 2 * target.num_sms // max(1, programs)))))
+        split = max(1, min(64, next_pow2(max(1, 2 * target.num_sms // max(1, programs)))))
         # one launch whose last program of a tile combines its splits before two launches (faster in that search)
         decode = [self.base(BLOCK_M=16, BLOCK_N=n, num_warps=w, num_stages=3, pack_gqa=True, kv_split=split,
                             reduce=r) for r in ("last_program", "launch") for n, w in ((64, 4), (128, 4), (128, 8))]
