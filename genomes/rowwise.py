@@ -10,7 +10,8 @@ alive (ROWS * BLOCK / threads per live tile) must stay within half the registers
 many warps, the pipelined loads within shared memory. A wider block than needed, or a looped kernel whose
 block covers the row (one step), is wasteful but valid, so a genome stays valid for a narrower problem of
 the same operator (a transferred elite, a clipped smoke-test problem). Random draws and repair aim at the
-sensible forms: the narrowest covering block for a single pass, a block narrower than the row for a loop.
+sensible forms: the narrowest covering block for a single pass, a block narrower than the row for a loop. The rules
+are one table (`rules`), each a check and its fix, that violations() and repair() both read.
 Subclasses add their own genes and count their own live values. Genes `split` and `split_mode` spread one row
 over several programs (genomes/rowwise_split.py): "covering the row" then means covering one chunk of it.
 """
@@ -25,9 +26,11 @@ from evo.problem import Problem, Target
 from genomes import labels
 from genomes.base import Descriptor, Genome, GenomeFamily
 from genomes.genes import Categorical, Gene, IntChoice, PowerOfTwo
-from genomes.rowwise_split import chunk_width, repair_split, sensible_splits, split_seeds, split_violations
+from genomes.rowwise_split import SPLIT_PLAN, SPLIT_RULES, chunk_width, sensible_splits, split_seeds
+from genomes.rule_table import Rule, plan_repair, table_violations
 
-__all__ = ["RowwiseFamily", "MAX_LIVE_PER_THREAD", "ELEM_BYTES", "next_pow2", "tile_per_thread", "live_limit"]
+__all__ = ["RowwiseFamily", "MAX_LIVE_PER_THREAD", "ELEM_BYTES", "next_pow2", "tile_per_thread", "live_limit", "rules",
+           "PLAN"]
 
 ELEM_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
 
@@ -50,6 +53,73 @@ def tile_per_thread(g: dict[str, Any]) -> int:
 def live_limit(num_warps: int) -> int:
     """Live fp32 values a thread may keep: half its register budget, at most MAX_LIVE_PER_THREAD."""
     return min(MAX_LIVE_PER_THREAD, min(255, 65536 // (32 * num_warps)) // 2)
+
+
+# The order repair settles the rules in: the rows against the problem, the split genes' rules, the single-pass block
+# (wider, or a loop when no block covers the row), then the resources: register pressure (more warps, fewer rows, a
+# loop, a narrower step), threads with work (fewer warps, more rows), the pipeline's shared memory.
+PLAN = ("rows_fit", *SPLIT_PLAN, "single_covers", "registers", "threads", "smem")
+
+
+def rules(family: RowwiseFamily) -> tuple[Rule, ...]:
+    """The table of `family` (the live values and shared memory its kernel counts), in the order violations()
+    reports it: each rule a check and its fix."""
+
+    def single_covers(g, p, t):
+        n = p.dims["cols"]
+        chunk = chunk_width(n, g["split"])
+        if g["mode"] == "single" and g["BLOCK"] < chunk:
+            return (f"single pass needs BLOCK >= N={n} (the whole row in one block)" if g["split"] == 1 else
+                    f"single pass needs BLOCK >= {chunk} (one chunk of N={n} split {g['split']} ways)")
+        return None
+
+    def fix_single_covers(fam, g, p, t):
+        """The narrowest block covering the row (or chunk), else a loop over the widest narrower one."""
+        if not fam._set(g, "BLOCK", fam.single_block(p, g["split"])):
+            fam._to_looped(g, p)
+        return False
+
+    def rows_fit(g, p, t):
+        m = p.dims["rows"]
+        return f"ROWS={g['ROWS']} exceeds M={m} rounded up to a power of two" if g["ROWS"] > next_pow2(m) else None
+
+    def registers(g, p, t):
+        live, limit = family.live_values(g), live_limit(g["num_warps"])
+        return f"keeps {live} fp32 values per thread alive (> {limit} at {g['num_warps']} warps)" if live > limit \
+            else None
+
+    def fix_registers(fam, g, p, t):
+        """Spread over more warps, then fewer rows, then narrower (looped) steps."""
+        if fam._relieves(g, "num_warps", up=True) or fam._step(g, "ROWS", up=False):
+            return True
+        if g["mode"] == "single" and fam._to_looped(g, p):
+            return True
+        return g["mode"] == "looped" and fam._step(g, "BLOCK", up=False)
+
+    def threads(g, p, t):
+        if g["num_warps"] > 1 and g["ROWS"] * g["BLOCK"] < 32 * g["num_warps"]:
+            return f"a {g['ROWS']}x{g['BLOCK']} tile has fewer elements than {32 * g['num_warps']} threads"
+        return None
+
+    def fix_threads(fam, g, p, t):
+        """Fewer warps (one warp is always allowed), then more rows."""
+        if fam._step(g, "num_warps", up=False):
+            return True
+        return g["split"] == 1 and g["ROWS"] < next_pow2(p.dims["rows"]) and fam._step(g, "ROWS", up=True)
+
+    def smem(g, p, t):
+        need = family.smem_estimate(g, p)
+        return f"pipelined loads need ~{need} bytes of shared memory (> {t.smem_bytes})" if need > t.smem_bytes \
+            else None
+
+    return (
+        *SPLIT_RULES,
+        Rule("single_covers", single_covers, fix_single_covers),
+        Rule("rows_fit", rows_fit, lambda fam, g, p, t: fam._step(g, "ROWS", up=False)),
+        Rule("registers", registers, fix_registers),
+        Rule("threads", threads, fix_threads),
+        Rule("smem", smem, lambda fam, g, p, t: fam._step(g, "num_stages", up=False)),
+    )
 
 
 class RowwiseFamily(GenomeFamily):
@@ -107,28 +177,15 @@ class RowwiseFamily(GenomeFamily):
         n = chunk_width(problem.dims["cols"], split)
         return min((b for b in self.genes["BLOCK"].values if b >= n), default=next_pow2(n))
 
-    def violations(self, genome: Genome, problem: Problem, target: Target) -> list[str]:
-        g = genome.as_dict()
-        m, n = problem.dims["rows"], problem.dims["cols"]
-        out = split_violations(g, problem, target)
-        chunk = chunk_width(n, g["split"])
-        if g["mode"] == "single" and g["BLOCK"] < chunk:
-            out.append(f"single pass needs BLOCK >= N={n} (the whole row in one block)" if g["split"] == 1 else
-                       f"single pass needs BLOCK >= {chunk} (one chunk of N={n} split {g['split']} ways)")
-        if g["ROWS"] > next_pow2(m):
-            out.append(f"ROWS={g['ROWS']} exceeds M={m} rounded up to a power of two")
-        live = self.live_values(g)
-        if live > live_limit(g["num_warps"]):
-            out.append(f"keeps {live} fp32 values per thread alive (> {live_limit(g['num_warps'])} "
-                       f"at {g['num_warps']} warps)")
-        if g["num_warps"] > 1 and g["ROWS"] * g["BLOCK"] < 32 * g["num_warps"]:
-            out.append(f"a {g['ROWS']}x{g['BLOCK']} tile has fewer elements than {32 * g['num_warps']} threads")
-        smem = self.smem_estimate(g, problem)
-        if smem > target.smem_bytes:
-            out.append(f"pipelined loads need ~{smem} bytes of shared memory (> {target.smem_bytes})")
-        return out
+    @property
+    def rules(self) -> tuple[Rule, ...]:
+        # made on demand, not kept: a family is pickled to the workers, and the rules are closures
+        return rules(self)
 
-    # -- repair ---------------------------------------------------------------------------------------
+    def violations(self, genome: Genome, problem: Problem, target: Target) -> list[str]:
+        return table_violations(self.rules, genome.as_dict(), problem, target)
+
+    # -- repair: the fixes' moves ---------------------------------------------------------------------
     def _step(self, g: dict[str, Any], name: str, up: bool) -> bool:
         """Move gene `name` one value up or down its domain; False when already at the end."""
         vals = [v for v in self.genes[name].values if (v > g[name] if up else v < g[name])]
@@ -159,39 +216,8 @@ class RowwiseFamily(GenomeFamily):
             pass
         return True
 
-    def _fix_block(self, g: dict[str, Any], problem: Problem) -> None:
-        """A single pass whose block misses part of the row (or chunk) widens it, or, when no block is wide
-        enough, becomes a loop over the widest block narrower than the row (or chunk)."""
-        block = self.single_block(problem, g["split"])
-        if g["mode"] == "single" and g["BLOCK"] < chunk_width(problem.dims["cols"], g["split"]):
-            if not self._set(g, "BLOCK", block):
-                self._to_looped(g, problem)
-
     def repair(self, genome: Genome, problem: Problem, target: Target, rng: np.random.Generator) -> Genome:
-        g = genome.as_dict()
-        m = problem.dims["rows"]
-        while g["ROWS"] > next_pow2(m) and self._step(g, "ROWS", up=False):
-            pass
-        repair_split(self, g, problem, target)
-        self._fix_block(g, problem)
-        # Register pressure: spread over more warps, then fewer rows, then narrower (looped) steps.
-        while self.live_values(g) > live_limit(g["num_warps"]):
-            if self._relieves(g, "num_warps", up=True) or self._step(g, "ROWS", up=False):
-                continue
-            if g["mode"] == "single" and self._to_looped(g, problem):
-                continue
-            if g["mode"] == "looped" and self._step(g, "BLOCK", up=False):
-                continue
-            break
-        # Too few elements for the threads (one warp is always allowed): fewer warps, then more rows.
-        while g["num_warps"] > 1 and g["ROWS"] * g["BLOCK"] < 32 * g["num_warps"]:
-            if self._step(g, "num_warps", up=False):
-                continue
-            if g["split"] == 1 and g["ROWS"] < next_pow2(m) and self._step(g, "ROWS", up=True):
-                continue
-            break
-        while self.smem_estimate(g, problem) > target.smem_bytes and self._step(g, "num_stages", up=False):
-            pass
+        g = plan_repair(self, self.rules, PLAN, genome.as_dict(), problem, target)
         return self._repaired(g, genome, problem, target)
 
     def random(self, rng: np.random.Generator, problem: Problem, target: Target) -> Genome:

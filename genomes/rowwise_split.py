@@ -24,12 +24,14 @@ split_mode means nothing.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from evo.problem import Problem, Target
 from genomes.base import GenomeFamily
+from genomes.rule_table import Fix, Rule
 
-__all__ = ["CHUNK_ALIGN", "chunk_width", "split_violations", "repair_split", "sensible_splits", "split_seeds"]
+__all__ = ["CHUNK_ALIGN", "chunk_width", "SPLIT_RULES", "SPLIT_PLAN", "sensible_splits", "split_seeds"]
 
 CHUNK_ALIGN = 64  # columns: a chunk of 16-bit values starts on a 128-byte line
 
@@ -43,43 +45,59 @@ def chunk_width(n_cols: int, split: int) -> int:
     return -(-per_program // CHUNK_ALIGN) * CHUNK_ALIGN
 
 
-def split_violations(g: dict[str, Any], problem: Problem, target: Target) -> list[str]:
-    """The split genes' own rules (the block covering the chunk is the family's single-pass rule)."""
+def _rows(g: Mapping[str, Any], p: Problem, t: Target) -> str | None:
     s = g["split"]
-    if s == 1:
-        return []
-    out = []
-    if g["ROWS"] != 1:
-        out.append(f"split={s} spreads one row over {s} programs: ROWS must be 1 (got {g['ROWS']})")
-    if g["persistent"]:
-        out.append(f"split={s} launches one program per chunk (or its own resident grid): persistent must be 0")
-    if g["split_mode"] == "cooperative":
-        if g["mode"] != "single":
-            out.append("a cooperative split keeps its chunk in registers: mode must be single")
-        if s > target.num_sms:
-            out.append(f"a cooperative split={s} needs {s} programs resident at once: more than the "
-                       f"{target.num_sms} SMs of {target.name}")
-    return out
+    return f"split={s} spreads one row over {s} programs: ROWS must be 1 (got {g['ROWS']})" \
+        if s > 1 and g["ROWS"] != 1 else None
 
 
-def repair_split(family: GenomeFamily, g: dict[str, Any], problem: Problem, target: Target) -> None:
-    """Move a split genome into the split rules (in place): one row per program, no persistent grid, a
-    cooperative split no wider than the SMs and single pass (else two launches); split = 1 when ROWS or
-    persistent cannot move."""
-    if g["split"] == 1:
-        return
-    if g["ROWS"] != 1 and not family._set(g, "ROWS", 1):
-        family._set(g, "split", 1)
-    if g["split"] > 1 and g["persistent"] and not family._set(g, "persistent", 0):
-        family._set(g, "split", 1)
-    if g["split"] == 1 or g["split_mode"] != "cooperative":
-        return
-    while g["split"] > target.num_sms and family._step_down(g, "split"):
-        pass
-    if g["mode"] != "single" and not family._set(g, "mode", "single"):
-        family._set(g, "split_mode", "two_launch")
-    if g["split"] > target.num_sms:
-        family._set(g, "split_mode", "two_launch")
+def _persistent(g: Mapping[str, Any], p: Problem, t: Target) -> str | None:
+    s = g["split"]
+    return f"split={s} launches one program per chunk (or its own resident grid): persistent must be 0" \
+        if s > 1 and g["persistent"] else None
+
+
+def _single(g: Mapping[str, Any], p: Problem, t: Target) -> str | None:
+    if g["split"] > 1 and g["split_mode"] == "cooperative" and g["mode"] != "single":
+        return "a cooperative split keeps its chunk in registers: mode must be single"
+    return None
+
+
+def _resident(g: Mapping[str, Any], p: Problem, t: Target) -> str | None:
+    s = g["split"]
+    if s > 1 and g["split_mode"] == "cooperative" and s > t.num_sms:
+        return (f"a cooperative split={s} needs {s} programs resident at once: more than the {t.num_sms} SMs of "
+                f"{t.name}")
+    return None
+
+
+def _one_row_or_no_split(gene: str, value: Any) -> Fix:
+    def fix(fam: Any, g: dict[str, Any], p: Problem, t: Target) -> bool:
+        if not fam._set(g, gene, value):
+            fam._set(g, "split", 1)
+        return False
+    return fix
+
+
+def _single_or_two_launches(fam: Any, g: dict[str, Any], p: Problem, t: Target) -> bool:
+    if not fam._set(g, "mode", "single"):
+        fam._set(g, "split_mode", "two_launch")
+    return False
+
+
+# The split genes' own rules (the block covering the chunk is the family's single-pass rule), in the order violations
+# report them: a split program handles one row on its own grid; a cooperative split is single pass, no wider than
+# the SMs (a narrower split, else two launches). `split_resident_fallback` is the last look repair takes at the SMs,
+# after the mode (not reported twice).
+SPLIT_RULES = (
+    Rule("split_rows", _rows, _one_row_or_no_split("ROWS", 1)),
+    Rule("split_persistent", _persistent, _one_row_or_no_split("persistent", 0)),
+    Rule("split_single", _single, _single_or_two_launches),
+    Rule("split_resident", _resident, lambda fam, g, p, t: fam._step_down(g, "split")),
+    Rule("split_resident_fallback", _resident, lambda fam, g, p, t: fam._set(g, "split_mode", "two_launch") and False,
+         hard=False),
+)
+SPLIT_PLAN = ("split_rows", "split_persistent", "split_resident", "split_single", "split_resident_fallback")
 
 
 def sensible_splits(family: GenomeFamily, problem: Problem, target: Target) -> list[int]:

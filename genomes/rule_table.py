@@ -27,7 +27,7 @@ from typing import Any
 
 from evo.problem import Problem, Target
 
-__all__ = ["Rule", "reasons", "holds", "table_violations", "table_repair", "plan_repair"]
+__all__ = ["Rule", "Check", "Fix", "reasons", "holds", "table_violations", "table_repair", "plan_repair"]
 
 Check = Callable[[Mapping[str, Any], Problem, Target], "str | Sequence[str] | None"]
 Fix = Callable[[Any, dict[str, Any], Problem, Target], bool]
