@@ -26,10 +26,20 @@ from genomes.rowwise import ELEM_BYTES, next_pow2
 from genomes.rule_table import Rule, table_repair, table_violations
 
 __all__ = ["MoEGateUpFamily", "MoEDownFamily", "registers", "smem_bytes", "rules", "MAX_REGISTERS", "DIMS",
-           "programs"]
+           "programs", "routes_in_kernel", "ROUTE_IN_KERNEL_SLOTS", "ROUTE_IN_KERNEL_CELLS"]
 
 DIMS = ("T", "E", "TOPK", "N", "K")
 MAX_REGISTERS = 240  # of the 255 a thread may have: room for addresses and the routing the estimate leaves out
+# what a program sorts itself with routing=in_kernel (operators/moe/kernel.py's plan falls back to torch beyond)
+ROUTE_IN_KERNEL_SLOTS = 64
+ROUTE_IN_KERNEL_CELLS = 8192
+
+
+def routes_in_kernel(problem: Problem) -> bool:
+    """Whether a program can sort the problem's T * TOPK slots over its experts itself."""
+    d = problem.dims
+    slots = d["T"] * d["TOPK"]
+    return slots <= ROUTE_IN_KERNEL_SLOTS and next_pow2(d["E"] + 1) * next_pow2(slots) <= ROUTE_IN_KERNEL_CELLS
 
 
 def registers(g: Mapping[str, Any], dtype: str, tiles: int) -> int:
@@ -99,6 +109,12 @@ def rules(tiles: int) -> tuple[Rule, ...]:
     def fix_smem(fam, g, p, t):
         return fam._step_down(g, "num_stages") or fam._step_down(g, "BLOCK_K") or fam._step_down(g, "BLOCK_N")
 
+    def routing_fits(g, p, t):
+        if g["routing"] == "in_kernel" and not routes_in_kernel(p):
+            return (f"{p.dims['T'] * p.dims['TOPK']} slots over {p.dims['E']} experts are more than a program sorts "
+                    "itself: routing=torch")
+        return None
+
     def canonical_group(g, p, t):
         if g["work"] == "tile_major" and g["GROUP_M"] != 1:
             return "tile-major work items group no row blocks: GROUP_M=1"
@@ -112,6 +128,8 @@ def rules(tiles: int) -> tuple[Rule, ...]:
         Rule("threads_busy", threads_busy, lambda fam, g, p, t: fam._step_down(g, "num_warps")),
         Rule("smem_fits", smem_fits, fix_smem),
         Rule("canonical_group", canonical_group, lambda fam, g, p, t: fam._set(g, "GROUP_M", 1)),
+        # soft: an elite of a decode step stays valid for a longer one, whose plan sorts in torch
+        Rule("routing_fits", routing_fits, lambda fam, g, p, t: fam._set(g, "routing", "torch"), hard=False),
     ]
     if tiles == 1:
         def canonical_combine(g, p, t):
@@ -147,6 +165,10 @@ class _MoEFamily(GenomeFamily):
                         "one (the small-M path for decode)"),
             IntChoice("persistent", (0, 1, 2, 4), group="launch",
                       doc="0: a program per work item; else programs per SM, each walking work items"),
+            Categorical("routing", ("torch", "in_kernel"), group="structure",
+                        doc="the slots sorted by expert in torch (sort, searchsorted), or by each program itself "
+                            "(a decode step's few slots: one launch)",
+                        implied=("torch",)),  # added after the first goldens: their genomes sort in torch
             IntChoice("num_warps", (2, 4, 8), group="launch", doc="warps per program"),
             IntChoice("num_stages", (1, 2, 3, 4, 5), group="launch", doc="pipelining depth of the K loop"),
         ]
@@ -167,7 +189,7 @@ class _MoEFamily(GenomeFamily):
         """64x64x64 tiles, expert-major without grouping, a program per work item, 4 warps, 3 stages; updated by
         `values`."""
         g = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 1, "work": "expert_major", "swap_ab": False,
-             "persistent": 0, "num_warps": 4, "num_stages": 3}
+             "persistent": 0, "routing": "torch", "num_warps": 4, "num_stages": 3}
         if self.tiles == 1:
             g["combine"] = "in_kernel"
         g.update(values)
@@ -184,6 +206,8 @@ class _MoEFamily(GenomeFamily):
                                  num_stages=stages))
         raw.append(self.base(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, swap_ab=True, num_stages=4, work="tile_major"))
         raw.append(self.base(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, swap_ab=True, num_stages=4, persistent=2))
+        if routes_in_kernel(problem):  # a decode step: each of the small-M seeds with the routing in the kernel too
+            raw += [dict(g, routing="in_kernel") for g in raw[:6]]
         if rows_per_expert > 16:
             for bm, bn, bk, warps, stages, group in ((64, 64, 64, 4, 4, 8), (64, 128, 64, 4, 3, 8),
                                                      (128, 128, 64, 8, 3, 8), (128, 64, 64, 4, 4, 4),

@@ -8,12 +8,14 @@ Qwen-MoE experts hold (transformers 5: one 3-D parameter per projection):
 The kernel and its launch plan, as one real module: evo renders a module for a genome by writing a header (the
 genome's constants and the entry function) and pasting this file below the marker verbatim.
 
-Routing is a few torch ops with no host synchronisation (graph-capturable): the T * TOPK slots (slot t * TOPK + j is
-token t's j-th choice) sorted by expert, stable, and offsets[E + 2] where each expert's rows start in that order.
-An id outside [0, E) routes its slot to no expert (transformers' convention for id E: a masked slot): its rows are
-zeros. The kernel reads the offsets itself: each program walks work items (expert row block, N tile) with a stride
-of the grid (persistent when the grid is smaller than the work), so the count of work items never goes to the host.
-Structure switches (constexpr):
+Routing sorts the T * TOPK slots (slot t * TOPK + j is token t's j-th choice) by expert, stable: offsets[E + 2] say
+where each expert's rows start in that order. An id outside [0, E) routes its slot to no expert (transformers'
+convention for id E: a masked slot): its rows are zeros. Each program walks work items (expert row block, N tile)
+with a stride of the grid (persistent when the grid is smaller than the work), the count of work items read from the
+offsets on the GPU, never the host. Structure switches (constexpr):
+- ROUTE_IN_KERNEL: each program sorts the few slots of a decode step itself (ranks from compare matrices over the
+  slots and the experts: at most 64 slots, 8192 cells), so a call is one launch; else a few torch ops (sort,
+  searchsorted: no host synchronisation, graph-capturable) make the order and offsets the kernel reads;
 - TILE_MAJOR: work items ordered N tile by N tile (an expert's row blocks side by side read one weight tile), else
   row block by row block, GROUP_M blocks sweeping the N tiles together (their x rows stay in L2);
 - SWAP_AB: the product as W tile @ x^T, the weight's BLOCK_N rows the MMA's wide side and the few gathered token
@@ -43,6 +45,21 @@ def _block_and_tile(w, total_blocks, tiles_n, GROUP_M: tl.constexpr, TILE_MAJOR:
     first = (w // per_group) * GROUP_M
     rows = tl.minimum(total_blocks - first, GROUP_M)
     return first + (w % per_group) % rows, (w % per_group) // rows
+
+
+@triton.jit
+def _route(ids_ptr, SLOTS: tl.constexpr, E: tl.constexpr, E_PAD: tl.constexpr, SLOTS_PAD: tl.constexpr):
+    """(lo, hi, pos) of the routing in topk_ids: the sorted rows [lo[e], hi[e]) of group e (expert e, group E the
+    unrouted slots) and each slot's sorted position, stable: the slots with a smaller id, and those with its id
+    before it."""
+    s = tl.arange(0, SLOTS_PAD)
+    ids = tl.load(ids_ptr + s, mask=s < SLOTS, other=E + 1).to(tl.int32)  # padding sorts after every group
+    ids = tl.where((s < SLOTS) & ((ids < 0) | (ids >= E)), E, ids)
+    es = tl.arange(0, E_PAD)
+    lo = tl.sum((ids[None, :] < es[:, None]).to(tl.int32), axis=1)
+    hi = tl.sum((ids[None, :] <= es[:, None]).to(tl.int32), axis=1)
+    earlier = (ids[None, :] < ids[:, None]) | ((ids[None, :] == ids[:, None]) & (s[None, :] < s[:, None]))
+    return lo, hi, tl.sum(earlier.to(tl.int32), axis=1)
 
 
 @triton.jit
@@ -116,19 +133,24 @@ def _combine(acc, slots, tokens, m_ok, cols, n_ok, n_tile, tiles_n, y_ptr, ws_pt
 
 @triton.jit
 def moe_kernel(a_ptr, w_ptr, out_ptr, order_ptr, offsets_ptr, rw_ptr, ws_ptr, count_ptr, N,
-               K: tl.constexpr, E: tl.constexpr, E_PAD: tl.constexpr, TOPK: tl.constexpr, GATE_UP: tl.constexpr,
+               K: tl.constexpr, E: tl.constexpr, E_PAD: tl.constexpr, TOPK: tl.constexpr, SLOTS: tl.constexpr,
+               SLOTS_PAD: tl.constexpr, ROUTE_IN_KERNEL: tl.constexpr, GATE_UP: tl.constexpr,
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
                TILE_MAJOR: tl.constexpr, SWAP_AB: tl.constexpr, MASK_K: tl.constexpr,
                COMBINE_IN_KERNEL: tl.constexpr, NUM_PROGRAMS: tl.constexpr, NUM_STAGES: tl.constexpr):
     """GATE_UP: out[slot, :N] = silu(x[token] @ Wg[e]^T) * (x[token] @ Wu[e]^T), a = x[T, K], w = [E, 2N, K].
     Else: a = h[T * TOPK, K] (slot rows), w = [E, N, K], out = y[T, N] = sum over a token's slots of
-    rw[slot] * (h[slot] @ W[e]^T). Group E collects the slots routed to no expert."""
+    rw[slot] * (h[slot] @ W[e]^T). Group E collects the slots routed to no expert. With ROUTE_IN_KERNEL, order_ptr is
+    topk_ids and offsets_ptr unused."""
     pid = tl.program_id(0)
     # the row blocks of each expert (and of group E, the unrouted slots) from the routing's offsets
     es = tl.arange(0, E_PAD)
-    lo = tl.load(offsets_ptr + es, mask=es <= E, other=0)
-    hi = tl.load(offsets_ptr + es + 1, mask=es <= E, other=0)
-    blocks = (hi - lo + BLOCK_M - 1) // BLOCK_M
+    if ROUTE_IN_KERNEL:
+        lo, hi, pos = _route(order_ptr, SLOTS, E, E_PAD, SLOTS_PAD)
+    else:
+        lo = tl.load(offsets_ptr + es, mask=es <= E, other=0)
+        hi = tl.load(offsets_ptr + es + 1, mask=es <= E, other=0)
+    blocks = tl.where(es <= E, (hi - lo + BLOCK_M - 1) // BLOCK_M, 0)
     ends = tl.cumsum(blocks, axis=0)
     total_blocks = tl.sum(blocks, axis=0)
     tiles_n = tl.cdiv(N, BLOCK_N)
@@ -141,7 +163,10 @@ def moe_kernel(a_ptr, w_ptr, out_ptr, order_ptr, offsets_ptr, rw_ptr, ws_ptr, co
         end = tl.sum(tl.where(mine, hi, 0), axis=0)
         rows = start + tl.arange(0, BLOCK_M)
         m_ok = rows < end
-        slots = tl.load(order_ptr + rows, mask=m_ok, other=0)
+        if ROUTE_IN_KERNEL:  # the slot whose sorted position is each row
+            slots = tl.sum(tl.where(pos[None, :] == rows[:, None], tl.arange(0, SLOTS_PAD)[None, :], 0), axis=1)
+        else:
+            slots = tl.load(order_ptr + rows, mask=m_ok, other=0)
         tokens = slots // TOPK
         cols = n_tile * BLOCK_N + tl.arange(0, BLOCK_N)
         n_ok = cols < N
@@ -161,6 +186,17 @@ def moe_kernel(a_ptr, w_ptr, out_ptr, order_ptr, offsets_ptr, rw_ptr, ws_ptr, co
             weight = tl.load(rw_ptr + slots, mask=m_ok, other=0.0).to(tl.float32)
             _combine(acc * weight[:, None], slots, tokens, m_ok, cols, n_ok, n_tile, tiles_n, out_ptr, ws_ptr,
                      count_ptr, N, TOPK, COMBINE_IN_KERNEL, BLOCK_M, BLOCK_N)
+
+
+# the most slots (T * TOPK) a program sorts itself, and cells of its compare matrices (slots x slots, groups x slots)
+ROUTE_IN_KERNEL_SLOTS = 64
+ROUTE_IN_KERNEL_CELLS = 8192
+
+
+def routes_in_kernel(slots, experts):
+    """Whether a program can sort `slots` routed slots over `experts` experts itself (ROUTE_IN_KERNEL)."""
+    pad = triton.next_power_of_2(max(slots, 1))
+    return slots <= ROUTE_IN_KERNEL_SLOTS and triton.next_power_of_2(experts + 1) * pad <= ROUTE_IN_KERNEL_CELLS
 
 
 def _described(t):
@@ -237,18 +273,20 @@ def moe_plan(a, weight, topk_ids, topk_weights, out, config):
             counters = torch.zeros(tokens * tiles_n, dtype=torch.int32, device=a.device)
     kernel = BoundKernel(moe_kernel, (programs,), {"num_warps": config["NUM_WARPS"],
                                                    "num_stages": config["NUM_STAGES"]})
-    consts = (k, experts, triton.next_power_of_2(experts + 1), top_k, gate_up, block_m, block_n, config["BLOCK_K"],
+    route_in_kernel = config["ROUTE_IN_KERNEL"] and routes_in_kernel(slots, experts)  # else torch sorts
+    consts = (k, experts, triton.next_power_of_2(experts + 1), top_k, slots, triton.next_power_of_2(max(slots, 1)),
+              route_in_kernel, gate_up, block_m, block_n, config["BLOCK_K"],
               config["GROUP_M"], config["TILE_MAJOR"], config["SWAP_AB"], k % config["BLOCK_K"] != 0,
               config["COMBINE_IN_KERNEL"], programs, config["NUM_STAGES"])
-    contiguous = a.is_contiguous() and weight.is_contiguous()
+    contiguous = a.is_contiguous() and weight.is_contiguous() and topk_ids.is_contiguous()
 
     def run(a, weight, topk_ids, topk_weights, out):
         if not contiguous:  # each call copies into contiguous rows first
-            a, weight = a.contiguous(), weight.contiguous()
+            a, weight, topk_ids = a.contiguous(), weight.contiguous(), topk_ids.contiguous()
         y = torch.empty(shape, dtype=a.dtype, device=a.device) if out is None else out
         if slots == 0 or n == 0:
             return y.zero_() if not gate_up else y
-        order, offsets = moe_routing(topk_ids, experts, groups)
+        order, offsets = (topk_ids, topk_ids) if route_in_kernel else moe_routing(topk_ids, experts, groups)
         rw = a if gate_up else topk_weights.reshape(-1)
         kernel(a, weight, y, order, offsets, rw, a if workspace is None else workspace,
                a if counters is None else counters, n, *consts)
@@ -257,5 +295,6 @@ def moe_plan(a, weight, topk_ids, topk_weights, out, config):
         return y
 
     run.kernel = kernel  # for inspection
+    run.route_in_kernel = route_in_kernel
     run.workspace = (workspace, counters)
     return run

@@ -100,7 +100,8 @@ class _MoEOperator(Operator):
         g = genome.as_dict()
         config = {"GATE_UP": self.gate_up, "BLOCK_M": g["BLOCK_M"], "BLOCK_N": g["BLOCK_N"], "BLOCK_K": g["BLOCK_K"],
                   "GROUP_M": g["GROUP_M"], "TILE_MAJOR": g["work"] == "tile_major", "SWAP_AB": g["swap_ab"],
-                  "PROGRAMS": programs(g, target), "COMBINE_IN_KERNEL": g.get("combine", "in_kernel") == "in_kernel",
+                  "PROGRAMS": programs(g, target), "ROUTE_IN_KERNEL": g["routing"] == "in_kernel",
+                  "COMBINE_IN_KERNEL": g.get("combine", "in_kernel") == "in_kernel",
                   "NUM_WARPS": g["num_warps"], "NUM_STAGES": g["num_stages"]}
         title = (f"evo kernel: {self.name} ({self.math.text}) rendered from genome {genome.hash} for {problem.key} on "
                  f"sm_{target.arch}.\n\n" + textwrap.fill(f"Genome: {genome}", 100))

@@ -36,8 +36,10 @@ def test_decode_seeds_take_the_small_m_path_and_prefill_seeds_the_grouped_tiles(
     decode = fam.seeds(_problem(fam.name, (4, 8, 2, 14336, 4096)), HOPPER)
     assert decode and all(g["BLOCK_M"] == 16 and g["swap_ab"] for g in decode)
     assert {g["work"] for g in decode} == {"expert_major", "tile_major"} and any(g["persistent"] for g in decode)
+    assert {g["routing"] for g in decode} == {"torch", "in_kernel"}  # 8 slots: a program sorts them itself
     prefill = fam.seeds(_problem(fam.name, (2048, 8, 2, 14336, 4096)), HOPPER)
     assert any(g["BLOCK_M"] >= 64 and not g["swap_ab"] and g["GROUP_M"] > 1 for g in prefill)
+    assert {g["routing"] for g in prefill} == {"torch"}
     if fam.name == "moe_down":
         assert {g["combine"] for g in prefill} == {"in_kernel", "torch_sum"}
         top1 = fam.seeds(_problem(fam.name, (64, 8, 1, 4096, 14336)), HOPPER)

@@ -1,6 +1,6 @@
 """The MoE expert GEMM kernels compile for Hopper (sm_90) without a GPU: the small-M path (swap_ab) and the grouped
-GEMM tiles, both work orders, a persistent grid, the down projection's in-kernel combine, torch-sum combine and top-1
-store, a K that is not a multiple of BLOCK_K (tests/operators/hopper_compile.py)."""
+GEMM tiles, both work orders, a persistent grid, routing in the kernel, the down projection's in-kernel combine,
+torch-sum combine and top-1 store, a K that is not a multiple of BLOCK_K (tests/operators/hopper_compile.py)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ CASES = [
     ("moe_down", dict(DECODE, combine="torch_sum"), (16, 8, 2, 4096, 14336), "bf16"),
     ("moe_down", dict(PREFILL, BLOCK_N=64, num_warps=4), (2048, 8, 2, 4096, 14336), "bf16"),
     ("moe_down", dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=64), (64, 8, 1, 4096, 1000), "fp16"),
+    ("moe_gate_up", dict(DECODE, routing="in_kernel"), (16, 8, 2, 14336, 4096), "bf16"),
+    ("moe_down", dict(DECODE, routing="in_kernel", persistent=2), (16, 60, 4, 2048, 1408), "bf16"),
 ]
 
 

@@ -46,10 +46,10 @@ def test_seeds_and_random_genomes_match_reference(name, shape, dtype):
 
 
 # genomes that take every branch of the kernel: the small-M path, grouped and tile-major orders, a persistent grid
-# smaller than the work (each program walks several items), both combines
-SHAPES = [dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=32, swap_ab=True),
+# smaller than the work (each program walks several items), routing in torch and in the kernel, both combines
+SHAPES = [dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=32, swap_ab=True, routing="in_kernel"),
           dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, GROUP_M=4, persistent=1),
-          dict(BLOCK_M=32, BLOCK_N=16, BLOCK_K=64, work="tile_major", num_stages=1),
+          dict(BLOCK_M=32, BLOCK_N=16, BLOCK_K=64, work="tile_major", num_stages=1, routing="in_kernel"),
           dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=32, swap_ab=True, work="tile_major", persistent=1)]
 
 
@@ -220,3 +220,24 @@ def test_selfcheck_source_matches_the_operator():
         assert torch.allclose(ref, op.reference(*inputs), atol=1e-5)
         assert torch.allclose(base, op.baselines()[0].make(p)(*inputs), atol=1e-5)
         assert namespace["SELFCHECK_TOLERANCE"] == op.tolerance(p)
+
+
+def test_in_kernel_routing_falls_back_to_torch_past_its_slots():
+    """A genome with routing=in_kernel (a decode step's elite) runs a longer problem right: its plan sorts in torch."""
+    from genomes import moe as genome_rules
+    from operators.moe import kernel
+
+    assert (kernel.ROUTE_IN_KERNEL_SLOTS, kernel.ROUTE_IN_KERNEL_CELLS) == \
+        (genome_rules.ROUTE_IN_KERNEL_SLOTS, genome_rules.ROUTE_IN_KERNEL_CELLS)
+    op = operators.get("moe_gate_up")
+    small, large = op.problem((8, 4, 2, 24, 32), "fp32"), op.problem((40, 4, 2, 24, 32), "fp32")
+    g = op.family.make(op.family.base(BLOCK_M=16, BLOCK_N=16, BLOCK_K=32, swap_ab=True, routing="in_kernel"))
+    assert genome_rules.routes_in_kernel(small) and not genome_rules.routes_in_kernel(large)
+    assert op.family.violations(g, large, TARGET) == []  # a soft rule: the elite transfers
+    module = load_source(op.render(g, small, TARGET))
+    for p in (small, large):
+        inputs = op.make_inputs(p, 0, device="cpu")
+        got = module.moe_gate_up(*inputs)
+        want = op.reference(*inputs)
+        assert float((got - want).norm() / want.norm()) < 1e-5
+    assert [run.route_in_kernel for run in module._PLANS.values()] == [True, False]
