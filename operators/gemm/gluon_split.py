@@ -1,10 +1,11 @@
-"""How the Gluon GEMM (operators/gemm/gluon_source.py) shares a tile's K steps among programs: split-K's second
-launch, and stream-K (genomes/gemm_gluon.py, stream_k=True): what gluon_source puts in its kernel template's loop
-markers, and the helpers every role calls.
+"""How the Gluon GEMM (operators/gemm/gluon_kernel.py) shares a tile's K steps among programs: stream-K's work items
+and fix-up, which every role of the kernel calls, and split-K's second launch. A real module: evo pastes it from the
+marker on into every Gluon GEMM module it renders (operators/gemm/gluon_source.py), before the kernel.
 
-A tile count just past a whole number of waves (153 tiles of 128x256 on 132 SMs), or under one wave (112 at
-777x4096x4096, 36 at 768x768x49152), leaves SMs idle; splitting every tile's K in a fixed number of ways (split-K)
-only moves the ragged edge. Here the grid is one program per SM, and a program's work items are:
+Stream-K (genomes/gemm_gluon.py, stream_k=True). A tile count just past a whole number of waves (153 tiles of
+128x256 on 132 SMs), or under one wave (112 at 777x4096x4096, 36 at 768x768x49152), leaves SMs idle; splitting
+every tile's K in a fixed number of ways (split-K) only moves the ragged edge. Here the grid is one program per SM,
+and a program's work items are:
 - whole tiles first, one per full wave of the grid (tile pid, pid + programs, ...): data-parallel, as without it;
 - then a run of `sk_share` consecutive K steps of the remaining tiles laid end to end (program p: steps
   [p * sk_share, (p + 1) * sk_share)), crossing from one tile into the next, so every SM gets the same work.
@@ -14,18 +15,23 @@ leaves registers for the tile's slot of that run, and the run counts itself on t
 arrival order), applies the epilogue, stores the tile by TMA and resets the counter for the next launch. No
 program waits for another. The producer and every consumer walk the same items, so the ring's step numbers
 agree in every role; under a row split each consumer publishes and counts its own rows.
+
+Split-K (split_k > 1): a work item is one K range of one tile; the kernel stores each item's fp32 partial, and a
+second launch (`sum_partials`, a `tl` kernel) sums the SPLIT_K partials of every element, applies the fused
+epilogue and writes C.
 """
 
-from __future__ import annotations
+import triton
+import triton.language as tl
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
 
-from collections.abc import Mapping
-from typing import Any
+# ---- evo pastes this file from here on into every module it renders for this family ----
 
-from operators._template import block as _block
+# a barrier of the calling warps, as Triton 3.9 names it, or as 3.6
+thread_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
 
-__all__ = ["STREAM_K_LOOPS", "STREAM_K_FIXUP", "STREAM_K_HELPERS", "reduce_source"]
 
-STREAM_K_HELPERS = '''
 @gluon.jit
 def stream_k_runs(num_tiles, k_tiles, sk_share):
     """This program's work items: its whole tiles (one per full wave of the grid), then the tiles its run of
@@ -84,50 +90,34 @@ def stream_k_fixup(acc, partials, counters, sk_tile, k_tiles, sk_share, sk_slots
             acc += gl.load(slots + s * (BLOCK_M * BLOCK_N) + at, cache_modifier=".cg")
         gl.atomic_xchg(counter, 0, sem="relaxed", scope="gpu")  # counted from zero again by the next launch
     return acc, last
-'''
-
-_ITEMS = """\
-    works, dp_tiles, run_lo, run_hi = stream_k_runs(num_pid_m * num_pid_n, k_tiles, sk_share)
-    for w in range(works):
-        tile_id, k_lo, k_hi, first_step = stream_k_item(w, dp_tiles, run_lo, run_hi, k_tiles)"""
-
-# what ends a work item: a shared tile's fix-up, then gluon_source's store indented under `if store:`
-STREAM_K_FIXUP = """\
-        store = k_hi - k_lo == k_tiles  # one run covered the whole tile
-        if k_hi - k_lo < k_tiles:
-            acc, store = stream_k_fixup(acc, partials, counters, tile_id - dp_tiles, k_tiles, sk_share, sk_slots,
-                                        CONSUMER, CONSUMERS, BLOCK_M, BLOCK_N, acc_layout)
-        if store:
-"""
-
-# gluon_source's loop markers under stream-K (its TILE_END is STREAM_K_FIXUP and the indented store)
-STREAM_K_LOOPS = {
-    "LOAD_LOOP": _ITEMS,
-    "LOAD_KRANGE": "range(k_lo, k_hi)",
-    "MMA_LOOP": _ITEMS,
-    "MMA_FIRST_STEP": "first_step",
-    "MMA_STEPS": "k_hi - k_lo",
-    "SPLIT_PARAM": ",\n        partials, counters, sk_share, sk_slots",
-    "SPLIT_ARG": ",\n                        partials, counters, sk_share, sk_slots",
-}
 
 
-def reduce_source(g: Mapping[str, Any]) -> str:
-    """split-K's second launch: C = the sum of the SPLIT_K fp32 partials of each element, with the epilogue."""
-    ep = g.get("epilogue")
-    params = f"{ep.kernel_params()}, " if ep and ep.operands else ""
-    lines = ep.triton_lines("acc", "tl.program_id(1) * REDUCE_C", "REDUCE_C") if ep else ""
-    epilogue = _block(f"# Fused epilogue: {ep.text}, in fp32 before the cast.\n" + lines, 1) if lines else ""
-    return (f"""@triton.jit
-def split_k_reduce(partials, c_ptr, {params}M, N, SPLIT_K: tl.constexpr, REDUCE_R: tl.constexpr,
-                   REDUCE_C: tl.constexpr):
-    \"\"\"C = the sum over the splits of their fp32 partials (the workspace holds SPLIT_K blocks of M rows).\"\"\"
+@triton.jit
+def sum_partials(partials, c_ptr, bias_ptr, residual_ptr, scale, M, N, SPLIT_K: tl.constexpr, REDUCE_R: tl.constexpr,
+                 REDUCE_C: tl.constexpr, SCALE: tl.constexpr, BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
+                 RESIDUAL: tl.constexpr):
+    """Split-K's second launch: C = the sum over the splits of their fp32 partials (the workspace holds SPLIT_K
+    blocks of M rows), then the fused epilogue (operators/gemm/epilogue.py: scale, + bias[N], one activation,
+    + residual[M, N]) in fp32 before the cast; an operand whose switch is off is never read."""
     offs_cm = tl.program_id(0) * REDUCE_R + tl.arange(0, REDUCE_R)
     offs_cn = tl.program_id(1) * REDUCE_C + tl.arange(0, REDUCE_C)
     inside = (offs_cm[:, None] < M) & (offs_cn[None, :] < N)
     acc = tl.zeros([REDUCE_R, REDUCE_C], tl.float32)
     for s in tl.static_range(SPLIT_K):
         acc += tl.load(partials + (s * M + offs_cm[:, None]) * N + offs_cn[None, :], mask=inside, other=0.0)
-""" + epilogue + """    c_ptrs = c_ptr + offs_cm[:, None] * N + offs_cn[None, :]
+    if SCALE:
+        acc = acc * scale
+    if BIAS:
+        acc += tl.load(bias_ptr + offs_cn, mask=offs_cn < N, other=0.0).to(tl.float32)[None, :]
+    if ACTIVATION == "gelu":
+        acc = 0.5 * acc * (1.0 + tl.math.erf(acc * 0.7071067811865476))
+    elif ACTIVATION == "gelu_tanh":  # 0.5 x (1 + tanh(u)) = x sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3)
+        acc = acc * tl.sigmoid(1.5957691216057308 * (acc + 0.044715 * acc * acc * acc))
+    elif ACTIVATION == "silu":
+        acc = acc * tl.sigmoid(acc)
+    elif ACTIVATION == "relu":
+        acc = tl.maximum(acc, 0.0)
+    if RESIDUAL:
+        acc += tl.load(residual_ptr + offs_cm[:, None] * N + offs_cn[None, :], mask=inside, other=0.0).to(tl.float32)
+    c_ptrs = c_ptr + offs_cm[:, None] * N + offs_cn[None, :]
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=inside)
-""")

@@ -28,7 +28,8 @@ for name, values, shape, dtype in json.loads(sys.argv[1]):
     genome = op.family.make(op.family.base(**values))
     result = compile_candidate(make_candidate(op, genome, op.problem(shape, dtype), HOPPER), HOPPER)
     out.append({"name": name, "genome": str(genome), "status": result.status, "reason": result.reason[-600:],
-                "shared": result.resources.get("shared")})
+                "shared": result.resources.get("shared"), "registers": result.resources.get("registers"),
+                "spills": result.resources.get("spills")})
 print("RESULT" + json.dumps(out))
 """
 
@@ -36,7 +37,7 @@ print("RESULT" + json.dumps(out))
 def compile_for_hopper(cases: list[tuple[str, dict[str, Any], tuple[int, ...], str]], tmp_path: Path,
                        timeout_s: float) -> list[dict[str, Any]]:
     """Compile each (operator, gene values over its family's base, shape, dtype); one result per case: name,
-    genome, status, reason (its end), shared memory. Skips where Triton has no NVIDIA backend."""
+    genome, status, reason (its end), shared memory, registers, spills. Skips where Triton has no NVIDIA backend."""
     pytest.importorskip("triton.backends.nvidia")
     env = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_CACHE_DIR": str(tmp_path / "cache"),
            "EVO_KERNEL_DIR": str(tmp_path / "kernels"), "PYTHONPATH": str(ROOT)}

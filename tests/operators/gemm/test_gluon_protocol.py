@@ -1,4 +1,4 @@
-"""The mbarrier protocol of the Gluon GEMM (operators/gemm/gluon_source.py) in the CPU model of
+"""The mbarrier protocol of the Gluon GEMM (operators/gemm/gluon_kernel.py) in the CPU model of
 tests/operators/mbarrier_model.py: a persistent program's producer fills a ring with every K step of its work items
 in order; one consumer takes every item (cooperative), two take alternate items (ping-pong), or two or three take
 their own rows of every item (row split: a slot is free once each consumer released it). Under random

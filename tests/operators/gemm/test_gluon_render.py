@@ -14,6 +14,8 @@ import pytest
 import operators
 from evo.problem import HOPPER, INTERPRETED_HOPPER, Target
 from genomes.gemm_gluon import GLUON_FIXED, gluon_smem
+from operators._paste import pasted_source
+from operators.gemm.gluon_source import KERNEL_FILE, SPLIT_FILE
 from tests.operators.hopper_compile import compile_for_hopper
 
 OP = operators.get("gemm")
@@ -23,6 +25,12 @@ SQUARE = OP.problem((4096, 4096, 4096), "bf16")
 
 def gluon(**values):
     return FAMILY.make(FAMILY.base(**{**GLUON_FIXED, "backend": "gluon", **values}))
+
+
+def entry(source: str) -> str:
+    """The rendered matmul_kernel (its words one space apart): the launcher's parameters, one call of the pasted
+    gemm_kernel."""
+    return " ".join(source.split("def matmul_kernel(")[1].split("\n\n\n")[0].split())
 
 
 def test_gluon_is_valid_on_hopper_for_fp16_and_bf16_with_aligned_rows_only():
@@ -92,22 +100,26 @@ def test_the_rendering_holds_the_roles_its_genome_names(consumers, warps):
     g = gluon(BLOCK_M=128, BLOCK_N=128, num_warps=warps, num_stages=4, consumers=consumers)
     source = OP.render(g, SQUARE, HOPPER)
     compile(source, "gluon_gemm.py", "exec")
-    assert "\n@triton.jit" not in source and source.count("\n@gluon.jit") == 4
-    assert "gl.warp_specialize(" in source and source.count("(mma_partition, (") == consumers
-    assert f"CONSUMERS = {consumers}" in source and "(load_partition, (" in source
-    assert "turns.index(CONSUMER)" in source  # the ping-pong consumers take turns at the ring
-    assert "import triton.language" not in source  # Gluon only: no tl kernel rides along
+    kernel, split = pasted_source(KERNEL_FILE), pasted_source(SPLIT_FILE)
+    assert split + "\n\n" + kernel in source  # the kernel files verbatim, whatever the genome
+    assert source.count("\n@gluon.jit") == kernel.count("@gluon.jit") + split.count("@gluon.jit") + 1
+    assert f"CONSUMERS = {consumers}" in source and f"NUM_WARPS = {warps}" in source
+    call = entry(source)
+    assert "gemm_kernel(a_desc, b_desc, None, c_desc, None, None, None, None, None, None, M, N, K, None, None" in call
+    assert "ROW_SPLIT=False, SPLIT_K=1, STREAM_K=False, SCALE=False, BIAS=False, ACTIVATION=None" in call
+    assert "\n@triton.jit\ndef split_k_reduce" not in source  # no second launch without split-K
 
 
 def test_a_fused_epilogue_is_applied_to_each_consumers_accumulator():
     op = operators.get("gemm+scale+bias+gelu_tanh+residual")
     source = op.render(gluon(BLOCK_M=128, BLOCK_N=128, num_warps=4, num_stages=4, consumers=2), SQUARE, HOPPER)
     compile(source, "gluon_gemm_epilogue.py", "exec")
-    assert "# Fused epilogue: scale, + bias, GELU (tanh), + residual" in source
     assert "def matmul(a, b, bias, residual, scale, out=None):" in source
     assert "bias, residual, float(scale), M, N, K" in source  # the scale passed as a float on every call
-    # both consumers take the operands (a Gluon worker partition gets scalars and pointers, not tensors)
-    assert source.count("(mma_partition, (c_desc, bias_ptr, residual_ptr, scale,") == 2
+    call = entry(source)
+    assert call.startswith("a_desc, b_desc, c_desc, bias_ptr, residual_ptr, scale, M, N, K,")
+    assert "gemm_kernel(a_desc, b_desc, None, c_desc, None, bias_ptr, residual_ptr, scale, None, None," in call
+    assert 'SCALE=True, BIAS=True, ACTIVATION="gelu_tanh", RESIDUAL=True' in call
 
 
 def test_row_split_consumers_are_valid_only_as_64_rows_each_and_repair_keeps_them_so():
@@ -134,17 +146,13 @@ def test_row_split_consumers_each_take_their_rows_of_every_tile():
     g = gluon(BLOCK_M=192, BLOCK_N=192, num_warps=4, num_stages=3, consumers=3, consumer_split="rows")
     source = op.render(g, SQUARE, HOPPER)
     compile(source, "gluon_gemm_rows.py", "exec")
-    assert "ROWS = 64" in source and source.count("(mma_partition, (") == 3 and "turns.index(CONSUMER)" not in source
-    assert "for r in gl.static_range(CONSUMERS):" in source and "a_bufs.index(slot * CONSUMERS + r)" in source
-    assert source.count("a_bufs.index(slot * CONSUMERS + CONSUMER), b") == 3  # two wgmma and their wait
-    assert "mbarrier.init(empty.index(i), count=CONSUMERS)" in source
-    assert "for tile_id in range(pid, num_pid_m * num_pid_n, programs):" in source
-    assert "tma_store(c_desc, [pid_m * BLOCK_M + CONSUMER * ROWS, pid_n * BLOCK_N], c_smem)" in source
-    assert "offs_em = pid_m * BLOCK_M + CONSUMER * ROWS + gl.arange(0, ROWS," in source  # the residual's rows
-    assert "blocks = ([ROWS, BLOCK_K]" in source and source.count("CONSUMER_WARPS, BLOCK_N0, BLOCK_N1, ROWS))") == 1
-    assert "CONSUMER_REGS: gl.constexpr = 152" in source
+    assert "ROWS = 64" in source and "CONSUMERS = 3" in source
+    call = entry(source)
+    assert "BLOCK_N1: gl.constexpr, ROWS: gl.constexpr):" in call and "ROW_SPLIT=True" in call
+    assert 'BIAS=True, ACTIVATION="relu", RESIDUAL=True' in call
+    assert "blocks = ([ROWS, BLOCK_K]" in source and "NUM_WARPS, BLOCK_N0, BLOCK_N1, ROWS)" in source
     plain = OP.render(gluon(BLOCK_M=128, BLOCK_N=128, num_warps=4, num_stages=4, consumers=2), SQUARE, HOPPER)
-    assert "ROWS" not in plain  # the other schedules render as before
+    assert "ROWS = " not in plain and "ROW_SPLIT=False" in entry(plain)  # ping-pong
 
 
 def test_a_wide_tile_is_two_column_blocks_each_with_its_wgmma_store_and_epilogue():
@@ -152,14 +160,13 @@ def test_a_wide_tile_is_two_column_blocks_each_with_its_wgmma_store_and_epilogue
     source = op.render(gluon(BLOCK_M=128, BLOCK_N=192, num_warps=8, num_stages=4), SQUARE, HOPPER)
     compile(source, "gluon_gemm_wide.py", "exec")
     assert "BLOCK_N0, BLOCK_N1 = 128, 64" in source
-    assert source.count("= warpgroup_mma(a_bufs.index(slot), b") == 2 and "b1_bufs.index(slot)" in source
-    assert "tma_load(b1_desc, [kk * BLOCK_K, pid_n * BLOCK_N + BLOCK_N0]" in source
-    assert "tma_store(c1_desc, [pid_m * BLOCK_M, pid_n * BLOCK_N + BLOCK_N0], c1_smem)" in source
-    assert "offs_en = pid_n * BLOCK_N + BLOCK_N0 + gl.arange(0, BLOCK_N1, layout=gl.SliceLayout(0, acc1_layout))" \
-        in source
+    call = entry(source)
+    assert call.startswith("a_desc, b_desc, b1_desc, c_desc, c1_desc, bias_ptr, M, N, K,")
+    assert "gemm_kernel(a_desc, b_desc, b1_desc, c_desc, c1_desc, bias_ptr, None, None," in call
+    assert "BLOCK_M, BLOCK_N, BLOCK_K, BLOCK_N0, BLOCK_N1, GROUP_M" in call
     assert "kernel(a, b, b, c, c, bias, M, N, K" in source
     plain = op.render(gluon(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=4), SQUARE, HOPPER)
-    assert "b1_desc" not in plain and "BLOCK_N0" not in plain
+    assert "b1_desc" not in entry(plain) and "BLOCK_M, BLOCK_N, BLOCK_K, BLOCK_N, 0, GROUP_M" in entry(plain)
 
 
 def test_every_gluon_seed_compiles_for_hopper_within_its_shared_memory_estimate(tmp_path):
@@ -189,8 +196,12 @@ def test_split_k_renders_partials_and_a_reducing_launch_that_sums_them_with_the_
     g = gluon(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=4, split_k=3)
     assert op.family.violations(g, problem, HOPPER) == []
     source = op.render(g, problem, HOPPER)
-    assert "for work in range(" in source and "gl.store(partials + at, acc, mask=inside)" in source
-    assert "tma_store(c_desc" not in source  # the partials leave from registers; C is written by the reduction
+    call = entry(source)
+    assert call.startswith("a_desc, b_desc, c_desc, partials, M, N, K,")
+    assert "SPLIT_K=3, STREAM_K=False, SCALE=False, BIAS=False, ACTIVATION=None" in call  # the epilogue: below
+    assert "sum_partials(partials, c_ptr, bias_ptr, None, None, M, N, SPLIT_K, REDUCE_R, REDUCE_C" in " ".join(
+        source.split())
+    assert 'BIAS=True, ACTIVATION="gelu", RESIDUAL=False)' in " ".join(source.split("def split_k_reduce(")[1].split())
     assert "reduce(partials, c, bias, M, N, SPLIT_K, REDUCE_R, REDUCE_C)" in source
     module = load_source(source)
     m, n, splits = 37, 70, 3

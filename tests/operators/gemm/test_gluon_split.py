@@ -1,6 +1,7 @@
-"""The Gluon GEMM's stream-K (operators/gemm/gluon_split.py) on the CPU: the work every program takes (its helpers
-run as Python over every program of a grid), where the schedule is valid, and what its rendering holds. The
-interpreter runs no Gluon: tests/gpu/test_gemm_stream_k_gpu.py checks the kernels' results on a GPU."""
+"""The Gluon GEMM's stream-K (operators/gemm/gluon_split.py) on the CPU: the work every program takes (its helpers,
+the file's pasted text, run as Python over every program of a grid), where the schedule is valid, and what its
+rendering holds. The interpreter runs no Gluon: tests/gpu/test_gemm_stream_k_gpu.py checks the kernels' results on
+a GPU."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ import triton
 import operators
 from evo.problem import HOPPER
 from genomes.gemm_gluon import GLUON_FIXED
-from operators.gemm.gluon_split import STREAM_K_HELPERS
+from operators._paste import pasted_source
+from operators.gemm.gluon_source import SPLIT_FILE
 from operators.gemm.launcher import _GLUON_STREAM_K_PLAN, SK_MAX_PARTS
 
 OP = operators.get("gemm")
@@ -27,11 +29,13 @@ def gluon(**values):
 
 
 def _helpers(program: list[int], programs: int) -> dict:
-    """The rendered helpers as Python: gl's scalar functions over ints, program_id the value in `program`."""
+    """The pasted helpers as Python: gl's scalar functions over ints, program_id the value in `program`."""
     gl = types.SimpleNamespace(minimum=min, maximum=max, cdiv=lambda a, b: -(-a // b), constexpr=int,
-                               program_id=lambda axis: program[0], num_programs=lambda axis: programs)
-    scope = {"gluon": types.SimpleNamespace(jit=lambda fn: fn), "gl": gl}
-    exec(STREAM_K_HELPERS, scope)
+                               program_id=lambda axis: program[0], num_programs=lambda axis: programs,
+                               thread_barrier=lambda: None)
+    jit = types.SimpleNamespace(jit=lambda fn: fn)
+    scope = {"gluon": jit, "triton": jit, "gl": gl, "tl": types.SimpleNamespace(constexpr=int)}
+    exec(pasted_source(SPLIT_FILE), scope)
     return scope
 
 
@@ -113,21 +117,21 @@ def test_the_rendering_walks_the_runs_in_every_role_and_stores_a_shared_tile_onc
     op = operators.get(name)
     source = op.render(gluon(**values), SHAPE, HOPPER)
     compile(source, "gluon_stream_k.py", "exec")
-    consumers = values.get("consumers", 1)
     assert source.count("= stream_k_runs(") == 2  # the producer's and the consumers' partition
-    assert source.count("(mma_partition, (") == consumers
-    assert source.count("= stream_k_fixup(acc, partials, counters") == 1
-    assert "for kk in range(k_lo, k_hi):" in source and "step = first_step" in source
     consumer = source.split("def mma_partition(")[1].split("\n\n\n")[0]
+    assert consumer.count("= stream_k_fixup(acc, partials, counters") == 1
     # the shared tile's fix-up first, then the store (with the epilogue) only in the run that stores
-    assert consumer.index("stream_k_fixup(") < consumer.index("if store:") < consumer.index("tma_store(c_desc")
-    if name != "gemm":
-        assert consumer.index("if store:") < consumer.index("# Fused epilogue")
+    assert consumer.index("stream_k_fixup(") < consumer.index("if store:") < consumer.index("apply_epilogue(") \
+        < consumer.index("store_block(acc, c_smem, c_desc")
+    entry = " ".join(source.split("def matmul_kernel(")[1].split("\n\n\n")[0].split())
+    assert "partials, counters, sk_share, sk_slots" in entry and "STREAM_K=True" in entry
+    assert ("BIAS=True" in entry and 'ACTIVATION="gelu"' in entry) == (name != "gemm")
+    assert ("ROW_SPLIT=True" in entry) == ("consumer_split" in values)
     assert "grid = (num_sms,)" in source and "counters = torch.zeros(max(sk_tiles, 1) * CONSUMERS" in source
     assert "partials, counters, sk_share, sk_slots" in source.split("def run(")[1]
-    assert 'thread_barrier = getattr(gl, "thread_barrier", None) or gl.barrier' in source
     off = op.render(gluon(**values).replace(stream_k=False), SHAPE, HOPPER)
-    assert "stream_k_" not in off and "thread_barrier" not in off and "grid = (min(_num_sms(device)" in off
+    assert "STREAM_K=False" in off and "grid = (min(_num_sms(device)" in off and "sk_share" not in off.split(
+        "def matmul_kernel(")[1]
 
 
 @pytest.mark.slow
