@@ -16,8 +16,8 @@ import sys
 
 CUTS = {  # variant -> (old, new) edits of the rendered stream-K module
     "sk": [],
-    "sk_nofixup": [("        if k_hi - k_lo < k_tiles:\n            acc, store",
-                    "        if k_hi - k_lo < 0:\n            acc, store")],
+    "sk_nofixup": [("            if k_hi - k_lo < k_tiles:\n                acc, store",
+                    "            if k_hi - k_lo < 0:\n                acc, store")],
     "sk_noread": [("    if last:\n        # .cg", "    if last and k_tiles < 0:\n        # .cg")],
     "sk_nopublish": [("    gl.store(slots + (gl.program_id(0) - first)",
                       "    if k_tiles < 0:\n        gl.store(slots + (gl.program_id(0) - first)")],
@@ -51,6 +51,8 @@ def main(out: str) -> None:
                 genome = family.repair(raw, problem, target, np.random.default_rng(0))
                 source = op.render(genome, problem, target)
                 for old, new in CUTS.get(variant, []):
+                    if old not in source:  # the kernel (operators/gemm/gluon_kernel.py) changed: fix the cut
+                        raise SystemExit(f"probe: the cut {variant} finds no {old!r} in the rendered module")
                     source = source.replace(old, new)
                 module = load_source(source)
                 c = module.matmul(a, b)
