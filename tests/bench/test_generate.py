@@ -107,3 +107,19 @@ def test_the_tiny_zoo_s_kernels_generate_within_tolerance(tmp_path, tiny_zoo):
     doc = json.loads((tmp_path / "out" / "generate.json").read_text())
     assert doc["ways"]["zoo_eager"]["within_tolerance"] and doc["ways"]["zoo_eager"]["tokens_agree"] == 4
     assert "attention" in doc["served"] and len(doc["served"]) >= 5
+
+
+def test_the_tolerance_admits_torch_compile_s_own_error_and_no_more():
+    from evo.bench.generate import SLACK, allowed
+
+    assert allowed(0.05, None) == 0.05 and allowed(0.05, {"failure": "x"}) == 0.05
+    assert allowed(0.05, {"logits_rel_error": 0.01}) == 0.05  # compile close to eager: the dtype's tolerance
+    assert allowed(0.05, {"logits_rel_error": 0.064}) == SLACK * 0.064  # deep bf16 model: compile's own, with slack
+    row, ref = {"_tokens": [1, 2], "_logits": [torch.ones(4) * 1.07, torch.ones(4)]}, \
+        {"_tokens": [1, 2], "_logits": [torch.ones(4), torch.ones(4)]}
+    from evo.bench.generate import _check
+
+    _check(row, ref, allowed(0.05, {"logits_rel_error": 0.064}))
+    assert row["within_tolerance"] and row["tolerance"] == 0.08
+    _check(row, ref, allowed(0.05, {"logits_rel_error": 0.04}))
+    assert not row["within_tolerance"]
