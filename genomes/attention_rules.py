@@ -24,7 +24,7 @@ from genomes.attention_resources import (
     smem_estimate,
     tile_rows,
 )
-from genomes.rule_table import Rule
+from genomes.rule_table import Rule, domains, outside
 
 __all__ = ["PLAN", "rules"]
 
@@ -41,14 +41,17 @@ def _triton(check: Callable[[Mapping[str, Any], Problem, Target], str | None]
 def rules(family: Any) -> tuple[Rule, ...]:
     """The table of `family` (an AttentionFamily: its `reduce` domain), in the order violations() reports it."""
     live, smem_of, first_reduce = live_values, smem_estimate, family.genes["reduce"].values[0]
+    family_domains = domains(family)
 
     def gluon(g, p, t):
         return gluon_violations(g, p, t) if g["backend"] == "gluon" else []
 
     def gluon_steer(g, p, t):
-        if g["backend"] == "gluon" and p.dims["q_len"] < MIN_GLUON_ROWS:
-            return f"{p.dims['q_len']} query rows are the Triton rendering's (under {MIN_GLUON_ROWS})"
-        return None
+        if g["backend"] != "gluon":
+            return []
+        short = [f"{p.dims['q_len']} query rows are the Triton rendering's (under {MIN_GLUON_ROWS})"] \
+            if p.dims["q_len"] < MIN_GLUON_ROWS else []
+        return short + outside(family_domains, g)
 
     def fix_gluon(fam, g, p, t):
         gluon_repair(fam, g, p, t)

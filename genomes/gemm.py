@@ -84,6 +84,10 @@ class GemmFamily(GenomeFamily):
         self.gluon_refusal = gluon_refusal  # why the kernel is not rendered with Gluon ("" = it is)
         super().__init__(overrides)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # the rule table (genomes/gemm_rules.py) is closures: made again where a family is unpickled (a worker)
+        return {k: v for k, v in self.__dict__.items() if k != "_rules"}
+
     def _smem(self, g: Mapping[str, Any], dtype: str) -> int:
         if g["backend"] == "gluon":
             return gluon_smem(g, dtype)

@@ -35,7 +35,7 @@ from genomes.gemm_resources import (
     smem_estimate,
     unaligned_rows,
 )
-from genomes.rule_table import Rule
+from genomes.rule_table import Domains, Rule, domains, outside
 
 __all__ = ["MAX_WS_STAGES", "TWO_TILE_REFUSALS", "PLAN", "Moves", "rules"]
 
@@ -140,11 +140,16 @@ class Moves:
 def rules(family: Any) -> tuple[Rule, ...]:
     """The table of `family` (a GemmFamily: its B tiles, epilogue and refusals), in the order violations() reports
     it; repair runs its fixes with `Moves` (its coins)."""
-    return _table(family.b_tiles, family.reads_tile, family.ws_refusal, family._gluon_refusal())
+    table = family.__dict__.get("_rules")
+    if table is None:  # kept (a family's genes and settings are fixed once made), but not pickled: GemmFamily
+        table = family._rules = _table(family.b_tiles, family.reads_tile, family.ws_refusal, family._gluon_refusal(),
+                                       domains(family))
+    return table
 
 
 @functools.lru_cache(maxsize=64)
-def _table(b_tiles: int, reads_tile: bool, ws_refusal: str, refusal: str) -> tuple[Rule, ...]:
+def _table(b_tiles: int, reads_tile: bool, ws_refusal: str, refusal: str, family_domains: Domains
+           ) -> tuple[Rule, ...]:
     unaligned = unaligned_rows
 
     def fits(gene: str, dim: str) -> Rule:
@@ -166,7 +171,7 @@ def _table(b_tiles: int, reads_tile: bool, ws_refusal: str, refusal: str) -> tup
         # (M up to 32: a 64-row wgmma tile over so few rows loses to Triton's smaller tiles)
         small = [f"M={p.dims['M']} is rendered with Triton (a 64-row wgmma tile over so few rows)"] \
             if p.dims["M"] <= 32 else []
-        return small + _rows_steer(g)
+        return small + _rows_steer(g) + outside(family_domains, g)
 
     def fix_gluon(fam, g, p, t):
         gluon_repair(fam, g, p, t, refusal, unaligned(p))
@@ -324,6 +329,7 @@ def _table(b_tiles: int, reads_tile: bool, ws_refusal: str, refusal: str) -> tup
         Rule("ws_refusal", ws_refused, lambda fam, g, p, t: fam._set(g, "warp_specialize", False) and False),
         Rule("smem", smem, fix_smem),
         # looked at again after the resources' fixes moved the tile (not reported twice: their rules above report)
-        Rule("rows_settled", _rows_unsettled, rows_settled, hard=False),
+        Rule("rows_settled", _rows_unsettled, rows_settled, hard=False,
+             steer=lambda g, p, t: outside(family_domains, g) if g["backend"] == "gluon" else []),
         Rule("wide_narrowed", lambda g, p, t: _wide_refused(g), step_down_n, hard=False),
     )

@@ -27,10 +27,12 @@ from typing import Any
 
 from evo.problem import Problem, Target
 
-__all__ = ["Rule", "Check", "Fix", "reasons", "holds", "table_violations", "table_repair", "plan_repair"]
+__all__ = ["Rule", "Check", "Fix", "Domains", "reasons", "holds", "table_violations", "table_repair", "plan_repair",
+           "domains", "outside"]
 
 Check = Callable[[Mapping[str, Any], Problem, Target], "str | Sequence[str] | None"]
 Fix = Callable[[Any, dict[str, Any], Problem, Target], bool]
+Domains = tuple[tuple[str, tuple[Any, ...]], ...]  # (gene, its values) of a family, restricted or not
 
 
 @dataclass(frozen=True)
@@ -97,3 +99,17 @@ def plan_repair(family: Any, rules: Sequence[Rule], plan: Sequence[str], g: dict
             if holds(rule, g, problem, target) or not rule.fix(family, g, problem, target):
                 break
     return g
+
+
+def domains(family: Any) -> Domains:
+    """The (possibly restricted) domains of `family`'s genes, hashable (a key for a family's cached table)."""
+    return tuple((name, gene.values) for name, gene in sorted(family.genes.items()))
+
+
+def outside(family_domains: Domains, g: Mapping[str, Any]) -> list[str]:
+    """The genes of `g` holding values outside `family_domains`: a genome of a run restricted otherwise (a transferred
+    elite). A fix that moves genes within their domains cannot hold such a gene where it is: a rule whose fix settles
+    several genes at once steers on these, so that the fix runs (and moves them, or gives up) for such a genome."""
+    return [f"{name}={g[name]!r} is outside this family's domain" for name, values in family_domains
+            if g[name] not in values]
+

@@ -75,6 +75,9 @@ class Case:
     problems: tuple[Problem, ...]
     targets: tuple[Target, ...] = TARGETS
     per_problem: int = 60  # genomes of each kind drawn per (problem, target)
+    # a restricted family's unrestricted one: its genomes, outside the restricted domains, are judged too (an elite
+    # transferred from a run restricted otherwise)
+    wider: Callable[[], GenomeFamily] | None = None
 
 
 _RESIDUAL = "gave wrong results with an epilogue that reads a residual or a scale (Triton 3.6, sm_90)"
@@ -86,16 +89,21 @@ CASES = {case.name: case for case in (
          per_problem=15),
     Case("gemm_restricted", lambda: GemmFamily({"persistent": [True], "split_k": [2, 3, 4], "num_warps": [4, 8],
                                                 "memory": ["descriptor", "host_descriptor"]}), GEMM_PROBLEMS,
-         per_problem=20),
+         per_problem=20, wider=GemmFamily),
     Case("gemm_gluon_only", lambda: GemmFamily({"backend": ["gluon"], "consumers": [2, 3]}), GEMM_PROBLEMS,
-         per_problem=20),
+         per_problem=20, wider=GemmFamily),
+    Case("gemm_pinned", lambda: GemmFamily({"memory": ["pointer", "descriptor"], "num_warps": [8], "split_k": [1]}),
+         GEMM_PROBLEMS, per_problem=15, wider=GemmFamily),
     Case("attention", AttentionFamily, ATTENTION_PROBLEMS),
     Case("attention_gluon_only", lambda: AttentionFamily({"backend": ["gluon"], "num_stages": [1, 2]}),
-         ATTENTION_PROBLEMS, per_problem=20),
+         ATTENTION_PROBLEMS, per_problem=20, wider=AttentionFamily),
     Case("softmax", SoftmaxFamily, _rowwise_problems("softmax")),
     Case("rmsnorm", RMSNormFamily, _rowwise_problems("rmsnorm")),
     Case("rmsnorm_restricted", lambda: RMSNormFamily({"ROWS": [2, 4], "persistent": [1, 2], "mode": ["single"]}),
-         _rowwise_problems("rmsnorm"), per_problem=20),
+         _rowwise_problems("rmsnorm"), per_problem=20, wider=RMSNormFamily),
+    Case("softmax_restricted", lambda: SoftmaxFamily({"split": [4, 8], "split_mode": ["cooperative"],
+                                                      "num_warps": [16, 32]}),
+         _rowwise_problems("softmax"), per_problem=20, wider=SoftmaxFamily),
 )}
 
 
@@ -133,6 +141,14 @@ def genomes(case: Case, family: GenomeFamily, problem: Problem, target: Target, 
             yield two[i % 2].vary([parent, mate], family, rng)
         else:
             yield one[i % 2].vary([parent], family, rng)
+    if case.wider is not None:  # genomes outside the restricted domains
+        wider = case.wider()
+        for _ in range(case.per_problem):
+            yield family.unchecked(_raw(wider, rng).as_dict())
+            try:
+                yield family.unchecked(wider.random(rng, problem, target).as_dict())
+            except InvalidGenome:
+                pass
 
 
 def record(case: Case) -> Iterator[list[Any]]:
