@@ -317,8 +317,10 @@ def gemm_kernel(a_desc, b_desc, b1_desc, c_desc, c1_desc, bias_ptr, residual_ptr
                 ROW_SPLIT: gl.constexpr, SPLIT_K: gl.constexpr, STREAM_K: gl.constexpr, SCALE: gl.constexpr,
                 BIAS: gl.constexpr, ACTIVATION: gl.constexpr, RESIDUAL: gl.constexpr):
     """Shared memory and mbarriers for every role, then the roles: consumer 0 in this kernel's own warps, the other
-    consumers and the producer in warps of their own. Descriptors and buffers of a second column block (b1_desc,
-    c1_desc), epilogue operands and the split-K / stream-K workspace may be None where their switch is off."""
+    consumers and the producer in warps of their own. BLOCK_N0, BLOCK_N1: the tile's column blocks (BLOCK_N, 0 for
+    one); COL_MAJOR and GROUP_M: the tile order; ACTIVATION: None, "gelu", "gelu_tanh", "silu" or "relu". A second
+    column block's descriptors (b1_desc, c1_desc), the epilogue's operands and the split-K / stream-K workspace
+    (partials, counters, sk_share, sk_slots) may be None where their switch is off."""
     ROWS: gl.constexpr = BLOCK_M // CONSUMERS if ROW_SPLIT else BLOCK_M  # rows of a tile per consumer
     READERS: gl.constexpr = CONSUMERS if ROW_SPLIT else 1  # consumers that read each slot, an A box each
     # registers per thread: the producer warp holds only indices and barrier phases; a consumer warp group after
