@@ -104,7 +104,8 @@ def _entries(g: Mapping[str, Any], epilogue: Any) -> str:
             + ["GROUP_M"])
     keywords = {"COL_MAJOR": g["raster"] == "col",
                 **{n: _Name(n) for n in ("NUM_STAGES", "CONSUMERS", "CONSUMER_WARPS")},
-                "ROW_SPLIT": g["consumer_split"] == "rows", "SPLIT_K": g["split_k"], "STREAM_K": g["stream_k"],
+                "ROW_SPLIT": g["consumer_split"] == "rows", "SPLIT_K": _Name("SPLIT_K") if split else 1,
+                "STREAM_K": g["stream_k"],
                 **_switches(None if split else epilogue)}  # split-K: the second launch applies the epilogue
     call = _call("gemm_kernel", args, keywords)
     out = _def("@gluon.jit", KERNEL_NAME, params, "The launcher's kernel: the GEMM above for this genome.", call)

@@ -198,7 +198,12 @@ def test_split_k_renders_partials_and_a_reducing_launch_that_sums_them_with_the_
     source = op.render(g, problem, HOPPER)
     call = entry(source)
     assert call.startswith("a_desc, b_desc, c_desc, partials, M, N, K,")
-    assert "SPLIT_K=3, STREAM_K=False, SCALE=False, BIAS=False, ACTIVATION=None" in call  # the epilogue: below
+    assert call.endswith("SPLIT_K: gl.constexpr): \"\"\"The launcher's kernel: the GEMM above for this genome.\"\"\" "
+                         "gemm_kernel(a_desc, b_desc, None, c_desc, None, None, None, None, partials, None, M, N, K, "
+                         "None, None, BLOCK_M, BLOCK_N, BLOCK_K, BLOCK_N, 0, GROUP_M, COL_MAJOR=False, "
+                         "NUM_STAGES=NUM_STAGES, CONSUMERS=CONSUMERS, CONSUMER_WARPS=CONSUMER_WARPS, ROW_SPLIT=False, "
+                         "SPLIT_K=SPLIT_K, STREAM_K=False, SCALE=False, BIAS=False, ACTIVATION=None, RESIDUAL=False)")
+    # the epilogue is the second launch's
     assert "sum_partials(partials, c_ptr, bias_ptr, None, None, M, N, SPLIT_K, REDUCE_R, REDUCE_C" in " ".join(
         source.split())
     assert 'BIAS=True, ACTIVATION="gelu", RESIDUAL=False)' in " ".join(source.split("def split_k_reduce(")[1].split())
