@@ -19,6 +19,9 @@ issue order, the longest causal rows first with `q_order: reverse`), as do the t
 rendered with Gluon (refused, named): other targets than sm_90, the CPU
 interpreter, fp32, head dims other than 64 and 128 (Gluon tensors are powers of two; wider heads do not fit the
 registers), short queries (decode: a 64-row wgmma over a few rows wastes most of it).
+
+The rendering's rules are a table (genomes/rule_table.py), each a check and its fix; a genome moves into them in
+GLUON_PLAN's order (`gluon_repair`), or, where one cannot be settled, back to the Triton rendering.
 """
 
 from __future__ import annotations
@@ -27,17 +30,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from evo.problem import Problem, Target
-from genomes.gluon_rules import (
-    ROWS_PER_WARP,
-    consumer_violations,
-    fixed_violations,
-    move_to_consumers,
-    set_fixed,
-    target_violations,
-)
+from genomes.gluon_rules import ROWS_PER_WARP, TARGET, consumer_rule, fixed_rule
+from genomes.rule_table import Rule, region_repair, steering, table_violations, unmovable
 
-__all__ = ["GLUON_FIXED", "GLUON_HEAD_DIMS", "gluon_smem", "gluon_live", "gluon_violations", "gluon_repair",
-           "MIN_GLUON_ROWS"]
+__all__ = ["GLUON_FIXED", "GLUON_HEAD_DIMS", "GLUON_RULES", "GLUON_PLAN", "gluon_smem", "gluon_live",
+           "gluon_violations", "gluon_steering", "gluon_repair", "MIN_GLUON_ROWS"]
 
 GLUON_FIXED = {"pack_gqa": False, "kv_split": 1, "reduce": "launch", "mask_loop": "split", "grid": "tiles_first",
                "kv_load": "tma"}
@@ -68,39 +65,56 @@ def gluon_live(g: Mapping[str, Any], problem: Problem) -> int:
     return live // (32 * g["num_warps"])
 
 
-def gluon_violations(g: Mapping[str, Any], problem: Problem, target: Target) -> list[str]:
-    """Why the Gluon rendering cannot run `problem` on `target` with genome values `g` (empty when it can)."""
-    out = target_violations(problem, target)
-    if problem.dims["head_dim"] not in GLUON_HEAD_DIMS:
-        out.append(f"the Gluon rendering takes head dims {GLUON_HEAD_DIMS}, not {problem.dims['head_dim']}")
-    out += fixed_violations(g, GLUON_FIXED) + consumer_violations(g)
+def _head_dims(g: Mapping[str, Any], p: Problem, t: Target) -> str | None:
+    if p.dims["head_dim"] not in GLUON_HEAD_DIMS:
+        return f"the Gluon rendering takes head dims {GLUON_HEAD_DIMS}, not {p.dims['head_dim']}"
+    return None
+
+
+def _short(g: Mapping[str, Any], p: Problem, t: Target) -> str | None:
+    if p.dims["q_len"] < MIN_GLUON_ROWS:
+        return f"{p.dims['q_len']} query rows are the Triton rendering's (under {MIN_GLUON_ROWS})"
+    return None
+
+
+def _pingpong(g: Mapping[str, Any], p: Problem, t: Target) -> str | None:
     if g["pingpong"] and not (g["consumers"] == 2 and g["overlap"]):
-        out.append("pingpong: the consumers take turns with their overlapped products: consumers=2 and overlap")
+        return "pingpong: the consumers take turns with their overlapped products: consumers=2 and overlap"
+    return None
+
+
+def _no_pingpong(family: Any, g: dict[str, Any], p: Problem, t: Target) -> bool:
+    if _pingpong(g, p, t) is not None:
+        family._set(g, "pingpong", False)
+    return True
+
+
+def _stages(g: Mapping[str, Any], p: Problem, t: Target) -> str | None:
     if g["num_stages"] < 2:
-        out.append("the Gluon rendering's K/V ring needs num_stages >= 2 (a consumer holds one slot while it "
-                   "waits for the next)")
-    live = gluon_live(g, problem)
+        return ("the Gluon rendering's K/V ring needs num_stages >= 2 (a consumer holds one slot while it waits for "
+                "the next)")
+    return None
+
+
+def _deeper(family: Any, g: dict[str, Any], p: Problem, t: Target) -> bool:
+    while g["num_stages"] < 2:
+        if not family._step_up(g, "num_stages"):
+            return False
+    return True
+
+
+def _live(g: Mapping[str, Any], p: Problem, t: Target) -> str | None:
+    live = gluon_live(g, p)
     if live > _max_live(g):
-        out.append(f"a Gluon consumer thread would keep ~{live} fp32 values (> {_max_live(g)} with "
-                   f"{g['consumers']} consumers)")
-    smem = gluon_smem(g, problem)
-    if smem > target.smem_bytes:
-        out.append(f"the Gluon rendering needs ~{smem} bytes of shared memory (> {target.smem_bytes})")
-    elif g["persistent"] * smem > target.smem_bytes:
-        out.append(f"persistent {g['persistent']}: that many programs of ~{smem} bytes of shared memory do not fit "
-                   "one SM together")
-    return out
+        return (f"a Gluon consumer thread would keep ~{live} fp32 values (> {_max_live(g)} with {g['consumers']} "
+                "consumers)")
+    return None
 
 
-def gluon_repair(family: Any, g: dict[str, Any], problem: Problem, target: Target) -> None:
-    """Move `g` (backend=gluon) into the Gluon region in place, with `family`'s moves; back to the Triton
-    rendering (one consumer, no overlap) when the problem or target rules Gluon out."""
-    cannot = (bool(target_violations(problem, target)) or problem.dims["head_dim"] not in GLUON_HEAD_DIMS
-              or problem.dims["q_len"] < MIN_GLUON_ROWS or not set_fixed(family, g, GLUON_FIXED)
-              or not move_to_consumers(family, g))
-    while not cannot and g["num_stages"] < 2:
-        cannot = not family._step_up(g, "num_stages")
-    while not cannot and gluon_live(g, problem) > _max_live(g):
+def _fewer_live(family: Any, g: dict[str, Any], p: Problem, t: Target) -> bool:
+    """Narrower key blocks (down to 64), no overlap, two consumers of three, a consumer of two warp groups, shorter
+    query tiles; it cannot when none is left."""
+    while gluon_live(g, p) > _max_live(g):
         if g["BLOCK_N"] > 64:
             family._step_down(g, "BLOCK_N")
         elif g["overlap"]:
@@ -112,16 +126,74 @@ def gluon_repair(family: Any, g: dict[str, Any], problem: Problem, target: Targe
         elif g["BLOCK_M"] > ROWS_PER_WARP * g["num_warps"]:
             family._step_down(g, "BLOCK_M")
         else:
-            cannot = True
-    for name in ("num_stages", "BLOCK_N"):
-        while not cannot and gluon_smem(g, problem) > target.smem_bytes and g[name] > (2 if name == "num_stages"
-                                                                                         else 16):
+            return False
+    return True
+
+
+def _smem(g: Mapping[str, Any], p: Problem, t: Target) -> str | None:
+    smem = gluon_smem(g, p)
+    return f"the Gluon rendering needs ~{smem} bytes of shared memory (> {t.smem_bytes})" if smem > t.smem_bytes \
+        else None
+
+
+def _less_smem(family: Any, g: dict[str, Any], p: Problem, t: Target) -> bool:
+    """Fewer stages (down to 2), then narrower key blocks (down to 16); what is left over leaves the rendering."""
+    for name, least in (("num_stages", 2), ("BLOCK_N", 16)):
+        while gluon_smem(g, p) > t.smem_bytes and g[name] > least:
             family._step_down(g, name)
-    if g["pingpong"] and not (g["consumers"] == 2 and g["overlap"]):
-        family._set(g, "pingpong", False)
-    while g["persistent"] * gluon_smem(g, problem) > target.smem_bytes and family._step_down(g, "persistent"):
+    return True
+
+
+def _persistent(g: Mapping[str, Any], p: Problem, t: Target) -> str | None:
+    smem = gluon_smem(g, p)
+    if smem <= t.smem_bytes and g["persistent"] * smem > t.smem_bytes:
+        return (f"persistent {g['persistent']}: that many programs of ~{smem} bytes of shared memory do not fit one "
+                "SM together")
+    return None
+
+
+def _fewer_programs(family: Any, g: dict[str, Any], p: Problem, t: Target) -> bool:
+    while g["persistent"] * gluon_smem(g, p) > t.smem_bytes and family._step_down(g, "persistent"):
         pass
-    if cannot or gluon_smem(g, problem) > target.smem_bytes:
+    return True
+
+
+# in the order violations report them
+GLUON_RULES = (
+    TARGET,
+    Rule("gluon_head_dims", _head_dims, unmovable(_head_dims)),
+    fixed_rule(GLUON_FIXED),
+    consumer_rule(),
+    Rule("gluon_pingpong", _pingpong, _no_pingpong),
+    Rule("gluon_stages", _stages, _deeper),
+    Rule("gluon_live", _live, _fewer_live),
+    Rule("gluon_smem", _smem, _less_smem),
+    Rule("gluon_persistent", _persistent, _fewer_programs),
+    Rule("gluon_short", _short, unmovable(_short), hard=False),
+)
+# the order a genome moves into them: what no move settles, the fixed genes, the consumers, the ring, the registers,
+# the shared memory; a genome that cannot be settled leaves, but its ping-pong and persistent grid are settled first
+GLUON_PLAN = ("gluon_target", "gluon_head_dims", "gluon_short", "gluon_fixed", "gluon_consumers", "gluon_stages",
+              "gluon_live", "gluon_smem")
+_ALWAYS = ("gluon_pingpong", "gluon_persistent")
+
+
+def gluon_violations(g: Mapping[str, Any], problem: Problem, target: Target) -> list[str]:
+    """Why the Gluon rendering cannot run `problem` on `target` with genome values `g` (empty when it can)."""
+    return table_violations(GLUON_RULES, g, problem, target)
+
+
+def gluon_steering(g: Mapping[str, Any], problem: Problem, target: Target) -> list[str]:
+    """What moves a genome that keeps the rendering's rules (short queries are Triton's)."""
+    return steering(GLUON_RULES, g, problem, target)
+
+
+def gluon_repair(family: Any, g: dict[str, Any], problem: Problem, target: Target) -> None:
+    """Move `g` (backend=gluon) into the Gluon rendering's rules in place, with `family`'s moves; back to the Triton
+    rendering (one consumer, no overlap) when one of them cannot be settled, or its shared memory stays too large."""
+    settled = region_repair(family, GLUON_RULES, GLUON_PLAN, g, problem, target)
+    region_repair(family, GLUON_RULES, _ALWAYS, g, problem, target)
+    if not settled or gluon_smem(g, problem) > target.smem_bytes:
         family._set(g, "backend", "triton")
         family._set(g, "consumers", 1)
         family._set(g, "overlap", False)

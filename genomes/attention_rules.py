@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from evo.problem import Problem, Target
-from genomes.attention_gluon import MIN_GLUON_ROWS, gluon_repair, gluon_violations
+from genomes.attention_gluon import gluon_repair, gluon_steering, gluon_violations
 from genomes.attention_resources import (
     ELEM_BYTES,
     group,
@@ -47,11 +47,7 @@ def rules(family: Any) -> tuple[Rule, ...]:
         return gluon_violations(g, p, t) if g["backend"] == "gluon" else []
 
     def gluon_steer(g, p, t):
-        if g["backend"] != "gluon":
-            return []
-        short = [f"{p.dims['q_len']} query rows are the Triton rendering's (under {MIN_GLUON_ROWS})"] \
-            if p.dims["q_len"] < MIN_GLUON_ROWS else []
-        return short + outside(family_domains, g)
+        return gluon_steering(g, p, t) + outside(family_domains, g) if g["backend"] == "gluon" else []
 
     def fix_gluon(fam, g, p, t):
         gluon_repair(fam, g, p, t)

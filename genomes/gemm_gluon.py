@@ -23,6 +23,9 @@ other targets than sm_90 (wgmma is Hopper's), fp32 (tf32 wgmma), SwiGLU (two acc
 tiles (BLOCK_N 96 and 192, which quantise better on 132 SMs) are two column blocks (64 + 32, 128 + 64: Gluon
 tensors have power-of-two shapes), each its own accumulator, wgmma and TMA store on one A tile.
 Other fused epilogues (scale, bias, activation, residual) are applied to the accumulator in registers.
+
+The rendering's rules are a table (genomes/rule_table.py), each a check and its fix; a genome moves into them in
+GLUON_PLAN's order (`gluon_repair`), or, where one cannot be settled, back to the Triton rendering.
 """
 
 from __future__ import annotations
@@ -31,23 +34,24 @@ from collections.abc import Mapping
 from typing import Any
 
 from evo.problem import Problem, Target
-from genomes.gemm_resources import ELEM_BYTES
-from genomes.gluon_rules import (
-    consumer_violations,
-    fixed_violations,
-    move_to_consumers,
-    set_fixed,
-    target_violations,
-)
+from genomes.gemm_resources import ELEM_BYTES, unaligned_rows
+from genomes.gluon_rules import TARGET, consumer_rule, fixed_rule
+from genomes.rule_table import Rule, reasons, region_repair, steering, table_violations, unmovable
 
-__all__ = ["GLUON_FIXED", "ROWS_PER_CONSUMER", "gluon_smem", "gluon_violations", "gluon_repair", "rows_violations",
-           "rows_repair"]
+__all__ = ["GLUON_FIXED", "ROWS_PER_CONSUMER", "GLUON_PLAN", "ROWS_PLAN", "gluon_smem", "gluon_rules",
+           "gluon_violations", "gluon_steering", "gluon_repair", "rows_unsettled"]
 
 ROWS_PER_CONSUMER = 64  # a row-split consumer is one warp group: one 64-row wgmma tile
 
 # the structure genes a Gluon genome holds fixed (its structure is the rendering's own)
 GLUON_FIXED = {"memory": "host_descriptor", "persistent": True,
                "warp_specialize": False, "loop_stages": 0, "loop_unroll": 1, "epilogue_subtile": False}
+
+# the order a genome moves into the rendering's rules: what no move settles first (it leaves at once), the fixed
+# genes, the split where rows are padded, the consumers' split of the tile, stream-K beside it, the warps
+ROWS_PLAN = ("gluon_rows", "gluon_stream")
+GLUON_PLAN = ("gluon_target", "gluon_refusal", "gluon_small_m", "gluon_fixed", "gluon_padded_split", *ROWS_PLAN,
+              "gluon_consumers")
 
 
 def gluon_smem(g: Mapping[str, Any], dtype: str) -> int:
@@ -61,31 +65,49 @@ def gluon_smem(g: Mapping[str, Any], dtype: str) -> int:
     return ring + staging + 16 * g["num_stages"]
 
 
-def gluon_violations(g: Mapping[str, Any], problem: Problem, target: Target, refusal: str,
-                     unaligned: tuple[str, ...]) -> list[str]:
-    """Why the Gluon rendering cannot run `problem` on `target` (empty when it can). `refusal` says why the
-    family's kernel (a fused epilogue) is not rendered with Gluon ("" when it is); `unaligned` names the row
-    lengths that are not 16-byte multiples."""
-    out = target_violations(problem, target)
+def _unpadded(g: Mapping[str, Any], p: Problem, t: Target) -> str | None:
+    unaligned = unaligned_rows(p)
     if unaligned and not g["pad_rows"]:
-        out.append(f"the Gluon rendering needs rows of 16-byte multiples (TMA) or padded copies of them (pad_rows); "
-                   f"{', '.join(unaligned)} are not")
+        return (f"the Gluon rendering needs rows of 16-byte multiples (TMA) or padded copies of them (pad_rows); "
+                f"{', '.join(unaligned)} are not")
+    return None
+
+
+def _padded_split(g: Mapping[str, Any], p: Problem, t: Target) -> str | None:
     if g["pad_rows"] and g["split_k"] > 1:
-        out.append("padded rows are not combined with the Gluon split-K (its reduction writes C's rows unpadded)")
-    if refusal:
-        out.append(f"the Gluon rendering {refusal}")
-    out += fixed_violations(g, GLUON_FIXED)
-    if g["split_k"] * problem.dims["M"] * problem.dims["N"] >= 2**31:
-        out.append(f"split_k={g['split_k']} partials of {problem.dims['M']}x{problem.dims['N']} need 64-bit offsets")
+        return "padded rows are not combined with the Gluon split-K (its reduction writes C's rows unpadded)"
+    return None
+
+
+def _split_where_padded(family: Any, g: dict[str, Any], p: Problem, t: Target) -> bool:
+    """Unaligned rows will be padded (the family's descriptor rule pads them), which the split-K reduction does not
+    write: no split there."""
+    return not unaligned_rows(p) or family._set(g, "split_k", 1)
+
+
+def _offsets(g: Mapping[str, Any], p: Problem, t: Target) -> str | None:
+    if g["split_k"] * p.dims["M"] * p.dims["N"] >= 2**31:
+        return f"split_k={g['split_k']} partials of {p.dims['M']}x{p.dims['N']} need 64-bit offsets"
+    return None
+
+
+def _stream(g: Mapping[str, Any], p: Problem, t: Target) -> list[str]:
+    out = []
     if g["stream_k"] and g["split_k"] > 1:
         out.append("the Gluon stream-K is not combined with split-K (both share a tile's K steps)")
     if g["stream_k"] and g["consumers"] > 1 and g["consumer_split"] == "tiles":
         out.append("the Gluon stream-K is not combined with ping-pong consumers (every consumer walks every work "
                    "item: one consumer, or a row split)")
-    return out + consumer_violations(g, " (ping-pong)") + rows_violations(g)
+    return out
 
 
-def rows_violations(g: Mapping[str, Any]) -> list[str]:
+def _no_stream(family: Any, g: dict[str, Any], p: Problem, t: Target) -> bool:
+    if g["stream_k"] and (g["split_k"] > 1 or g["consumer_split"] == "tiles" and g["consumers"] > 1):
+        family._set(g, "stream_k", False)  # stream-K walks one sequence of work items in every consumer
+    return True
+
+
+def _rows(g: Mapping[str, Any], p: Problem, t: Target) -> list[str]:
     """The row split: 2 or 3 consumers of one warp group, 64 rows each of every tile (BLOCK_M 128 or 192), one
     column range per tile (no split-K); three consumers only split rows."""
     if g["consumer_split"] != "rows":
@@ -99,10 +121,24 @@ def rows_violations(g: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def rows_repair(family: Any, g: dict[str, Any]) -> None:
-    """Make the consumers' split agree with the tile in place: BLOCK_M 192 is three row-split consumers, a
-    row split takes BLOCK_M / 64 consumers (128: two), and a split that cannot hold goes back to alternate tiles;
-    stream-K goes where its consumers cannot all walk its work items (ping-pong) or split-K shares K already."""
+def _rows_steer(g: Mapping[str, Any], p: Problem, t: Target) -> list[str]:
+    """The row split's sensible forms: a 192-row tile is three row-split consumers; one consumer, or a tile of other
+    than 128 or 192 rows, takes whole tiles (and row-split consumers are one warp group each)."""
+    out = []
+    if g["BLOCK_M"] == 192 and g["split_k"] == 1 and g["consumer_split"] == "tiles":
+        out.append("BLOCK_M=192 is three consumers of 64 rows (consumer_split=rows)")
+    if g["consumer_split"] == "tiles" and g["BLOCK_M"] == 192 and g["split_k"] > 1:
+        out.append("BLOCK_M=192 is a row split, which split-K does not combine with")
+    if g["consumer_split"] == "rows" and g["BLOCK_M"] not in (128, 192):
+        out.append(f"a row split takes BLOCK_M 128 or 192 ({ROWS_PER_CONSUMER} rows a consumer), not {g['BLOCK_M']}")
+    if g["consumer_split"] == "rows" and g["num_warps"] != 4:
+        out.append("row-split consumers are one warp group each: num_warps=4")
+    return out
+
+
+def _settle_rows(family: Any, g: dict[str, Any], p: Problem, t: Target) -> bool:
+    """Make the consumers' split agree with the tile: BLOCK_M 192 is three row-split consumers, a row split takes
+    BLOCK_M / 64 consumers (128: two), and a split that cannot hold goes back to alternate tiles."""
     if g["BLOCK_M"] == 192 and g["split_k"] == 1:
         family._set(g, "consumer_split", "rows")
     if g["consumer_split"] == "rows":
@@ -114,23 +150,53 @@ def rows_repair(family: Any, g: dict[str, Any]) -> None:
         family._set(g, "consumers", 2)
     if g["consumer_split"] == "tiles" and g["BLOCK_M"] == 192:
         family._step_down(g, "BLOCK_M")
-    if g["stream_k"] and (g["split_k"] > 1 or g["consumer_split"] == "tiles" and g["consumers"] > 1):
-        family._set(g, "stream_k", False)  # stream-K walks one sequence of work items in every consumer
+    return True
 
 
-def gluon_repair(family: Any, g: dict[str, Any], problem: Problem, target: Target, refusal: str,
-                 unaligned: tuple[str, ...]) -> None:
-    """Move `g` (backend=gluon) into the Gluon region in place, with `family`'s moves; back to the Triton
-    rendering (one consumer) when the problem or target rules Gluon out."""
+def _small_m(g: Mapping[str, Any], p: Problem, t: Target) -> str | None:
     # (M up to 32: a 64-row wgmma tile over so few rows loses to Triton's smaller tiles)
-    cannot = (bool(target_violations(problem, target)) or bool(refusal)
-              or problem.dims["M"] <= 32 or not set_fixed(family, g, GLUON_FIXED))
-    if not cannot and unaligned:  # TMA through padded rows (the family's repair pads them), which the split-K
-        cannot = not family._set(g, "split_k", 1)  # reduction does not write
-    if not cannot:
-        rows_repair(family, g)
-        cannot = not move_to_consumers(family, g)
-    if cannot:
+    return f"M={p.dims['M']} is rendered with Triton (a 64-row wgmma tile over so few rows)" if p.dims["M"] <= 32 \
+        else None
+
+
+def gluon_rules(refusal: str = "") -> tuple[Rule, ...]:
+    """The Gluon rendering's rules, in the order violations report them; `refusal` says why the family's kernel (a
+    fused epilogue) is not rendered with Gluon ("" when it is)."""
+    refused = (lambda g, p, t: f"the Gluon rendering {refusal}") if refusal else (lambda g, p, t: None)
+    return (
+        TARGET,
+        Rule("gluon_unpadded", _unpadded, unmovable(_unpadded)),  # (the family's descriptor rule pads the rows)
+        Rule("gluon_padded_split", _padded_split, _split_where_padded),
+        Rule("gluon_refusal", refused, unmovable(refused)),
+        fixed_rule(GLUON_FIXED),
+        Rule("gluon_offsets", _offsets, unmovable(_offsets)),
+        Rule("gluon_stream", _stream, _no_stream),
+        consumer_rule(" (ping-pong)"),
+        Rule("gluon_rows", _rows, _settle_rows, steer=_rows_steer),
+        Rule("gluon_small_m", _small_m, unmovable(_small_m), hard=False),
+    )
+
+
+def gluon_violations(rules: tuple[Rule, ...], g: Mapping[str, Any], problem: Problem, target: Target) -> list[str]:
+    """Why the Gluon rendering cannot run `problem` on `target` with genome values `g` (empty when it can)."""
+    return table_violations(rules, g, problem, target)
+
+
+def gluon_steering(rules: tuple[Rule, ...], g: Mapping[str, Any], problem: Problem, target: Target) -> list[str]:
+    """What moves a genome that keeps the rendering's rules: its sensible forms (soft rules and steering)."""
+    return steering(rules, g, problem, target)
+
+
+def rows_unsettled(rules: tuple[Rule, ...], g: Mapping[str, Any], problem: Problem, target: Target) -> list[str]:
+    """What the row split's and stream-K's fixes (ROWS_PLAN) would move."""
+    by_name = {rule.name: rule for rule in rules}
+    return [r for name in ROWS_PLAN for r in reasons(by_name[name], g, problem, target, soft=True)]
+
+
+def gluon_repair(family: Any, rules: tuple[Rule, ...], g: dict[str, Any], problem: Problem, target: Target) -> None:
+    """Move `g` (backend=gluon) into the Gluon rendering's rules in place, with `family`'s moves; back to the Triton
+    rendering (one consumer) when one of them cannot be settled."""
+    if not region_repair(family, rules, GLUON_PLAN, g, problem, target):
         family._set(g, "backend", "triton")
         family._set(g, "consumers", 1)
         family._set(g, "consumer_split", "tiles")

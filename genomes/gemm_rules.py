@@ -16,14 +16,15 @@ from typing import Any
 
 import numpy as np
 
-from evo.problem import Problem, Target
+from evo.problem import Problem
 from genomes.gemm_gluon import (
-    ROWS_PER_CONSUMER,
+    ROWS_PLAN,
     gluon_repair,
+    gluon_rules,
     gluon_smem,
+    gluon_steering,
     gluon_violations,
-    rows_repair,
-    rows_violations,
+    rows_unsettled,
 )
 from genomes.gemm_resources import (
     DESCRIPTOR_MEMORY,
@@ -35,7 +36,7 @@ from genomes.gemm_resources import (
     smem_estimate,
     unaligned_rows,
 )
-from genomes.rule_table import Domains, Rule, domains, outside
+from genomes.rule_table import Domains, Rule, domains, outside, region_repair
 
 __all__ = ["MAX_WS_STAGES", "TWO_TILE_REFUSALS", "PLAN", "Moves", "rules"]
 
@@ -98,31 +99,6 @@ def _wide_refused(g: Mapping[str, Any]) -> list[str]:
             for what, gene, off in _WIDE_REFUSALS if g[gene] != off]
 
 
-def _rows_unsettled(g: Mapping[str, Any], p: Problem, t: Target) -> list[str]:
-    """What the Gluon row split's repair (gemm_gluon.rows_repair) moves: its rules, stream-K beside a split of K or
-    ping-pong consumers, and the sensible forms (a 192-row tile is three row-split consumers; one consumer, or a
-    tile of other than 128 or 192 rows, takes whole tiles)."""
-    if g["backend"] != "gluon":
-        return []
-    out = rows_violations(g)
-    if g["consumer_split"] == "rows" and g["num_warps"] != 4:
-        out.append("row-split consumers are one warp group each: num_warps=4")
-    if g["stream_k"] and (g["split_k"] > 1 or g["consumer_split"] == "tiles" and g["consumers"] > 1):
-        out.append("the Gluon stream-K walks one sequence of work items in every consumer")
-    return out + _rows_steer(g)
-
-
-def _rows_steer(g: Mapping[str, Any]) -> list[str]:
-    out = []
-    if g["BLOCK_M"] == 192 and g["split_k"] == 1 and g["consumer_split"] == "tiles":
-        out.append("BLOCK_M=192 is three consumers of 64 rows (consumer_split=rows)")
-    if g["consumer_split"] == "tiles" and g["BLOCK_M"] == 192 and g["split_k"] > 1:
-        out.append("BLOCK_M=192 is a row split, which split-K does not combine with")
-    if g["consumer_split"] == "rows" and g["BLOCK_M"] not in (128, 192):
-        out.append(f"a row split takes BLOCK_M 128 or 192 ({ROWS_PER_CONSUMER} rows a consumer), not {g['BLOCK_M']}")
-    return out
-
-
 class Moves:
     """What a fix moves genes with: the family's moves (`_step_down`, `_step_up`, `_set`), and the coin of the repair
     that runs it (the fixes that choose between two structures draw it from the repair's generator)."""
@@ -162,19 +138,16 @@ def _table(b_tiles: int, reads_tile: bool, ws_refusal: str, refusal: str, family
     def split_has_steps(g, p, t):
         return f"split_k={g['split_k']} exceeds the {_k_steps(g, p)} K steps" if g["split_k"] > _k_steps(g, p) else None
 
+    gluon_table = gluon_rules(refusal)
+
     def gluon(g, p, t):
-        return gluon_violations(g, p, t, refusal, unaligned(p)) if g["backend"] == "gluon" else []
+        return gluon_violations(gluon_table, g, p, t) if g["backend"] == "gluon" else []
 
     def gluon_steer(g, p, t):
-        if g["backend"] != "gluon":
-            return []
-        # (M up to 32: a 64-row wgmma tile over so few rows loses to Triton's smaller tiles)
-        small = [f"M={p.dims['M']} is rendered with Triton (a 64-row wgmma tile over so few rows)"] \
-            if p.dims["M"] <= 32 else []
-        return small + _rows_steer(g) + outside(family_domains, g)
+        return gluon_steering(gluon_table, g, p, t) + outside(family_domains, g) if g["backend"] == "gluon" else []
 
     def fix_gluon(fam, g, p, t):
-        gluon_repair(fam, g, p, t, refusal, unaligned(p))
+        gluon_repair(fam, gluon_table, g, p, t)
         return False
 
     def triton_consumers(g, p, t):
@@ -303,8 +276,11 @@ def _table(b_tiles: int, reads_tile: bool, ws_refusal: str, refusal: str, family
                 return True
         return False
 
+    def rows_unsettled_now(g, p, t):
+        return rows_unsettled(gluon_table, g, p, t) if g["backend"] == "gluon" else []
+
     def rows_settled(fam, g, p, t):
-        rows_repair(fam, g)
+        region_repair(fam, gluon_table, ROWS_PLAN, g, p, t)
         return False
 
     step_down_n = lambda fam, g, p, t: fam._step_down(g, "BLOCK_N")
@@ -329,7 +305,7 @@ def _table(b_tiles: int, reads_tile: bool, ws_refusal: str, refusal: str, family
         Rule("ws_refusal", ws_refused, lambda fam, g, p, t: fam._set(g, "warp_specialize", False) and False),
         Rule("smem", smem, fix_smem),
         # looked at again after the resources' fixes moved the tile (not reported twice: their rules above report)
-        Rule("rows_settled", _rows_unsettled, rows_settled, hard=False,
+        Rule("rows_settled", rows_unsettled_now, rows_settled, hard=False,
              steer=lambda g, p, t: outside(family_domains, g) if g["backend"] == "gluon" else []),
         Rule("wide_narrowed", lambda g, p, t: _wide_refused(g), step_down_n, hard=False),
     )

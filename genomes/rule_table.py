@@ -28,7 +28,7 @@ from typing import Any
 from evo.problem import Problem, Target
 
 __all__ = ["Rule", "Check", "Fix", "Domains", "reasons", "holds", "table_violations", "table_repair", "plan_repair",
-           "domains", "outside"]
+           "region_repair", "unmovable", "steering", "domains", "outside"]
 
 Check = Callable[[Mapping[str, Any], Problem, Target], "str | Sequence[str] | None"]
 Fix = Callable[[Any, dict[str, Any], Problem, Target], bool]
@@ -58,6 +58,17 @@ def reasons(rule: Rule, g: Mapping[str, Any], problem: Problem, target: Target, 
 def holds(rule: Rule, g: Mapping[str, Any], problem: Problem, target: Target) -> bool:
     """Whether `g` keeps `rule`, soft side and steering included (repair's test)."""
     return not reasons(rule, g, problem, target, soft=True)
+
+
+def steering(rules: Sequence[Rule], g: Mapping[str, Any], problem: Problem, target: Target) -> list[str]:
+    """What moves gene values `g` that keep the hard rules: the soft rules' reasons and the hard rules' steering."""
+    out = []
+    for rule in rules:
+        if not rule.hard:
+            out += _listed(rule.check(g, problem, target))
+        if rule.steer is not None:
+            out += _listed(rule.steer(g, problem, target))
+    return out
 
 
 def _listed(found: str | Sequence[str] | None) -> list[str]:
@@ -99,6 +110,23 @@ def plan_repair(family: Any, rules: Sequence[Rule], plan: Sequence[str], g: dict
             if holds(rule, g, problem, target) or not rule.fix(family, g, problem, target):
                 break
     return g
+
+
+def region_repair(family: Any, rules: Sequence[Rule], plan: Sequence[str], g: dict[str, Any], problem: Problem,
+                  target: Target) -> bool:
+    """Move `g` in place into a region (a rendering's rules, e.g. the Gluon backend's): the fixes of the rules `plan`
+    names, in its order, each once, whether its rule holds or not (a fix that finds its rule holding moves nothing);
+    False at the first fix that cannot settle its rule (the rest do not run): the genome leaves the region, the
+    caller says how."""
+    by_name = {rule.name: rule for rule in rules}
+    return all(by_name[name].fix(family, g, problem, target) for name in plan)
+
+
+def unmovable(check: Check) -> Fix:
+    """The fix of a rule with check `check` that no gene moves settle (the problem's or the target's own, or one that
+    another rule's fix settles): it moves nothing, and settles the rule only where it holds (in a region: a genome
+    that breaks it leaves)."""
+    return lambda family, g, problem, target: not _listed(check(g, problem, target))
 
 
 def domains(family: Any) -> Domains:
