@@ -20,7 +20,7 @@ import numpy as np
 from evo.problem import Problem, Target
 from genomes import labels
 from genomes.base import Descriptor, Genome, GenomeFamily
-from genomes.gemm_gluon import GLUON_FIXED, gluon_smem
+from genomes.gemm_gluon import GLUON_FIXED
 from genomes.gemm_resources import (
     DESCRIPTOR_MEMORY,
     ELEM_BYTES,
@@ -30,7 +30,7 @@ from genomes.gemm_resources import (
     smem_estimate,
     unaligned_rows,
 )
-from genomes.gemm_rules import MAX_WS_STAGES, PLAN, TWO_TILE_REFUSALS, Moves, rules
+from genomes.gemm_rules import MAX_WS_STAGES, PLAN, TWO_TILE_REFUSALS, Moves, rules, smem_needed
 from genomes.genes import Boolean, Categorical, Gene, IntChoice, PowerOfTwo
 from genomes.rule_table import plan_repair, table_violations
 
@@ -89,9 +89,7 @@ class GemmFamily(GenomeFamily):
         return {k: v for k, v in self.__dict__.items() if k != "_rules"}
 
     def _smem(self, g: Mapping[str, Any], dtype: str) -> int:
-        if g["backend"] == "gluon":
-            return gluon_smem(g, dtype)
-        return smem_estimate(g, dtype, self.b_tiles, self.reads_tile)
+        return smem_needed(g, dtype, self.b_tiles, self.reads_tile)
 
     def _genes(self) -> list[Gene]:
         return [

@@ -38,7 +38,7 @@ from genomes.gemm_resources import (
 )
 from genomes.rule_table import Domains, Rule, domains, outside, region_repair
 
-__all__ = ["MAX_WS_STAGES", "TWO_TILE_REFUSALS", "PLAN", "Moves", "rules"]
+__all__ = ["MAX_WS_STAGES", "TWO_TILE_REFUSALS", "PLAN", "Moves", "rules", "smem_needed"]
 
 # Warp-specialized kernels with a 5-deep K pipeline (num_stages=5, 128x128x64, 4 warps) left part of the
 # output unwritten in 2 of 6 evaluations on an H200 with triton 3.6 (a race: the same genome also passed);
@@ -84,6 +84,12 @@ PLAN = ("fits_BLOCK_M", "fits_BLOCK_N", "fits_BLOCK_K", "split_has_steps", "gluo
         "registers", "smem", "split_has_steps", "rows_settled", "wide_narrowed", "subtile_width")
 
 
+def smem_needed(g: Mapping[str, Any], dtype: str, b_tiles: int = 1, reads_tile: bool = False) -> int:
+    """Shared memory of the genome's rendering: the Gluon kernel's (gemm_gluon.gluon_smem) or the Triton one's
+    (gemm_resources.smem_estimate, with `b_tiles` B tiles per K step and an epilogue that reads a tile or not)."""
+    return gluon_smem(g, dtype) if g["backend"] == "gluon" else smem_estimate(g, dtype, b_tiles, reads_tile)
+
+
 def _k_steps(g: Mapping[str, Any], p: Problem) -> int:
     return -(-p.dims["K"] // g["BLOCK_K"])
 
@@ -126,8 +132,6 @@ def rules(family: Any) -> tuple[Rule, ...]:
 @functools.lru_cache(maxsize=64)
 def _table(b_tiles: int, reads_tile: bool, ws_refusal: str, refusal: str, family_domains: Domains
            ) -> tuple[Rule, ...]:
-    unaligned = unaligned_rows
-
     def fits(gene: str, dim: str) -> Rule:
         def check(g, p, t):
             if g[gene] > max(16, next_pow2(p.dims[dim])):
@@ -206,7 +210,7 @@ def _table(b_tiles: int, reads_tile: bool, ws_refusal: str, refusal: str, family
         out = []
         if g["pad_rows"] and g["memory"] != "host_descriptor":
             out.append("pad_rows needs host tensor descriptors (memory=host_descriptor)")
-        if g["pad_rows"] and not unaligned(p):
+        if g["pad_rows"] and not unaligned_rows(p):
             out.append("pad_rows changes nothing when every row is a multiple of 16 bytes")
         return out
 
@@ -266,7 +270,7 @@ def _table(b_tiles: int, reads_tile: bool, ws_refusal: str, refusal: str, family
         return fam._step_down(g, big) or fam._step_down(g, "BLOCK_M" if big == "BLOCK_N" else "BLOCK_N")
 
     def smem(g, p, t):
-        need = gluon_smem(g, p.dtype) if g["backend"] == "gluon" else smem_estimate(g, p.dtype, b_tiles, reads_tile)
+        need = smem_needed(g, p.dtype, b_tiles, reads_tile)
         return f"needs ~{need} bytes of shared memory (> {t.smem_bytes})" if need > t.smem_bytes else None
 
     def fix_smem(fam, g, p, t):
