@@ -107,7 +107,7 @@ class Search:
         ahead, self._next = (self._next, None) if self._next is not None and self._next.index == index else (None, None)
         return (ahead or ProblemSearch(self, index, problem)).run(transfer)
 
-    def _first_population(self, index: int, problem: Problem, transfer: Sequence[Elite], seen: set[str]
+    def first_population(self, index: int, problem: Problem, transfer: Sequence[Elite], seen: set[str]
                           ) -> tuple[Variation, deque[Proposal]]:
         """The problem's variation and its first population (none of it submitted yet)."""
         exp = self.experiment
@@ -116,7 +116,7 @@ class Search:
                                   exp.seeds)
         return variation, deque(first)
 
-    def _hand_over(self, current: ProblemSearch) -> None:
+    def hand_over(self, current: ProblemSearch) -> None:
         """Problem `current` submits nothing more: the next problem's search, started ahead, takes the free slots
         with its first population (evo.search.problem_search), unless it finished in an earlier session."""
         problems, index = self.experiment.problems, current.index
@@ -130,11 +130,11 @@ class Search:
             self._next = ProblemSearch.ahead(self, index + 1, problem, searched)
         self._next.fill_slots()
 
-    def _new_ticket(self) -> int:
+    def new_ticket(self) -> int:
         self._ticket += 1
         return self._ticket
 
-    def _store(self, job: Candidate, ev: Evaluation) -> None:
+    def store_row(self, job: Candidate, ev: Evaluation) -> None:
         """Stamp `ev` with its job's provenance and this run, and store it (and share it)."""
         if ev.problem_key != job.problem.key or ev.genome_hash != job.genome.hash:
             raise RuntimeError(f"executor returned an evaluation of {ev.problem_key} {ev.genome_hash} for job "
@@ -148,7 +148,7 @@ class Search:
         if self.shared is not None:
             self.shared.record(ev, source)
 
-    def _rows(self, problem: Problem) -> list[Evaluation]:
+    def problem_rows(self, problem: Problem) -> list[Evaluation]:
         """This experiment's stored evaluations of `problem`, in store order. A run directory's store holds
         one experiment only; a store shared by several (a benchmark comparing searches) is told apart by the
         run ids, which are "<experiment name>#<session>"."""
@@ -157,7 +157,7 @@ class Search:
         return [r.judged_by(objective) for r in self.store.iter(problem.key) if r.run_id.startswith(prefix)]
 
     # -- speed of light and memory ----------------------------------------------------------------------
-    def _problem_floor(self, problem: Problem) -> Floor | None:
+    def problem_floor(self, problem: Problem) -> Floor | None:
         """The problem's floor on the first worker's GPU (None without a measured copy bandwidth: smoke runs),
         kept in the store's metadata for status and the report."""
         info = self.executor.infos[0] if self.executor.infos else None

@@ -74,9 +74,9 @@ class ProblemSearch:
         ahead = cls(session, index, problem)
         exp = session.experiment
         transfer = session._transfer_elites(searched, problem) if exp.transfer else []
-        rows = session._rows(problem)
+        rows = session.problem_rows(problem)
         ahead.seen = {r.genome_hash for r in rows}
-        ahead.variation, ahead.queue = session._first_population(index, problem, transfer, ahead.seen)
+        ahead.variation, ahead.queue = session.first_population(index, problem, transfer, ahead.seen)
         budget = exp.budget.evaluations  # a first population larger than what is left of it must not overrun it
         ahead.room = None if budget is None else max(0, budget - len(rows))
         ahead.started_ahead = True
@@ -105,7 +105,7 @@ class ProblemSearch:
             self._emit("problem_done", self.clock.spent, reason=self.stop)
             return False
         if not self.started_ahead:
-            self.variation, self.queue = self.session._first_population(self.index, self.problem, transfer, self.seen)
+            self.variation, self.queue = self.session.first_population(self.index, self.problem, transfer, self.seen)
         self._begin()
         return True
 
@@ -123,7 +123,7 @@ class ProblemSearch:
             return False
         budget = self._budget()
         if self.stop is not None or (budget is not None and self.archive.evaluations + self.in_flight >= budget):
-            s._hand_over(self)  # nothing more to submit here: the next problem may start
+            s.hand_over(self)  # nothing more to submit here: the next problem may start
         for job, ev in s.executor.poll(timeout_s=1.0):
             self.take(job, ev)
         self._workers_changed()
@@ -144,7 +144,7 @@ class ProblemSearch:
         for its run; the next problem's, handed to it."""
         s = self.session
         if not self.running:
-            s._store(job, ev)  # stored now: nothing completed is lost if the run ends here
+            s.store_row(job, ev)  # stored now: nothing completed is lost if the run ends here
             self.early.append((job, ev))
             self.in_flight -= 1
             if self.first_measured_at is None and ev.gpu:  # as evo.search.budget.ProblemClock starts a clock
@@ -183,7 +183,7 @@ class ProblemSearch:
 
     def _submit(self) -> None:
         s = self.session
-        ticket = s._new_ticket()
+        ticket = s.new_ticket()
         if self.queue:
             proposal, emitter = self.queue.popleft(), emitting.INITIAL
         else:
@@ -203,7 +203,7 @@ class ProblemSearch:
         if job.problem.key != self.problem.key:
             raise RuntimeError(f"job {job.ticket} of {job.problem.key} recorded for {self.problem.key}")
         if not stored:
-            s._store(job, ev)
+            s.store_row(job, ev)
         (result,) = self.archive.add([ev])
         self.clock.note(ev, self.archive.evaluations, s.experiment.budget.floor)
         arm = self.arms.pop(job.ticket, None)
@@ -225,7 +225,7 @@ class ProblemSearch:
         s, key = self.session, self.problem.key
         self.archive = GridArchive.for_problem(s.operator, self.problem, s.experiment.descriptors, s.margin)
         early_ids = {ev.id for _, ev in self.early}
-        rows = [r for r in s._rows(self.problem) if r.id not in early_ids]
+        rows = [r for r in s.problem_rows(self.problem) if r.id not in early_ids]
         self.archive.add(rows)
         self.seen = {r.genome_hash for r in rows} | self.seen
         # wall_s counts from the first measured candidate: an early one, else one still to come
@@ -235,7 +235,7 @@ class ProblemSearch:
         self._cpu_spent, self._cpu_started = float(s.store.meta(f"cpu_s:{key}", 0.0)), time.process_time()
         if s.executor.occupancy is not None:
             s.executor.occupancy.restart()
-        self.floor, self.scheduler = s._problem_floor(self.problem), None
+        self.floor, self.scheduler = s.problem_floor(self.problem), None
         self.stop = self._stop_reason(self.clock.spent)
 
     def _begin(self) -> None:
@@ -269,7 +269,7 @@ class ProblemSearch:
                 if job.problem.key == self.problem.key:
                     self._record(job, ev, self.elapsed())
                 elif s._next is not None:
-                    s._store(job, ev)
+                    s.store_row(job, ev)
         except Exception:  # the executor may be half torn down by the same signal
             pass
 
@@ -320,6 +320,6 @@ class ProblemSearch:
     def _summary(self, reason: str) -> ProblemSummary:
         arms = self.scheduler.arms if self.scheduler else []
         return ProblemSummary.of(self.problem.key, self.archive, reason, self.session.unit, self.session.margin,
-                                 self.session._rows(self.problem), self._sol_share(),
+                                 self.session.problem_rows(self.problem), self._sol_share(),
                                  {a.name: {"proposed": a.proposed, "improvements": a.improvements} for a in arms},
                                  exhausted=self.exhausted)
