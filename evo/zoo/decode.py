@@ -13,9 +13,9 @@ a device-to-host sync per step that no CUDA graph captures), attends over the wh
 length tensor, and adds T to the length in place. The layer's patched roles (evo.zoo.patch) run as in `forward`:
 norms, projections and MLP (the linear roles at T <= 16, norms fused), and a patched `rope` role (rope_cache) does the
 rotation and the KV write in one launch with the length tensor as its start position and the layer's fp32 tables
-(grown to the cache's capacity by `DecodeState.for_layer`). Attention is torch's SDPA over the masked cache: evo's
-attention kernel takes its key length from the shapes, not from a tensor, so a patched `attention` role is not used
-here (the report says so).
+(grown to the cache's capacity by `DecodeState.for_layer`). Attention over the masked cache is a patched
+`cache_attention` role (operators/cache_attention: the mask from the length tensor), else torch's SDPA; the
+`attention` role (attention+causal takes its key length from the shapes, not from a tensor) is not used here.
 """
 
 from __future__ import annotations
@@ -109,9 +109,14 @@ def decode_step(layer: DecoderLayer, x: torch.Tensor, cache: torch.Tensor, lengt
         cache[0].index_copy_(2, positions, k)
         cache[1].index_copy_(2, positions, v)
     seen = torch.arange(cache.shape[3], device=x.device)[None, :] <= positions[:, None]  # [T, capacity], causal
-    out = F.scaled_dot_product_attention(q, cache[0], cache[1], attn_mask=seen[None, None],
-                                         enable_gqa=s.num_attention_heads != s.num_key_value_heads)
-    h = layer._project("o_proj", layer.o_proj, out.squeeze(0).transpose(0, 1).reshape(t, s.q_size), residual=x)
+    attend = layer._op("cache_attention", t)
+    if attend is not None:  # [1, T, H, D]: K and V read once per KV head, the cache's empty slots skipped
+        a = attend(q, cache[0], cache[1], seen[None, None]).reshape(t, s.q_size)
+    else:
+        out = F.scaled_dot_product_attention(q, cache[0], cache[1], attn_mask=seen[None, None],
+                                             enable_gqa=s.num_attention_heads != s.num_key_value_heads)
+        a = out.squeeze(0).transpose(0, 1).reshape(t, s.q_size)
+    h = layer._project("o_proj", layer.o_proj, a, residual=x)
     y = layer.ffn(h)
     length.add_(t)
     return y

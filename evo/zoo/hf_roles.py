@@ -30,7 +30,7 @@ DEFAULT_OPERATORS = {"norm": "rmsnorm", "qkv": "gemm", "attention": "attention+c
 ROLE_OPERATORS = {
     "norm": ("rmsnorm",),
     "qkv": ("gemm", "gemm+bias", "linear", "linear+bias", "linear+rmsnorm", "linear+rmsnorm+bias"),
-    "attention": ("attention+causal",),
+    "attention": ("attention+causal", "cache_attention"),
     "o_proj": ("gemm+residual", "gemm+bias+residual", "linear+residual", "linear+bias+residual"),
     "gate_up": ("gemm+swiglu", "linear+swiglu", "linear+rmsnorm+swiglu"),
     "down": ("gemm+residual", "gemm+bias+residual", "linear+residual", "linear+bias+residual"),
@@ -87,8 +87,9 @@ def measured(op: Callable[..., Any]) -> list[tuple[tuple[int, ...], str]] | None
 
 
 def base_role(key: str) -> str:
-    """The layer role a zoo's role name serves: `linear_qkv` (the decode plan's linear operator) serves qkv."""
-    return key.removeprefix("linear_")
+    """The layer role a zoo's role name serves: `linear_qkv` (the decode plan's linear operator) serves qkv,
+    `cache_attention` (attention over a static cache, with its mask) serves attention."""
+    return "attention" if key == "cache_attention" else key.removeprefix("linear_")
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ residual; operators/rmsnorm.py: x, weight, eps):
     lm_head           gemm                                 op(x, B_lm_head)     LMHead only
     sampling_softmax  softmax                              op(logits)           LMHead.probabilities only
     rope              rope_cache                           op(qkv, cos, sin, cache, start) -> q [1, H, T, D]
+    cache_attention   cache_attention                      op(q, k, v, mask) -> [1, T, H, D]   the decode loop only
     linear_qkv        linear+rmsnorm[+bias]                op(x, W_qkv, input_norm.weight[, bias], eps)  (no norm apart)
     linear_o_proj     linear+residual                      op(attn, W_o, residual)
     linear_gate_up    linear+rmsnorm+swiglu                op(h, W_gate_up, post_attention_norm.weight, eps)
@@ -68,7 +69,8 @@ def roles_of(module: DecoderLayer | LMHead) -> tuple[str, ...]:
     if isinstance(module, LMHead):
         return ("norm", "lm_head", "linear_lm_head", "sampling_softmax")
     fused = tuple(r for r in LINEAR_ROLES if LINEAR_ROLES[r][0] in linears(module) and r not in _unservable(module))
-    return ("norm", *linears(module), *(("rope",) if module.context else ()), "attention", *fused)
+    cached = ("rope", "cache_attention") if module.context else ()  # cache_attention: the decode loop's attention
+    return ("norm", *linears(module), *cached, "attention", *fused)
 
 
 def _unservable(module: DecoderLayer | LMHead) -> dict[str, str]:
@@ -113,7 +115,7 @@ def patch(module: DecoderLayer | LMHead, ops: Mapping[str, Callable[..., object]
 def _dims(module: DecoderLayer | LMHead, role: str) -> tuple[int, ...] | None:
     """The sizes besides the token count that `role`'s problems have in this module (evo.zoo.uses.split_tokens)."""
     s, base = module.spec, role.removeprefix("linear_")
-    if base in ("attention", "rope"):
+    if base in ("attention", "cache_attention", "rope"):
         return (s.num_attention_heads, s.num_key_value_heads, s.head_dim)
     if base == "norm":
         return (s.hidden_size,)

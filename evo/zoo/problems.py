@@ -21,6 +21,9 @@ The plan per T (issue 40's decode operators):
 - every T with context >= 1: `rope` (rope_cache: RoPE of q and k and the KV-cache write in one launch). Its
   problem's context dim is the cache's capacity less T (what its dispatch reads from the cache it is given): the
   layer's cache holds the context and room for the largest T planned (DecoderLayer(max_tokens=max(tokens))).
+- T <= 16 with context >= 1: `cache_attention` too (the same sizes): a decode step's attention over a KV cache of
+  fixed capacity with a mask, as transformers' static cache and the zoo's decode loop run it (K and V read once per
+  KV head; attention+causal serves the calls without a mask).
 - attention+causal and the sampling softmax at every T, as before.
 """
 
@@ -163,7 +166,11 @@ def _linear_problems(spec: ModelSpec, kp: Any, attention: KernelProblem, rope: l
     note = (f"T <= {LINEAR_MAX_TOKENS}: {spec.name} keeps the gemm roles for {'; '.join(kept)}, with the norm "
             "before them apart") if kept else ""
     mlp = _moe_problems(spec, kp, t, linear=True) if spec.num_experts else [up, down]
-    out = [qkv, *rope, attention, kp("linear_o_proj", "linear+residual", (t, h, spec.q_size)), *mlp,
+    # with a KV cache: the attention of a decode step over a cache of fixed capacity, its mask (transformers' static
+    # cache, the zoo's decode loop) as cache_attention sees it
+    cache = attention.operator and attention.sizes[4] > t
+    cached = [kp("cache_attention", "cache_attention", attention.sizes)] if cache else []
+    out = [qkv, *rope, attention, *cached, kp("linear_o_proj", "linear+residual", (t, h, spec.q_size)), *mlp,
            kp("linear_lm_head", "linear+rmsnorm", (t, spec.vocab_size, h), scope="model")]
     if norms > 1:
         out.insert(0, kp("norm", "rmsnorm", (t, h), uses=norms - 1,

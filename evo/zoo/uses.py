@@ -37,11 +37,11 @@ def uses(op: Callable[..., Any]) -> list[tuple[tuple[int, ...], str, str]] | Non
 
 def split_tokens(role: str, sizes: tuple[int, ...]) -> tuple[int, tuple[int, ...]] | None:
     """A role's problem sizes as (token count, the other sizes a layer fixes), or None where they have another
-    length: attention (batch, heads, kv_heads, q_len, kv_len, head_dim) by its query length (the key length grows
-    with the cache and is left out); rope_cache (tokens, heads, kv_heads, head_dim, context) without the cache's
-    length; norm and the sampling softmax (rows, cols); the GEMM roles (M, N, K)."""
+    length: attention and cache_attention (batch, heads, kv_heads, q_len, kv_len, head_dim) by the query length (the
+    key length grows with the cache and is left out); rope_cache (tokens, heads, kv_heads, head_dim, context)
+    without the cache's length; norm and the sampling softmax (rows, cols); the GEMM roles (M, N, K)."""
     role = role.removeprefix("linear_")
-    if role == "attention":
+    if role in ("attention", "cache_attention"):
         return (sizes[3], (sizes[1], sizes[2], sizes[5])) if len(sizes) == 6 else None
     if role == "rope":
         return (sizes[0], tuple(sizes[1:4])) if len(sizes) == 5 else None

@@ -50,6 +50,7 @@ PROBLEMS: dict[str, list[tuple[tuple[int, ...], str, int]]] = {
                    ((16, 8, 8, 64, 1000), "fp32", 4)],
     "moe_gate_up": [((16, 8, 2, 14336, 4096), "bf16", 2)],
     "moe_down": [((2048, 8, 2, 4096, 14336), "bf16", 2)],
+    "cache_attention": [((1, 32, 8, 1, 4097, 128), "bf16", 3)],
 }
 # operators whose first seed on each problem is also rendered as the module `evo export` writes (header, kernel,
 # self-check)

@@ -52,7 +52,7 @@ def test_roles_are_the_kernel_plan_s(spec):
     plan = [p for p in layer_problems(spec, [4, 32], context=8) if p.searchable]
     layer_roles = {"norm" if p.role == NORM_ROLE else p.role for p in plan if p.scope == "layer"}
     assert set(roles_of(DecoderLayer(spec, context=8))) == layer_roles
-    assert set(roles_of(DecoderLayer(spec))) == layer_roles - {"rope"}  # no cache, no rope
+    assert set(roles_of(DecoderLayer(spec))) == layer_roles - {"rope", "cache_attention"}  # no cache: neither
     head_roles = {p.role for p in plan if p.scope == "model"} | {"norm"}  # the final norm is a layer norm's shape
     assert set(roles_of(LMHead(spec))) == head_roles == {"norm", "lm_head", "linear_lm_head", "sampling_softmax"}
 

@@ -168,12 +168,18 @@ def test_evo_kernels_run_the_tiny_decode_layer_and_head(dtype):
     plan = [p for p in layer_problems(TINY, [tokens], dtype, context=CONTEXT) if p.searchable
             and p.operator != "attention+causal"]
     ops = {p.role: _kernel(p.operator, p.sizes, dtype) for p in plan}
+    cached = {"cache_attention"} if dtype == "fp16" else set()  # an operator of fp16 and bf16, as attention's
     assert set(ops) == {"linear_qkv", "rope", "linear_o_proj", "linear_gate_up", "linear_down", "linear_lm_head",
-                        "sampling_softmax"}
+                        "sampling_softmax"} | cached
     tolerance = 1e-5 if dtype == "fp32" else 5e-3
     out = patch(layer, {r: op for r, op in ops.items() if r in roles_of(layer)})(x)
     assert _rel(out, ref) < tolerance
     assert _rel(layer.kv_cache.float(), ref_layer.kv_cache) < tolerance  # the kernel's KV write
+    if cached:  # the decode loop's attention over the masked cache runs the cache_attention kernel
+        state, ref_state = DecodeState.for_layer(layer, CONTEXT + 8), DecodeState.for_layer(ref_layer, CONTEXT + 8)
+        y, y_ref = decode_step(layer, x[:1], state.cache, state.length), decode_step(ref_layer, x[:1].float(),
+                                                                                     ref_state.cache, ref_state.length)
+        assert _rel(y, y_ref) < tolerance
     head, ref_head = LMHead(TINY, dtype=torch_dtype, init_std=0.2), LMHead(TINY, dtype=torch.float32, init_std=0.2)
     patch(head, {r: ops[r] for r in ("linear_lm_head", "sampling_softmax")})
     assert _rel(head(out), ref_head(out.float())) < tolerance

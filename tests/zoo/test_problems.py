@@ -43,6 +43,7 @@ def test_llama_3_8b_decode_runs_the_linear_roles_and_rope_cache():
         "linear_qkv": ("linear+rmsnorm", (1, 6144, 4096)),
         "rope": ("rope_cache", (1, 32, 8, 128, 4096 + 2048 - 1)),
         "attention": ("attention+causal", (1, 32, 8, 1, 4097, 128)),
+        "cache_attention": ("cache_attention", (1, 32, 8, 1, 4097, 128)),  # over a static cache, with its mask
         "linear_o_proj": ("linear+residual", (1, 4096, 4096)),
         "linear_gate_up": ("linear+rmsnorm+swiglu", (1, 14336, 4096)),
         "linear_down": ("linear+residual", (1, 4096, 14336)),
@@ -62,7 +63,8 @@ def test_a_kv_cache_lengthens_the_keys_of_attention_only():
     spec = load_model(MODELS / "llama-3-8b.json")
     plain, cached = layer_problems(spec, [4], context=8188), layer_problems(spec, [4])
     assert _by_role(plain, 4)["attention"] == ("attention+causal", (1, 32, 8, 4, 8192, 128))
-    assert {k: v for k, v in _by_role(plain, 4).items() if k not in ("attention", "rope")} == \
+    assert _by_role(plain, 4)["cache_attention"] == ("cache_attention", (1, 32, 8, 4, 8192, 128))
+    assert {k: v for k, v in _by_role(plain, 4).items() if k not in ("attention", "rope", "cache_attention")} == \
         {k: v for k, v in _by_role(cached, 4).items() if k != "attention"}
     for bad in (-1, 1.5, True):
         with pytest.raises(ValueError, match="context"):

@@ -28,9 +28,9 @@ def test_tiny_model_plan_and_files(tmp_path, capsys):
     assert rows["rope"] == ["1x4x2x16x131", "16x4x2x16x116", "32x4x2x16x100"]  # the cache holds 100 + 32
     folder = tmp_path / "tiny"
     names = sorted(p.name for p in folder.iterdir())
-    assert names == ["attention-causal.yaml", "gemm-residual.yaml", "gemm-swiglu.yaml", "gemm.yaml",
-                     "linear-residual.yaml", "linear-rmsnorm-swiglu.yaml", "linear-rmsnorm.yaml", "rmsnorm.yaml",
-                     "rope_cache.yaml", "softmax.yaml"]
+    assert names == ["attention-causal.yaml", "cache_attention.yaml", "gemm-residual.yaml", "gemm-swiglu.yaml",
+                     "gemm.yaml", "linear-residual.yaml", "linear-rmsnorm-swiglu.yaml", "linear-rmsnorm.yaml",
+                     "rmsnorm.yaml", "rope_cache.yaml", "softmax.yaml"]
     assert "--context 100 --collect" in out
     for name in names:
         assert f"evo run {folder / name}" in out

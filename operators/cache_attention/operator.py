@@ -1,0 +1,199 @@
+"""`cache_attention`: a decode step's attention over a KV cache, the keys each query sees given by a boolean mask,
+as transformers runs it with a static cache (every decode step over the whole fixed-size cache, a mask hiding the
+slots not written yet):
+
+  o[b, t, h] = softmax_{l: mask[b, 0, t, l]}(q[b, h, t] . k[b, h // G, l] * scale) @ v[b, h // G, l]
+
+The entry is `cache_attention(q, k, v, mask, scale=None, out=None)`: q [B, H, Tq, D], k and v [B, Hkv, L, D] (read in
+place, any strides), mask bool [B, 1, Tq, L]; returns o [B, Tq, H, D] contiguous. A query row with no key allowed gets
+zeros. Problems are sized (batch, heads, kv_heads, q_len, kv_len, head_dim), as `attention`'s; the inputs' mask lets
+each query see the keys up to its own position in a cache filled to three quarters (the rest empty slots), so the
+search meets what a decode step meets. Throughput is GB/s: the kernel streams the cache.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from evo.launch import runtime_source
+from evo.problem import DTYPES, Problem, Target
+from genomes.base import Genome, GenomeFamily
+from genomes.cache_attention import CacheAttentionFamily
+from genomes.rowwise import ELEM_BYTES
+from operators._paste import pasted_source
+from operators.base import Baseline, Operator
+
+__all__ = ["CacheAttentionOperator", "KERNEL_FILE", "FILLED", "reference", "eager"]
+
+KERNEL_FILE = Path(__file__).with_name("kernel.py")
+FILLED = 0.75  # of the cache written before the step's queries, in the inputs a problem is measured on
+TOLERANCE = {"fp16": 2e-3, "bf16": 1e-2}
+
+_HEADER = '''"""{title}
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+{runtime}
+
+# the genome's constants, as operators/cache_attention/kernel.py's plan reads them
+CONFIG = {config}
+
+_PLANS = PlanCache()  # argument signature -> run(...): checks, grid, workspace and the bound kernel, done once
+
+
+def cache_attention(q, k, v, mask, scale=None, out=None):
+    """Attention of q [B, H, Tq, D] over the KV cache k, v [B, Hkv, L, D] where the bool mask [B, 1, Tq, L] is True;
+    returns o [B, Tq, H, D] in q's dtype."""
+    key = (signature(q), signature(k), signature(v), signature(mask), None if out is None else signature(out))
+    run = _PLANS.get(key)
+    if run is None:
+        run = _PLANS.add(key, cache_attention_plan(q, k, v, mask, out, CONFIG))
+    return run(q, k, v, mask, out, scale)
+
+
+'''
+
+
+def reference(q: Any, k: Any, v: Any, mask: Any, scale: float | None = None) -> Any:
+    """The exact result in fp32, [B, Tq, H, D]; rows with no key allowed are zeros."""
+    import torch
+
+    group = q.shape[1] // k.shape[1]
+    qf, kf, vf = q.float(), k.float().repeat_interleave(group, 1), v.float().repeat_interleave(group, 1)
+    s = torch.matmul(qf, kf.transpose(-1, -2)) * (q.shape[-1] ** -0.5 if scale is None else scale)
+    s = s.masked_fill(~mask, float("-inf"))
+    p = torch.softmax(s, dim=-1).nan_to_num(0.0)
+    return torch.matmul(p, vf).transpose(1, 2).contiguous()
+
+
+def eager(q: Any, k: Any, v: Any, mask: Any, scale: float | None = None) -> Any:
+    """What transformers' SDPA path runs with a mask: K and V repeated per query head, then SDPA, then [B, Tq, H, D]."""
+    import torch
+
+    group = q.shape[1] // k.shape[1]
+    if group > 1:
+        k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    o = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+    return o.transpose(1, 2).contiguous()
+
+
+def sdpa_gqa(q: Any, k: Any, v: Any, mask: Any, scale: float | None = None) -> Any:
+    """SDPA told the heads are grouped (enable_gqa: K and V not repeated), with the mask."""
+    import torch
+
+    o = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale,
+                                                         enable_gqa=q.shape[1] != k.shape[1])
+    return o.transpose(1, 2).contiguous()
+
+
+def _compiled(problem: Problem) -> Any:
+    import torch
+
+    torch._dynamo.reset()  # a fresh cache per problem: every shape compiled statically
+
+    def attention(*inputs: Any) -> Any:
+        return eager(*inputs)
+
+    return torch.compile(attention, mode="max-autotune-no-cudagraphs", dynamic=False, fullgraph=True)
+
+
+class CacheAttentionOperator(Operator):
+    name = "cache_attention"
+    dims = ("batch", "heads", "kv_heads", "q_len", "kv_len", "head_dim")
+    example = (1, 32, 8, 1, 4096, 128)
+    dtypes = ("fp16", "bf16")
+    entry = "cache_attention"
+    throughput_unit = "GB/s"
+    torch_schema = "(Tensor q, Tensor k, Tensor v, Tensor mask, float? scale=None) -> Tensor"
+
+    def make_family(self, overrides: dict[str, list[Any]] | None) -> GenomeFamily:
+        return CacheAttentionFamily(overrides)
+
+    def problem(self, sizes: tuple[int, ...] | list[int], dtype: str) -> Problem:
+        p = super().problem(sizes, dtype)
+        d = p.dims
+        if d["kv_heads"] < 1 or d["heads"] % d["kv_heads"]:
+            raise ValueError(f"{self.name}: heads={d['heads']} must be a multiple of kv_heads={d['kv_heads']}")
+        if d["q_len"] > d["kv_len"]:
+            raise ValueError(f"{self.name}: q_len={d['q_len']} exceeds the cache's kv_len={d['kv_len']}")
+        return p
+
+    # -- code generation --------------------------------------------------------------------------------
+    def render(self, genome: Genome, problem: Problem, target: Target) -> str:
+        self.family.require(genome, problem, target, self.name)
+        g = genome.as_dict()
+        config = {"BLOCK_N": g["BLOCK_N"], "SPLITS": g["SPLITS"], "SKIP_MASKED": g["skip_masked"],
+                  "NUM_WARPS": g["num_warps"], "NUM_STAGES": g["num_stages"]}
+        title = (f"evo kernel: {self.name} (attention over a KV cache with a mask) rendered from genome {genome.hash} "
+                 f"for {problem.key} on sm_{target.arch}.\n\n" + textwrap.fill(f"Genome: {genome}", 100))
+        config_text = "{\n" + "".join(f"    {k!r}: {v!r},\n" for k, v in config.items()) + "}"
+        return _HEADER.format(title=title, runtime=runtime_source().rstrip("\n"), config=config_text) \
+            + pasted_source(KERNEL_FILE)
+
+    # -- as a torch op ----------------------------------------------------------------------------------
+    def empty_output(self, *args: Any) -> Any:
+        q = args[0]
+        return q.new_empty((q.shape[0], q.shape[2], q.shape[1], q.shape[3]))
+
+    def call_into(self, entry: Any, *args: Any, out: Any) -> Any:
+        return entry(*args, out=out)
+
+    # -- judging a kernel -------------------------------------------------------------------------------
+    def make_inputs(self, problem: Problem, seed: int, device: str = "cuda") -> tuple[Any, ...]:
+        """q, k, v standard normal; the mask lets query t see keys 0 .. filled + t, filled = FILLED of the cache (at
+        least up to the queries): a decode step's view of a static cache."""
+        import torch
+
+        d = problem.dims
+        dtype = getattr(torch, DTYPES[problem.dtype])
+        b, h, hk, tq, length, dim = (d[n] for n in self.dims)
+        shapes = [(b, h, tq, dim), (b, hk, length, dim), (b, hk, length, dim)]
+        if torch.device(device).type == "meta":
+            return (*(torch.empty(s, device=device, dtype=dtype) for s in shapes),
+                    torch.empty((b, 1, tq, length), device=device, dtype=torch.bool))
+        gen = torch.Generator(device=device).manual_seed(int(seed))
+        q, k, v = (torch.randn(s, generator=gen, device=device, dtype=torch.float32).to(dtype) for s in shapes)
+        filled = max(int(FILLED * length) - tq, 0)
+        visible = filled + torch.arange(tq, device=device) + 1  # keys query t sees
+        mask = (torch.arange(length, device=device)[None, :] < visible[:, None]).expand(b, 1, tq, length)
+        return q, k, v, mask.contiguous()
+
+    def tensor_shapes(self, problem: Problem) -> list[tuple[int, ...]]:
+        d = problem.dims
+        b, h, hk, tq, length, dim = (d[n] for n in self.dims)
+        return [(b, h, tq, dim), (b, hk, length, dim), (b, hk, length, dim), (b, 1, tq, length), (b, tq, h, dim)]
+
+    def reference(self, *inputs: Any) -> Any:
+        return reference(*inputs)
+
+    def tolerance(self, problem: Problem) -> float:
+        return TOLERANCE[problem.dtype]
+
+    def baselines(self) -> list[Baseline]:
+        return [Baseline("eager", lambda problem: eager,
+                         "transformers' SDPA path with a mask: K and V repeated per query head, then SDPA")]
+
+    def bench_baselines(self) -> list[Baseline]:
+        gqa = Baseline("sdpa_gqa", lambda problem: sdpa_gqa, "SDPA with enable_gqa and the mask")
+        return [*self.baselines(), gqa, *self.tuner_baselines()]
+
+    def tuner_baselines(self, effort: str = "full", budget_s: int | None = None) -> list[Baseline]:
+        return [Baseline("torch_compile", _compiled,
+                         "torch.compile(mode='max-autotune-no-cudagraphs') of transformers' SDPA path")]
+
+    def flops(self, problem: Problem) -> int:
+        d = problem.dims
+        return 4 * d["batch"] * d["heads"] * d["q_len"] * d["kv_len"] * d["head_dim"]
+
+    def bytes(self, problem: Problem) -> int:
+        """K and V of the whole cache (what the baselines read; the kernel skips empty blocks), q, the mask, o."""
+        d = problem.dims
+        e = ELEM_BYTES[problem.dtype]
+        cache = 2 * d["batch"] * d["kv_heads"] * d["kv_len"] * d["head_dim"] * e
+        return cache + 2 * d["batch"] * d["heads"] * d["q_len"] * d["head_dim"] * e \
+            + d["batch"] * d["q_len"] * d["kv_len"]
