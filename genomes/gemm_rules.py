@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -129,187 +130,230 @@ def rules(family: Any) -> tuple[Rule, ...]:
     return table
 
 
+# -- the rules' checks and fixes: a check (g, p, t) names what is wrong, a fix (fam, g, p, t) moves genes ----------
+def _fits(gene: str, dim: str) -> Rule:
+    def check(g, p, t):
+        if g[gene] > max(16, next_pow2(p.dims[dim])):
+            return f"{gene}={g[gene]} exceeds {dim}={p.dims[dim]} rounded up to a power of two"
+        return None
+    return Rule(f"fits_{gene}", check, lambda fam, g, p, t: fam._step_down(g, gene))
+
+
+def _split_has_steps(g, p, t):
+    return f"split_k={g['split_k']} exceeds the {_k_steps(g, p)} K steps" if g["split_k"] > _k_steps(g, p) else None
+
+
+def _gluon(g, p, t, gluon_table):
+    return gluon_violations(gluon_table, g, p, t) if g["backend"] == "gluon" else []
+
+
+def _gluon_steer(g, p, t, gluon_table, family_domains):
+    return gluon_steering(gluon_table, g, p, t) + outside(family_domains, g) if g["backend"] == "gluon" else []
+
+
+def _fix_gluon(fam, g, p, t, gluon_table):
+    gluon_repair(fam, gluon_table, g, p, t)
+    return False
+
+
+def _triton_consumers(g, p, t):
+    if g["backend"] == "triton" and (g["consumers"] != 1 or g["consumer_split"] != "tiles"):
+        return "consumers and consumer_split are genes of the Gluon rendering: 1 and tiles under backend=triton"
+    return None
+
+
+def _fix_triton_consumers(fam, g, p, t):
+    fam._set(g, "consumers", 1)
+    fam._set(g, "consumer_split", "tiles")
+    return False
+
+
+def _triton_rows(g, p, t):
+    if g["backend"] == "triton" and g["BLOCK_M"] == 192:
+        return "BLOCK_M=192 is three Gluon consumers of 64 rows (backend=gluon, consumer_split=rows)"
+    return None
+
+
+def _split_k_persistent(g, p, t):
+    if g["split_k"] > 1 and g["persistent"] and g["backend"] == "triton":
+        return "split_k > 1 is not combined with a persistent grid"
+    return None
+
+
+def _fix_split_k_persistent(fam, g, p, t):
+    # keep whichever structure the coin favours, if the domain allows dropping the other
+    if fam.coin() < 0.5 and fam._set(g, "persistent", False):
+        fam._set(g, "stream_k", False)
+    elif not fam._set(g, "split_k", 1):
+        fam._set(g, "persistent", False)
+        fam._set(g, "stream_k", False)
+    return False
+
+
+def _stream_k_persistent(g, p, t):
+    return "stream_k needs a persistent grid" if g["stream_k"] and not g["persistent"] else None
+
+
+def _fix_stream_k_persistent(fam, g, p, t):
+    # stream-K was just turned on (or persistence off): the coin keeps one of the two
+    keep = fam.coin() < 0.5 and g["split_k"] == 1 and not g["warp_specialize"]
+    if not (keep and fam._set(g, "persistent", True)):
+        fam._set(g, "stream_k", False)
+    return False
+
+
+def _descriptors(g, p, t):
+    if g["memory"] in DESCRIPTOR_MEMORY and not descriptor_ok(g, p, t):
+        return "tensor descriptors need sm_90+ and row strides that are multiples of 16 bytes"
+    return None
+
+
+def _fix_descriptors(fam, g, p, t, b_tiles):
+    if g["memory"] == "host_descriptor" and t.arch >= 90 and b_tiles == 1:
+        fam._set(g, "pad_rows", True)  # the padded copy keeps the TMA path for unaligned rows
+    if _descriptors(g, p, t) is not None:
+        fam._set(g, "memory", "pointer")
+        fam._set(g, "pad_rows", False)
+    return False
+
+
+def _pad_rows(g, p, t):
+    out = []
+    if g["pad_rows"] and g["memory"] != "host_descriptor":
+        out.append("pad_rows needs host tensor descriptors (memory=host_descriptor)")
+    if g["pad_rows"] and not unaligned_rows(p):
+        out.append("pad_rows changes nothing when every row is a multiple of 16 bytes")
+    return out
+
+
+def _fix_wide_alone(fam, g, p, t):
+    # a wide tile and a feature it is not combined with: the coin keeps one of the two
+    keep_wide = fam.coin() < 0.5 and all(fam._set(g, gene, off) for _, gene, off in _WIDE_REFUSALS)
+    while not keep_wide and _wide(g) and fam._step_down(g, "BLOCK_N"):
+        pass
+    return False
+
+
+def _ws_condition(name: str, ok: Any, why: str) -> Rule:
+    return Rule(name, lambda g, p, t: why if g["warp_specialize"] and not ok(g, p, t) else None, _no_ws)
+
+
+def _no_ws(fam, g, p, t):
+    fam._set(g, "warp_specialize", False)
+    return False
+
+
+def _ws_stages(g, p, t):
+    if g["warp_specialize"] and (g["loop_stages"] or g["num_stages"]) > MAX_WS_STAGES:
+        return f"warp specialization deeper than {MAX_WS_STAGES} stages left outputs unwritten"
+    return None
+
+
+def _fix_ws_stages(fam, g, p, t):
+    if fam._step_down(g, "loop_stages" if g["loop_stages"] else "num_stages"):
+        return True
+    return _no_ws(fam, g, p, t)
+
+
+def _ws_refused(g, p, t, ws_refusal):
+    return f"warp specialization {ws_refusal}" if g["warp_specialize"] and ws_refusal else None
+
+
+def _subtile_width(g, p, t):
+    return "epilogue subtiling needs BLOCK_N >= 32" if g["epilogue_subtile"] and g["BLOCK_N"] < 32 else None
+
+
+def _two_tiles_refusals(g, p, t, b_tiles):
+    if b_tiles == 1:
+        return []
+    return [f"two B tiles per K step (SwiGLU) are not combined with {what}"
+            for gene, off, what in TWO_TILE_REFUSALS if g[gene] != off]
+
+
+def _fix_two_tiles_refusals(fam, g, p, t):
+    for gene, off, _ in TWO_TILE_REFUSALS:
+        fam._set(g, gene, off)
+    return False
+
+
+def _two_tiles_wide(g, p, t, b_tiles):
+    if b_tiles > 1 and _wide(g):
+        return f"two B tiles per K step (SwiGLU) are not combined with BLOCK_N={g['BLOCK_N']}"
+    return None
+
+
+def _registers(g, p, t, b_tiles):
+    regs = acc_regs_per_thread(g, b_tiles)
+    return f"accumulator needs {regs} registers per thread (> {MAX_ACC_REGS})" if regs > MAX_ACC_REGS else None
+
+
+def _fix_registers(fam, g, p, t):
+    """More warps (one consumer, no warp specialization), else a smaller tile, its longer side first."""
+    if not g["warp_specialize"] and g["consumers"] == 1 and fam._step_up(g, "num_warps"):
+        return True
+    big = "BLOCK_M" if g["BLOCK_M"] >= g["BLOCK_N"] else "BLOCK_N"
+    return fam._step_down(g, big) or fam._step_down(g, "BLOCK_M" if big == "BLOCK_N" else "BLOCK_N")
+
+
+def _smem(g, p, t, b_tiles, reads_tile):
+    need = smem_needed(g, p.dtype, b_tiles, reads_tile)
+    return f"needs ~{need} bytes of shared memory (> {t.smem_bytes})" if need > t.smem_bytes else None
+
+
+def _fix_smem(fam, g, p, t):
+    """The first that can shrink of: unrolling, stages, the K loop's own stages (0 stays), then the tile."""
+    for name in ("loop_unroll", "num_stages", "loop_stages", "BLOCK_K", "BLOCK_N", "BLOCK_M"):
+        if not (name == "loop_stages" and g["loop_stages"] == 0) and fam._step_down(g, name):
+            return True
+    return False
+
+
+def _rows_unsettled(g, p, t, gluon_table, family_domains):
+    if g["backend"] != "gluon":
+        return []
+    return rows_unsettled(gluon_table, g, p, t) + outside(family_domains, g)
+
+
+def _settle_rows(fam, g, p, t, gluon_table):
+    region_repair(fam, gluon_table, ROWS_PLAN, g, p, t)
+    return False
+
+
+def _step_down(gene: str) -> Any:
+    return lambda fam, g, p, t: fam._step_down(g, gene)
+
+
+def _set_once(gene: str, value: Any) -> Any:
+    return lambda fam, g, p, t: fam._set(g, gene, value) and False
+
+
 @functools.lru_cache(maxsize=64)
 def _table(b_tiles: int, reads_tile: bool, ws_refusal: str, refusal: str, family_domains: Domains
            ) -> tuple[Rule, ...]:
-    def fits(gene: str, dim: str) -> Rule:
-        def check(g, p, t):
-            if g[gene] > max(16, next_pow2(p.dims[dim])):
-                return f"{gene}={g[gene]} exceeds {dim}={p.dims[dim]} rounded up to a power of two"
-            return None
-        return Rule(f"fits_{gene}", check, lambda fam, g, p, t: fam._step_down(g, gene))
-
-    def split_has_steps(g, p, t):
-        return f"split_k={g['split_k']} exceeds the {_k_steps(g, p)} K steps" if g["split_k"] > _k_steps(g, p) else None
-
     gluon_table = gluon_rules(refusal)
-
-    def gluon(g, p, t):
-        return gluon_violations(gluon_table, g, p, t) if g["backend"] == "gluon" else []
-
-    def gluon_steer(g, p, t):
-        return gluon_steering(gluon_table, g, p, t) + outside(family_domains, g) if g["backend"] == "gluon" else []
-
-    def fix_gluon(fam, g, p, t):
-        gluon_repair(fam, gluon_table, g, p, t)
-        return False
-
-    def triton_consumers(g, p, t):
-        if g["backend"] == "triton" and (g["consumers"] != 1 or g["consumer_split"] != "tiles"):
-            return "consumers and consumer_split are genes of the Gluon rendering: 1 and tiles under backend=triton"
-        return None
-
-    def fix_triton_consumers(fam, g, p, t):
-        fam._set(g, "consumers", 1)
-        fam._set(g, "consumer_split", "tiles")
-        return False
-
-    def triton_rows(g, p, t):
-        if g["backend"] == "triton" and g["BLOCK_M"] == 192:
-            return "BLOCK_M=192 is three Gluon consumers of 64 rows (backend=gluon, consumer_split=rows)"
-        return None
-
-    def split_k_persistent(g, p, t):
-        if g["split_k"] > 1 and g["persistent"] and g["backend"] == "triton":
-            return "split_k > 1 is not combined with a persistent grid"
-        return None
-
-    def fix_split_k_persistent(fam, g, p, t):
-        # keep whichever structure the coin favours, if the domain allows dropping the other
-        if fam.coin() < 0.5 and fam._set(g, "persistent", False):
-            fam._set(g, "stream_k", False)
-        elif not fam._set(g, "split_k", 1):
-            fam._set(g, "persistent", False)
-            fam._set(g, "stream_k", False)
-        return False
-
-    def stream_k_persistent(g, p, t):
-        return "stream_k needs a persistent grid" if g["stream_k"] and not g["persistent"] else None
-
-    def fix_stream_k_persistent(fam, g, p, t):
-        # stream-K was just turned on (or persistence off): the coin keeps one of the two
-        keep = fam.coin() < 0.5 and g["split_k"] == 1 and not g["warp_specialize"]
-        if not (keep and fam._set(g, "persistent", True)):
-            fam._set(g, "stream_k", False)
-        return False
-
-    def descriptors(g, p, t):
-        if g["memory"] in DESCRIPTOR_MEMORY and not descriptor_ok(g, p, t):
-            return "tensor descriptors need sm_90+ and row strides that are multiples of 16 bytes"
-        return None
-
-    def fix_descriptors(fam, g, p, t):
-        if g["memory"] == "host_descriptor" and t.arch >= 90 and b_tiles == 1:
-            fam._set(g, "pad_rows", True)  # the padded copy keeps the TMA path for unaligned rows
-        if descriptors(g, p, t) is not None:
-            fam._set(g, "memory", "pointer")
-            fam._set(g, "pad_rows", False)
-        return False
-
-    def pad_rows(g, p, t):
-        out = []
-        if g["pad_rows"] and g["memory"] != "host_descriptor":
-            out.append("pad_rows needs host tensor descriptors (memory=host_descriptor)")
-        if g["pad_rows"] and not unaligned_rows(p):
-            out.append("pad_rows changes nothing when every row is a multiple of 16 bytes")
-        return out
-
-    def fix_wide_alone(fam, g, p, t):
-        # a wide tile and a feature it is not combined with: the coin keeps one of the two
-        keep_wide = fam.coin() < 0.5 and all(fam._set(g, gene, off) for _, gene, off in _WIDE_REFUSALS)
-        while not keep_wide and _wide(g) and fam._step_down(g, "BLOCK_N"):
-            pass
-        return False
-
-    def ws_condition(name: str, ok: Any, why: str) -> Rule:
-        return Rule(name, lambda g, p, t: why if g["warp_specialize"] and not ok(g, p, t) else None,
-                    lambda fam, g, p, t: fam._set(g, "warp_specialize", False) and False)
-
-    def ws_stages(g, p, t):
-        if g["warp_specialize"] and (g["loop_stages"] or g["num_stages"]) > MAX_WS_STAGES:
-            return f"warp specialization deeper than {MAX_WS_STAGES} stages left outputs unwritten"
-        return None
-
-    def fix_ws_stages(fam, g, p, t):
-        if fam._step_down(g, "loop_stages" if g["loop_stages"] else "num_stages"):
-            return True
-        fam._set(g, "warp_specialize", False)
-        return False
-
-    def ws_refused(g, p, t):
-        return f"warp specialization {ws_refusal}" if g["warp_specialize"] and ws_refusal else None
-
-    def subtile_width(g, p, t):
-        return "epilogue subtiling needs BLOCK_N >= 32" if g["epilogue_subtile"] and g["BLOCK_N"] < 32 else None
-
-    def two_tiles_refusals(g, p, t):
-        if b_tiles == 1:
-            return []
-        return [f"two B tiles per K step (SwiGLU) are not combined with {what}"
-                for gene, off, what in TWO_TILE_REFUSALS if g[gene] != off]
-
-    def fix_two_tiles_refusals(fam, g, p, t):
-        for gene, off, _ in TWO_TILE_REFUSALS:
-            fam._set(g, gene, off)
-        return False
-
-    def two_tiles_wide(g, p, t):
-        if b_tiles > 1 and _wide(g):
-            return f"two B tiles per K step (SwiGLU) are not combined with BLOCK_N={g['BLOCK_N']}"
-        return None
-
-    def registers(g, p, t):
-        regs = acc_regs_per_thread(g, b_tiles)
-        return f"accumulator needs {regs} registers per thread (> {MAX_ACC_REGS})" if regs > MAX_ACC_REGS else None
-
-    def fix_registers(fam, g, p, t):
-        """More warps (one consumer, no warp specialization), else a smaller tile, its longer side first."""
-        if not g["warp_specialize"] and g["consumers"] == 1 and fam._step_up(g, "num_warps"):
-            return True
-        big = "BLOCK_M" if g["BLOCK_M"] >= g["BLOCK_N"] else "BLOCK_N"
-        return fam._step_down(g, big) or fam._step_down(g, "BLOCK_M" if big == "BLOCK_N" else "BLOCK_N")
-
-    def smem(g, p, t):
-        need = smem_needed(g, p.dtype, b_tiles, reads_tile)
-        return f"needs ~{need} bytes of shared memory (> {t.smem_bytes})" if need > t.smem_bytes else None
-
-    def fix_smem(fam, g, p, t):
-        """The first that can shrink of: unrolling, stages, the K loop's own stages (0 stays), then the tile."""
-        for name in ("loop_unroll", "num_stages", "loop_stages", "BLOCK_K", "BLOCK_N", "BLOCK_M"):
-            if not (name == "loop_stages" and g["loop_stages"] == 0) and fam._step_down(g, name):
-                return True
-        return False
-
-    def rows_unsettled_now(g, p, t):
-        return rows_unsettled(gluon_table, g, p, t) if g["backend"] == "gluon" else []
-
-    def rows_settled(fam, g, p, t):
-        region_repair(fam, gluon_table, ROWS_PLAN, g, p, t)
-        return False
-
-    step_down_n = lambda fam, g, p, t: fam._step_down(g, "BLOCK_N")
     return (
-        fits("BLOCK_M", "M"), fits("BLOCK_N", "N"), fits("BLOCK_K", "K"),
-        Rule("split_has_steps", split_has_steps, lambda fam, g, p, t: fam._step_down(g, "split_k")),
-        Rule("gluon", gluon, fix_gluon, steer=gluon_steer),
-        Rule("triton_consumers", triton_consumers, fix_triton_consumers),
-        Rule("triton_rows", triton_rows, lambda fam, g, p, t: fam._step_down(g, "BLOCK_M") and False),
-        Rule("split_k_persistent", split_k_persistent, fix_split_k_persistent),
-        Rule("stream_k_persistent", stream_k_persistent, fix_stream_k_persistent),
-        Rule("descriptors", descriptors, fix_descriptors),
-        Rule("pad_rows", pad_rows, lambda fam, g, p, t: fam._set(g, "pad_rows", False) and False),
-        Rule("wide_alone", lambda g, p, t: _wide_refused(g), fix_wide_alone),
-        *(ws_condition(name, ok, why) for name, ok, why in _WS_CONDITIONS[:3]),
-        Rule("ws_stages", ws_stages, fix_ws_stages),
-        *(ws_condition(name, ok, why) for name, ok, why in _WS_CONDITIONS[3:]),
-        Rule("subtile_width", subtile_width, lambda fam, g, p, t: fam._set(g, "epilogue_subtile", False) and False),
-        Rule("two_tiles_refusals", two_tiles_refusals, fix_two_tiles_refusals),
-        Rule("two_tiles_wide", two_tiles_wide, step_down_n),
-        Rule("registers", registers, fix_registers),
-        Rule("ws_refusal", ws_refused, lambda fam, g, p, t: fam._set(g, "warp_specialize", False) and False),
-        Rule("smem", smem, fix_smem),
+        _fits("BLOCK_M", "M"), _fits("BLOCK_N", "N"), _fits("BLOCK_K", "K"),
+        Rule("split_has_steps", _split_has_steps, _step_down("split_k")),
+        Rule("gluon", partial(_gluon, gluon_table=gluon_table), partial(_fix_gluon, gluon_table=gluon_table),
+             steer=partial(_gluon_steer, gluon_table=gluon_table, family_domains=family_domains)),
+        Rule("triton_consumers", _triton_consumers, _fix_triton_consumers),
+        Rule("triton_rows", _triton_rows, lambda fam, g, p, t: fam._step_down(g, "BLOCK_M") and False),
+        Rule("split_k_persistent", _split_k_persistent, _fix_split_k_persistent),
+        Rule("stream_k_persistent", _stream_k_persistent, _fix_stream_k_persistent),
+        Rule("descriptors", _descriptors, partial(_fix_descriptors, b_tiles=b_tiles)),
+        Rule("pad_rows", _pad_rows, _set_once("pad_rows", False)),
+        Rule("wide_alone", lambda g, p, t: _wide_refused(g), _fix_wide_alone),
+        *(_ws_condition(name, ok, why) for name, ok, why in _WS_CONDITIONS[:3]),
+        Rule("ws_stages", _ws_stages, _fix_ws_stages),
+        *(_ws_condition(name, ok, why) for name, ok, why in _WS_CONDITIONS[3:]),
+        Rule("subtile_width", _subtile_width, _set_once("epilogue_subtile", False)),
+        Rule("two_tiles_refusals", partial(_two_tiles_refusals, b_tiles=b_tiles), _fix_two_tiles_refusals),
+        Rule("two_tiles_wide", partial(_two_tiles_wide, b_tiles=b_tiles), _step_down("BLOCK_N")),
+        Rule("registers", partial(_registers, b_tiles=b_tiles), _fix_registers),
+        Rule("ws_refusal", partial(_ws_refused, ws_refusal=ws_refusal), _no_ws),
+        Rule("smem", partial(_smem, b_tiles=b_tiles, reads_tile=reads_tile), _fix_smem),
         # looked at again after the resources' fixes moved the tile (not reported twice: their rules above report)
-        Rule("rows_settled", rows_unsettled_now, rows_settled, hard=False,
-             steer=lambda g, p, t: outside(family_domains, g) if g["backend"] == "gluon" else []),
-        Rule("wide_narrowed", lambda g, p, t: _wide_refused(g), step_down_n, hard=False),
+        Rule("rows_settled", partial(_rows_unsettled, gluon_table=gluon_table, family_domains=family_domains),
+             partial(_settle_rows, gluon_table=gluon_table), hard=False),
+        Rule("wide_narrowed", lambda g, p, t: _wide_refused(g), _step_down("BLOCK_N"), hard=False),
     )
