@@ -1,10 +1,29 @@
-"""Helpers for writing generated source: indented template pieces and wrapped argument lists."""
+"""Helpers for writing generated source: template files (Jinja), indented template pieces and wrapped argument
+lists."""
 
 from __future__ import annotations
 
 import textwrap
+from functools import cache
+from pathlib import Path
+from typing import Any
 
-__all__ = ["block", "wrap", "jit_def"]
+__all__ = ["block", "wrap", "jit_def", "render_template"]
+
+
+@cache
+def _environment(folder: str) -> Any:
+    import jinja2
+
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(folder), undefined=jinja2.StrictUndefined,
+                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
+
+
+def render_template(path: str | Path, **context: Any) -> str:
+    """The Jinja template file at `path` rendered with `context` (a name it uses but is not given raises: strict;
+    block tags take their whole line, so a template reads like the code it writes)."""
+    path = Path(path)
+    return _environment(str(path.parent)).get_template(path.name).render(**context)
 
 
 def block(text: str, depth: int) -> str:

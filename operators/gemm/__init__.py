@@ -1,9 +1,11 @@
 """The GEMM operator and its variants with fused epilogues (`gemm+bias+gelu`, `gemm+residual`, `gemm+swiglu`).
 
-operator.py binds the genome (genomes/gemm.py) to the operator interface; source.py renders a module (header.py
-its summary and constants, launcher.py and launcher_epilogue.py its host side); epilogue.py and variants.py
-are the fused epilogues and the operators they make; selfcheck.py and epilogue_selfcheck.py the exported
-module's self-check; baselines.py and helion_baseline.py what evo is measured against.
+operator.py binds the genome (genomes/gemm.py) to the operator interface. A Triton rendering is the header template
+(templates/module.py.jinja, filled by source.py and header.py) above three real modules pasted verbatim: kernel.py
+(the one @triton.jit kernel, its structure genes constexpr switches), plan.py (the launch plan) and, for padded rows,
+padding.py. The Gluon rendering is gluon_source.py with launcher.py (templates/gluon_launcher.py.jinja). epilogue.py
+and variants.py are the fused epilogues and the operators they make; selfcheck.py the exported module's self-check;
+baselines.py and helion_baseline.py what evo is measured against.
 """
 
 from operators.gemm.operator import GemmOperator

@@ -1,22 +1,27 @@
 """The GEMM operator: C[M, N] = A[M, K] @ B[K, N] for row-major fp16, bf16 and fp32 operands.
 
-Code generation lives in operators/gemm/source.py; this module binds it to the operator interface with
-the reference (fp32 torch), seeded inputs, the tolerance per dtype and the cuBLAS baseline.
+Code generation lives in operators/gemm/source.py (Triton: kernel.py and plan.py pasted under a header) and
+gluon_source.py; this module binds it to the operator interface with the reference (fp32 torch), seeded inputs, the
+tolerance per dtype, the cuBLAS baseline and the exported module's self-check (selfcheck.py).
 """
 
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 from typing import Any
 
 from evo.problem import DTYPES, Problem, Target
 from genomes.base import Genome, GenomeFamily
 from genomes.gemm import ELEM_BYTES, GemmFamily
+from operators._paste import pasted_source
 from operators.base import Baseline, Operator
 from operators.gemm.gluon_source import gluon_source
 from operators.gemm.source import ENTRY_NAME, gemm_source
 
 __all__ = ["GemmOperator"]
+
+SELFCHECK_FILE = Path(__file__).with_name("selfcheck.py")
 
 # Largest accepted ||C - ref||_F / ||ref||_F. Inputs are exact in their dtype and the reference is the fp32
 # product of those same values, so the expected error is the rounding of C plus the dot's input rounding:
@@ -119,10 +124,16 @@ class GemmOperator(Operator):
         return gemm_tuners(effort, budget_s)
 
     def selfcheck_source(self, problem: Problem) -> str:
-        """Plain-torch self-check code appended to exported kernels (see operators/gemm/selfcheck.py)."""
-        from operators.gemm.selfcheck import gemm_selfcheck_source
-
-        return gemm_selfcheck_source(problem, self.tolerance(problem))
+        """Plain-torch self-check code for exported kernels: the problem's constants above operators/gemm/selfcheck.py
+        pasted verbatim (the epilogue's parts name its steps)."""
+        d = problem.dims
+        parts = self.epilogue.parts if self.epilogue else ()
+        head = ["import torch", "",
+                f"SELFCHECK_SIZES = ({d['M']}, {d['N']}, {d['K']})  # (M, N, K), N the output's width",
+                f"SELFCHECK_DTYPE = torch.{DTYPES[problem.dtype]}", f"SELFCHECK_PARTS = {parts!r}",
+                f"SELFCHECK_TOLERANCE = {float(self.tolerance(problem))!r}  # largest accepted ||C - ref|| / ||ref||",
+                "", ""]
+        return "\n".join(head) + pasted_source(SELFCHECK_FILE)
 
     def flops(self, problem: Problem) -> int:
         d = problem.dims

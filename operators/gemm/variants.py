@@ -102,12 +102,6 @@ class GemmEpilogueOperator(GemmOperator):
         return [Baseline("torch_compile", lambda problem: _compiled(ep),
                          f"torch.compile(mode='max-autotune-no-cudagraphs') of the eager function ({ep.name})")]
 
-    def selfcheck_source(self, problem: Problem) -> str:
-        """Plain-torch self-check code appended to exported kernels (see operators/gemm/epilogue_selfcheck.py)."""
-        from operators.gemm.epilogue_selfcheck import epilogue_selfcheck_source
-
-        return epilogue_selfcheck_source(problem, self.epilogue, self.tolerance(problem))
-
     # -- roofline -----------------------------------------------------------------------------------------
     def flops(self, problem: Problem) -> int:
         d = problem.dims

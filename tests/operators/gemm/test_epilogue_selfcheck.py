@@ -1,4 +1,4 @@
-"""The self-check code of GEMMs with a fused epilogue (operators/gemm/epilogue_selfcheck.py): the five names
+"""The self-check code of GEMMs with a fused epilogue (operators/gemm/selfcheck.py, pasted): the five names
 exist, the inputs have `make_inputs`' shapes and dtypes, the reference and baseline ARE `Epilogue.reference` and
 `Epilogue.eager` for every part (so they cannot drift), the code imports torch only, a rendered kernel passes
 it in the Triton interpreter, and `evo export` of an epilogue run ends with it (tests/fixtures/run_fixture.py)."""
@@ -19,7 +19,7 @@ from evo.problem import DTYPES, HOPPER
 from evo.store.sqlite import Store
 from evo.surface.export import export_one
 from operators.gemm.epilogue import ACTIVATIONS, PARTS, Epilogue
-from operators.gemm.epilogue_selfcheck import TORCH_ACTIVATIONS, epilogue_selfcheck_source
+from operators.gemm.operator import SELFCHECK_FILE
 from operators.gemm.variants import TOLERANCE
 from tests.fixtures.run_fixture import make_run
 
@@ -110,23 +110,25 @@ def test_reference_is_the_epilogue_reference_and_baseline_its_eager(name, dtype)
 def test_every_part_and_pair_agrees_with_the_epilogue(parts):
     """The drift guard: each part's generated step computes what Epilogue.reference / Epilogue.eager compute."""
     ep = Epilogue.parse(parts)
-    problem = operators.get("gemm+" + ep.name).problem((9, 12, 16), "fp16")
-    ns: dict = {}
-    exec(epilogue_selfcheck_source(problem, ep, 1e-3), ns)
+    op = operators.get("gemm+" + ep.name)
+    ns = _selfcheck(op, op.problem((9, 12, 16), "fp16"))
     inputs = ns["selfcheck_inputs"]("cpu")
     assert torch.equal(ns["selfcheck_reference"](*inputs), ep.reference(*inputs))
     assert torch.equal(ns["selfcheck_baseline"](*inputs), ep.eager(*inputs))
-    assert ns["SELFCHECK_TOLERANCE"] == 1e-3
+    assert ns["SELFCHECK_PARTS"] == ep.parts
 
 
-def test_the_activation_table_covers_every_activation():
-    assert set(TORCH_ACTIVATIONS) == set(ACTIVATIONS)
+def test_the_module_names_every_activation():
+    text = SELFCHECK_FILE.read_text()
+    assert all(f'"{name}" in SELFCHECK_PARTS' in text for name in ACTIVATIONS)
 
 
-def test_no_epilogue_is_refused():
-    problem = operators.get("gemm").problem((8, 8, 8), "fp16")
-    with pytest.raises(ValueError, match="needs an epilogue"):
-        epilogue_selfcheck_source(problem, Epilogue(), 1e-3)
+def test_the_plain_gemm_checks_itself_with_no_parts():
+    op = operators.get("gemm")
+    ns = _selfcheck(op, op.problem((9, 12, 16), "fp16"))
+    a, b = ns["selfcheck_inputs"]("cpu")
+    assert ns["SELFCHECK_PARTS"] == () and torch.equal(ns["selfcheck_reference"](a, b), op.reference(a, b))
+    assert torch.equal(ns["selfcheck_baseline"](a, b), torch.matmul(a, b)) and ns["problem_sizes"](a, b) == (9, 12, 16)
 
 
 # -- a rendered kernel against its self-check, in the interpreter ---------------------------------------------
@@ -162,8 +164,9 @@ def test_export_of_an_epilogue_run_ends_with_its_self_check(epilogue_run):
     text, elite = export_one(Store(epilogue_run / "store.sqlite"), (48, 64, 32), "fp16")
     assert elite.problem.operator == "gemm+scale+bias+relu+residual"
     assert "offers no self-check" not in text
-    for words in ("def selfcheck_inputs(device):", "def selfcheck_reference(a, b, bias, residual, scale):",
-                  "torch.addmm(bias, a, b, alpha=scale)", "_EVO_SIZES = (48, 64, 32)", "def _evo_selfcheck()"):
+    for words in ("def selfcheck_inputs(device):", "def selfcheck_reference(a, b, *operands):",
+                  "SELFCHECK_PARTS = ('scale', 'bias', 'relu', 'residual')",
+                  'torch.addmm(args["bias"], a, b, alpha=alpha)', "_EVO_SIZES = (48, 64, 32)", "def _evo_selfcheck()"):
         assert words in text, words
 
 

@@ -158,7 +158,7 @@ def test_launcher_rejects_a_bad_out_and_handles_empty_shapes(plain_module):
 def test_row_aligned_launcher_rejects_other_strides():
     genome = FAMILY.make(FAMILY.base(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32))
     module = load_source(OP.render(genome, _problem(ALIGNED), HOPPER))
-    assert module.ROW_ALIGN == 8
+    assert module.CONFIG["ROW_ALIGN"] == 8 and module.CONFIG["ALIGN_K"] and module.CONFIG["ALIGN_N"]
     with pytest.raises(ValueError, match="divisible by 8"):
         module.matmul(torch.ones(4, 88, dtype=torch.float16), torch.ones(88, 45, dtype=torch.float16))
 

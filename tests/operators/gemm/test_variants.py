@@ -169,8 +169,8 @@ def test_the_comparison_catches_a_missing_epilogue_part():
     problem = op.problem(RAGGED, "fp16")
     source = op.render(op.family.make(op.family.base(BLOCK_M=32, BLOCK_N=32, BLOCK_K=16)), problem, HOPPER)
     assert _run(load_source(source), op, problem) <= op.tolerance(problem)
-    no_gelu = source.replace("acc = 0.5 * acc * (1.0 + tl.math.erf(acc * 0.7071067811865476))", "")
-    no_bias = source.replace("acc += tl.load(bias_ptr", "acc -= tl.load(bias_ptr")
+    no_gelu = source.replace("x = 0.5 * x * (1.0 + tl.math.erf(x * 0.7071067811865476))", "pass")
+    no_bias = source.replace("x += tl.load(bias_ptr", "x -= tl.load(bias_ptr")
     for broken in (no_gelu, no_bias):
         assert broken != source
         assert _run(load_source(broken), op, problem) > 10 * op.tolerance(problem)
@@ -270,13 +270,12 @@ def test_the_rendered_module_names_its_epilogue(name):
     assert f"fused epilogue {op.epilogue.name}" in " ".join(module.matmul.__doc__.split())
     args = ", ".join(["a", "b", *op.epilogue.operands, "out=None"])
     assert f"matmul({args})" in module.__doc__
-    for marker in ("EPILOGUE_ARGS", "EPILOGUE_KEY", "EPILOGUE_CHECKS", "SWIGLU_SPLIT", "EMPTY_K", "WHAT"):
-        assert marker not in source
-    if op.epilogue.swiglu:
+    ep = op.epilogue  # the kernel's epilogue switches (operators/gemm/kernel.py) are set from it
+    assert {k: module.CONFIG[k] for k in ("SCALE", "BIAS", "ACTIVATION", "SWIGLU", "RESIDUAL")} == {
+        "SCALE": ep.scale, "BIAS": ep.bias, "ACTIVATION": ep.activation or "", "SWIGLU": ep.swiglu,
+        "RESIDUAL": ep.residual}
+    if ep.swiglu:
         assert "silu(A @ B[:, :N]) * (A @ B[:, N:])" in module.__doc__
-        assert "SwiGLU: silu(gate) * up" in source and "Fused epilogue" not in source
-    else:
-        assert "# Fused epilogue: " in source
 
 
 def test_plain_gemm_renderings_carry_no_epilogue():
@@ -285,17 +284,18 @@ def test_plain_gemm_renderings_carry_no_epilogue():
     for shape in (RAGGED, ALIGNED):
         problem = plain.problem(shape, "fp16")
         for seed in range(6):
-            sources.append(plain.render(plain.family.random(np.random.default_rng(seed), problem, HOPPER), problem,
-                                        HOPPER))
+            genome = plain.family.random(np.random.default_rng(seed), problem, HOPPER)
+            if genome["backend"] == "triton":  # (Gluon renderings: tests/operators/gemm/test_gluon_render.py)
+                sources.append(plain.render(genome, problem, HOPPER))
     for values in (dict(memory="host_descriptor", persistent=True, epilogue_subtile=True), dict(memory="descriptor"),
                    dict(split_k=3), dict(persistent=True, stream_k=True), dict(BLOCK_N=96)):
         genome = plain.family.make(plain.family.base(**{"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, **values}))
         sources.append(plain.render(genome, problem, HOPPER))  # the ALIGNED problem
     for source in sources:
-        for text in ("bias_ptr", "residual_ptr", "Fused epilogue", "fused epilogue", "SwiGLU", "scale",
-                     "EPILOGUE", "SWIGLU_SPLIT", "EMPTY_K", "offs_ep", "K=0"):
-            assert text not in source, text
-        assert "def matmul(a, b, out=None):" in source and "def _plan(a, b, out):" in source
+        module = load_source(source)
+        assert not any(module.CONFIG[k] for k in ("SCALE", "BIAS", "ACTIVATION", "SWIGLU", "RESIDUAL"))
+        assert "def matmul(a, b, out=None):" in source and "fused epilogue" not in module.__doc__
+        assert "gemm_plan(a, b, None, None, None, out, CONFIG)" in source
 
 
 # -- evo.api ----------------------------------------------------------------------------------------------
