@@ -12,8 +12,9 @@ C = gelu(A @ B + bias). Its parts, applied in this order (the canonical spelling
   swiglu      silu(A @ Bg) * (A @ Bu)             B is [K, 2N]: the gate's N columns, then the up projection's
   residual    + residual[M, N]                    after the activation: the residual stream of a layer
 
-The same spec renders the Triton lines of the fused kernel (`triton_lines`), the exact fp32 reference
-(`reference`) and what a PyTorch user writes for it in eager code (`eager`), so all three agree by construction.
+The spec sets the epilogue switches of the kernels (SCALE, BIAS, ACTIVATION, SWIGLU, RESIDUAL: operators/gemm/kernel.py
+and gluon_kernel.py hold the math) and gives the exact fp32 reference (`reference`) and what a PyTorch user writes for
+it in eager code (`eager`); the tests run every part through all three.
 """
 
 from __future__ import annotations
@@ -21,25 +22,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Epilogue", "ACTIVATIONS", "GLUON_ACTIVATIONS", "PARTS"]
+__all__ = ["Epilogue", "ACTIVATIONS", "PARTS"]
 
-# activation -> (description, Triton expression of fp32 `x`)
-ACTIVATIONS = {
-    "gelu": ("GELU (erf)", "0.5 * {x} * (1.0 + tl.math.erf({x} * 0.7071067811865476))"),
-    # tanh(u) = 2 sigmoid(2u) - 1, so 0.5 x (1 + tanh(u)) = x sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3)
-    "gelu_tanh": ("GELU (tanh)", "{x} * tl.sigmoid(1.5957691216057308 * ({x} + 0.044715 * {x} * {x} * {x}))"),
-    "silu": ("SiLU", "{x} * tl.sigmoid({x})"),
-    "relu": ("ReLU", "tl.maximum({x}, 0.0)"),
-}
+# activation -> its name for humans (the kernels' ACTIVATION switch takes the key)
+ACTIVATIONS = {"gelu": "GELU (erf)", "gelu_tanh": "GELU (tanh)", "silu": "SiLU", "relu": "ReLU"}
 PARTS = ("scale", "bias", *ACTIVATIONS, "swiglu", "residual")  # the canonical order
-# activation -> Gluon expression of fp32 `x` (Gluon has erf and exp, no sigmoid: sigmoid(u) = 1 / (1 + exp(-u)))
-GLUON_ACTIVATIONS = {
-    "gelu": "0.5 * {x} * (1.0 + gl.erf({x} * 0.7071067811865476))",
-    "gelu_tanh": "{x} / (1.0 + gl.exp(-1.5957691216057308 * ({x} + 0.044715 * {x} * {x} * {x})))",
-    "silu": "{x} / (1.0 + gl.exp(-{x}))",
-    "relu": "gl.maximum({x}, 0.0)",
-}
-
 
 @dataclass(frozen=True)
 class Epilogue:
@@ -87,55 +74,15 @@ class Epilogue:
     def text(self) -> str:
         """For humans: "scale, + bias, GELU (erf), + residual"."""
         words = (["scale"] if self.scale else []) + (["+ bias"] if self.bias else [])
-        words += [ACTIVATIONS[self.activation][0]] if self.activation else []
+        words += [ACTIVATIONS[self.activation]] if self.activation else []
         words += ["SwiGLU (silu(gate) * up)"] if self.swiglu else []
         return ", ".join(words + (["+ residual"] if self.residual else []))
 
-    # -- Triton --------------------------------------------------------------------------------------------
+    # -- kernels -------------------------------------------------------------------------------------------
     def kernel_params(self) -> str:
+        """The kernel parameters of the operands, as the Gluon rendering names them."""
         names = {"bias": "bias_ptr", "residual": "residual_ptr", "scale": "scale"}
         return ", ".join(names[o] for o in self.operands)
-
-    def triton_lines(self, x: str, cols: str, width: str) -> str:
-        """Lines that apply the epilogue to the fp32 tile `x` whose columns start at `cols` (`width` of them)
-        and whose rows are `offs_cm`; rows >= M and columns >= N are read as zeros (never stored)."""
-        lines = []
-        if self.bias or self.residual:
-            lines.append(f"offs_ep = {cols} + tl.arange(0, {width})")
-        if self.scale:
-            lines.append(f"{x} = {x} * scale")
-        if self.bias:
-            lines.append(f"{x} += tl.load(bias_ptr + offs_ep, mask=offs_ep < N, other=0.0).to(tl.float32)[None, :]")
-        if self.activation:
-            lines.append(f"{x} = " + ACTIVATIONS[self.activation][1].format(x=x))
-        if self.residual:
-            lines += ["ep_mask = (offs_cm[:, None] < M) & (offs_ep[None, :] < N)",
-                      f"{x} += tl.load(residual_ptr + offs_cm[:, None] * N + offs_ep[None, :], mask=ep_mask,",
-                      "                other=0.0).to(tl.float32)"]
-        return "\n".join(lines) + "\n" if lines else ""
-
-    def gluon_lines(self, x: str, layout: str = "acc_layout", width: str = "BLOCK_N", offset: str = "") -> str:
-        """Lines of a Gluon consumer that apply the epilogue to its fp32 accumulator `x` (layout `layout`) of the
-        tile at (pid_m, pid_n), `width` columns starting `offset` into the tile (a wide tile's second column
-        block); rows >= M and columns >= N are read as zeros (the TMA store drops them)."""
-        lines = []
-        if self.bias or self.residual:
-            lines.append(f"offs_en = pid_n * BLOCK_N{offset} + gl.arange(0, {width}, "
-                         f"layout=gl.SliceLayout(0, {layout}))")
-        if self.residual:
-            lines.append(f"offs_em = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, {layout}))")
-        if self.scale:
-            lines.append(f"{x} = {x} * scale")
-        if self.bias:
-            lines.append(f"{x} += gl.expand_dims(gl.load(bias_ptr + offs_en, mask=offs_en < N, other=0.0)"
-                         ".to(gl.float32), 0)")
-        if self.activation:
-            lines.append(f"{x} = " + GLUON_ACTIVATIONS[self.activation].format(x=x))
-        if self.residual:
-            lines += ["ep_mask = (gl.expand_dims(offs_em, 1) < M) & (gl.expand_dims(offs_en, 0) < N)",
-                      "ep_offs = gl.expand_dims(offs_em, 1) * N + gl.expand_dims(offs_en, 0)",
-                      f"{x} += gl.load(residual_ptr + ep_offs, mask=ep_mask, other=0.0).to(gl.float32)"]
-        return "\n".join(lines) + "\n" if lines else ""
 
     # -- torch -----------------------------------------------------------------------------------------------
     def reference(self, a: Any, b: Any, *operands: Any) -> Any:

@@ -13,7 +13,6 @@ from typing import Any
 
 from evo.launch import runtime_source
 from operators._paste import pasted_source
-from operators._template import block as _block
 from operators._template import render_template
 from operators.gemm import padding
 from operators.gemm.header import config as _config
@@ -21,53 +20,12 @@ from operators.gemm.header import config_lines
 from operators.gemm.header import summary as _summary
 from operators.gemm.launcher import ENTRY_NAME, KERNEL_NAME
 
-__all__ = ["gemm_source", "tile_coords_source", "KERNEL_NAME", "ENTRY_NAME", "KERNEL_FILE", "PLAN_FILE"]
+__all__ = ["gemm_source", "KERNEL_NAME", "ENTRY_NAME", "KERNEL_FILE", "PLAN_FILE"]
 
 HERE = Path(__file__).parent
 KERNEL_FILE = HERE / "kernel.py"
 PLAN_FILE = HERE / "plan.py"
 TEMPLATE = HERE / "templates" / "module.py.jinja"
-
-
-# -- the Gluon rendering's program-id swizzle (operators/gemm/gluon_source.py reads it) ------------------------
-def tile_coords_source(g: Mapping[str, Any]) -> str:
-    """The `tile_coords` function of the genome's program-id swizzle (tile id -> pid_m, pid_n)."""
-    grouped = g["GROUP_M"] > 1
-    params = "tile_id, num_pid_m, num_pid_n" + (", GROUP_M: tl.constexpr" if grouped else "")
-    if g["raster"] == "row" and grouped:
-        doc = "Grouped row-major order: GROUP_M tile-rows walk N together, so their B tiles are reused from L2."
-        body = """
-            tiles_per_group = GROUP_M * num_pid_n
-            first_m = (tile_id // tiles_per_group) * GROUP_M
-            group_rows = tl.minimum(num_pid_m - first_m, GROUP_M)
-            local = tile_id % tiles_per_group
-            pid_m = first_m + local % group_rows
-            pid_n = local // group_rows
-        """
-    elif g["raster"] == "col" and grouped:
-        doc = "Grouped column-major order: GROUP_M tile-columns walk M together, so their A tiles are reused."
-        body = """
-            tiles_per_group = GROUP_M * num_pid_m
-            first_n = (tile_id // tiles_per_group) * GROUP_M
-            group_cols = tl.minimum(num_pid_n - first_n, GROUP_M)
-            local = tile_id % tiles_per_group
-            pid_n = first_n + local % group_cols
-            pid_m = local // group_cols
-        """
-    elif g["raster"] == "row":
-        doc = "Row-major tile order."
-        body = """
-            pid_m = tile_id // num_pid_n
-            pid_n = tile_id % num_pid_n
-        """
-    else:
-        doc = "Column-major tile order."
-        body = """
-            pid_n = tile_id // num_pid_m
-            pid_m = tile_id % num_pid_m
-        """
-    return (f"@triton.jit\ndef tile_coords({params}):\n    \"\"\"{doc}\"\"\"\n" + _block(body, 1)
-            + "    return pid_m, pid_n\n")
 
 
 def gemm_source(g: Mapping[str, Any], title: str, row_align: int = 1, aligned_dims: tuple[str, ...] = (),

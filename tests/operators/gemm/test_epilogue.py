@@ -3,12 +3,14 @@ reference against hand-written torch, and the eager baseline against the referen
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+from operators.gemm import kernel
 from operators.gemm.epilogue import ACTIVATIONS, PARTS, Epilogue
 
 CANONICAL = ["bias", "gelu", "bias+gelu", "gelu_tanh", "silu+residual", "scale+bias+relu+residual", "swiglu",
@@ -78,16 +80,16 @@ def test_operands_are_bias_residual_then_scale(name, operands):
                                            for o in operands)
 
 
-def test_text_and_triton_lines_follow_the_parts():
+def test_text_and_the_kernel_follow_the_parts():
     ep = Epilogue.parse(("scale", "bias", "gelu", "residual"))
     assert ep.text == "scale, + bias, GELU (erf), + residual"
-    lines = ep.triton_lines("acc", "pid_n * BLOCK_N", "BLOCK_N")
-    order = [lines.index(s) for s in ("acc = acc * scale", "bias_ptr", "tl.math.erf", "residual_ptr")]
-    assert order == sorted(order)  # scale, bias, activation, residual: the reference's order
-    assert "offs_ep = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)" in lines
-    # SwiGLU is applied in the K loop's epilogue (two accumulators), not by these lines
-    assert Epilogue.parse(("swiglu",)).triton_lines("acc", "0", "BLOCK_N") == ""
     assert set(ACTIVATIONS) == {"gelu", "gelu_tanh", "silu", "relu"}
+    # the Triton kernel's epilogue: every activation, and the parts in the reference's order
+    epilogue = inspect.getsource(kernel._epilogue.fn)
+    assert all(f'ACTIVATION == "{name}"' in epilogue for name in ACTIVATIONS)
+    steps = ("if SCALE:", "if BIAS:", 'if ACTIVATION == "gelu"', "if RESIDUAL:\n        ep_mask")
+    order = [epilogue.index(s) for s in steps]
+    assert order == sorted(order)  # scale, bias, activation, residual
 
 
 # -- reference and eager ---------------------------------------------------------------------------------
