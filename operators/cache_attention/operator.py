@@ -24,10 +24,14 @@ from genomes.cache_attention import CacheAttentionFamily
 from genomes.rowwise import ELEM_BYTES
 from operators._paste import pasted_source
 from operators.base import Baseline, Operator
+from operators.cache_attention.selfcheck import cache_inputs
+from operators.cache_attention.selfcheck import selfcheck_baseline as eager
+from operators.cache_attention.selfcheck import selfcheck_reference as reference
 
-__all__ = ["CacheAttentionOperator", "KERNEL_FILE", "FILLED", "reference", "eager"]
+__all__ = ["CacheAttentionOperator", "KERNEL_FILE", "SELFCHECK_FILE", "FILLED", "reference", "eager", "sdpa_gqa"]
 
 KERNEL_FILE = Path(__file__).with_name("kernel.py")
+SELFCHECK_FILE = Path(__file__).with_name("selfcheck.py")
 FILLED = 0.75  # of the cache written before the step's queries, in the inputs a problem is measured on
 TOLERANCE = {"fp16": 2e-3, "bf16": 1e-2}
 
@@ -57,29 +61,6 @@ def cache_attention(q, k, v, mask, scale=None, out=None):
 
 
 '''
-
-
-def reference(q: Any, k: Any, v: Any, mask: Any, scale: float | None = None) -> Any:
-    """The exact result in fp32, [B, Tq, H, D]; rows with no key allowed are zeros."""
-    import torch
-
-    group = q.shape[1] // k.shape[1]
-    qf, kf, vf = q.float(), k.float().repeat_interleave(group, 1), v.float().repeat_interleave(group, 1)
-    s = torch.matmul(qf, kf.transpose(-1, -2)) * (q.shape[-1] ** -0.5 if scale is None else scale)
-    s = s.masked_fill(~mask, float("-inf"))
-    p = torch.softmax(s, dim=-1).nan_to_num(0.0)
-    return torch.matmul(p, vf).transpose(1, 2).contiguous()
-
-
-def eager(q: Any, k: Any, v: Any, mask: Any, scale: float | None = None) -> Any:
-    """What transformers' SDPA path runs with a mask: K and V repeated per query head, then SDPA, then [B, Tq, H, D]."""
-    import torch
-
-    group = q.shape[1] // k.shape[1]
-    if group > 1:
-        k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
-    o = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
-    return o.transpose(1, 2).contiguous()
 
 
 def sdpa_gqa(q: Any, k: Any, v: Any, mask: Any, scale: float | None = None) -> Any:
@@ -146,22 +127,17 @@ class CacheAttentionOperator(Operator):
     # -- judging a kernel -------------------------------------------------------------------------------
     def make_inputs(self, problem: Problem, seed: int, device: str = "cuda") -> tuple[Any, ...]:
         """q, k, v standard normal; the mask lets query t see keys 0 .. filled + t, filled = FILLED of the cache (at
-        least up to the queries): a decode step's view of a static cache."""
+        least up to the queries): a decode step's view of a static cache (operators/cache_attention/selfcheck.py)."""
         import torch
 
         d = problem.dims
         dtype = getattr(torch, DTYPES[problem.dtype])
-        b, h, hk, tq, length, dim = (d[n] for n in self.dims)
-        shapes = [(b, h, tq, dim), (b, hk, length, dim), (b, hk, length, dim)]
+        sizes = tuple(d[n] for n in self.dims)
         if torch.device(device).type == "meta":
-            return (*(torch.empty(s, device=device, dtype=dtype) for s in shapes),
-                    torch.empty((b, 1, tq, length), device=device, dtype=torch.bool))
-        gen = torch.Generator(device=device).manual_seed(int(seed))
-        q, k, v = (torch.randn(s, generator=gen, device=device, dtype=torch.float32).to(dtype) for s in shapes)
-        filled = max(int(FILLED * length) - tq, 0)
-        visible = filled + torch.arange(tq, device=device) + 1  # keys query t sees
-        mask = (torch.arange(length, device=device)[None, :] < visible[:, None]).expand(b, 1, tq, length)
-        return q, k, v, mask.contiguous()
+            shapes = self.tensor_shapes(problem)
+            return (*(torch.empty(s, device=device, dtype=dtype) for s in shapes[:3]),
+                    torch.empty(shapes[3], device=device, dtype=torch.bool))
+        return cache_inputs(sizes, dtype, FILLED, device, seed)
 
     def tensor_shapes(self, problem: Problem) -> list[tuple[int, ...]]:
         d = problem.dims
@@ -185,6 +161,14 @@ class CacheAttentionOperator(Operator):
     def tuner_baselines(self, effort: str = "full", budget_s: int | None = None) -> list[Baseline]:
         return [Baseline("torch_compile", _compiled,
                          "torch.compile(mode='max-autotune-no-cudagraphs') of transformers' SDPA path")]
+
+    def selfcheck_source(self, problem: Problem) -> str:
+        """The problem's constants above operators/cache_attention/selfcheck.py pasted verbatim."""
+        d = problem.dims
+        head = ["import torch", "", f"SELFCHECK_SIZES = {tuple(d[n] for n in self.dims)!r}  # {', '.join(self.dims)}",
+                f"SELFCHECK_DTYPE = torch.{DTYPES[problem.dtype]}", f"SELFCHECK_FILLED = {FILLED!r}",
+                f"SELFCHECK_TOLERANCE = {self.tolerance(problem)!r}", "", ""]
+        return "\n".join(head) + pasted_source(SELFCHECK_FILE)
 
     def flops(self, problem: Problem) -> int:
         d = problem.dims
