@@ -113,4 +113,4 @@ def test_three_consumers_keep_fewer_values_in_their_smaller_register_budget():
     assert moved["consumers"] == 3 and FAMILY.violations(moved, d64, HOPPER) == []
     assert FAMILY.descriptors()["structure"].fn(three, {}) == 7.0
     source = OP.render(three, d64, HOPPER)
-    assert source.count("(mma_partition, (") == 3 and "CONSUMER_REGS: gl.constexpr = 160" in source
+    assert "    'CONSUMERS': 3,\n" in source and "    'CONSUMER_REGS': 160,\n" in source

@@ -1,4 +1,4 @@
-"""The mbarrier protocol of the Gluon attention kernel (operators/attention/gluon_source.py), run in the CPU model of
+"""The mbarrier protocol of the Gluon attention kernel (operators/attention/gluon_kernel.py), run in the CPU model of
 tests/operators/mbarrier_model.py under thousands of random interleavings: for every ring depth, one or two
 consumers, with and without overlap, ping-pong and a persistent grid over work items of different lengths, no
 interleaving deadlocks and every consumer reads (and keeps until it frees the slot) the query tile, keys and values

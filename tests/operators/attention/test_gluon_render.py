@@ -11,7 +11,15 @@ import pytest
 import operators
 from evo.problem import HOPPER
 from genomes.attention_gluon import GLUON_FIXED
+from operators._paste import MARKER, pasted_source
+from operators.attention.module import GLUON_KERNEL_FILE
 from tests.operators.hopper_compile import compile_for_hopper
+
+
+def _config(text):
+    """The CONFIG dict a rendered module holds."""
+    start = text.index("\nCONFIG = ") + len("\nCONFIG = ")
+    return ast.literal_eval(text[start:text.index("\n}\n", start) + 2])
 
 
 def _module(name, shape, **values):
@@ -25,17 +33,21 @@ def test_the_module_names_its_roles_and_constants():
     text = _module("attention+causal", (2, 32, 8, 1000, 1000, 128), BLOCK_M=64, BLOCK_N=128, num_warps=4,
                    num_stages=3, consumers=2, overlap=True, pingpong=True, q_order="reverse")
     ast.parse(text)
-    for line in ("CAUSAL = True", "BLOCK_M = 64", "NUM_STAGES = 3", "CONSUMERS = 2", "REVERSE = True",
-                 "OVERLAP = True", "PINGPONG = True", "HEAD_D = 128", "gl.warp_specialize(",
-                 "mbarrier.init(empty.index(i), count=CONSUMERS)", "def attention(q: torch.Tensor"):
+    config = _config(text)
+    assert config == {"CAUSAL": True, "BLOCK_M": 64, "BLOCK_N": 128, "NUM_WARPS": 4, "NUM_STAGES": 3,
+                      "REVERSE": True, "PROGRAMS": 0, "HEAD_D": 128, "CONSUMERS": 2, "OVERLAP": True,
+                      "PINGPONG": True, "CONSUMER_REGS": 240, "PRODUCER_REGS": 24}
+    for line in ("gl.warp_specialize(", "mbarrier.init(empty.index(i), count=CONSUMERS)",
+                 "def attention(q: torch.Tensor", MARKER):
         assert line in text, line
-    assert text.count("(mma_partition, (") == 2 and "(load_partition, (" in text
-    single = _module("attention", (1, 8, 8, 512, 512, 64), BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=2)
-    assert single.count("(mma_partition, (") == 1 and "CAUSAL = False" in single and "OVERLAP = False" in single
-    assert "grid = (n_tiles, b * hq)" in single and "PROGRAMS" not in single
-    looping = _module("attention", (1, 8, 8, 512, 512, 64), BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=2,
-                      persistent=1)
-    assert f"PROGRAMS = {HOPPER.num_sms}" in looping and "grid = (min(PROGRAMS, n_tiles * b * hq),)" in looping
+    # the kernel is pasted verbatim: the module holds operators/attention/gluon_kernel.py from its marker on
+    assert text.endswith(pasted_source(GLUON_KERNEL_FILE)) and "import triton.language" not in text
+    single = _config(_module("attention", (1, 8, 8, 512, 512, 64), BLOCK_M=128, BLOCK_N=64, num_warps=8,
+                             num_stages=2))
+    assert (single["CONSUMERS"], single["CAUSAL"], single["OVERLAP"], single["PROGRAMS"]) == (1, False, False, 0)
+    looping = _config(_module("attention", (1, 8, 8, 512, 512, 64), BLOCK_M=128, BLOCK_N=64, num_warps=8,
+                              num_stages=2, persistent=1))
+    assert looping["PROGRAMS"] == HOPPER.num_sms
 
 
 def test_the_plan_checks_arguments_before_it_launches():
@@ -81,11 +93,12 @@ def test_the_plan_reads_a_models_strided_tensors_in_place_and_copies_only_what_t
     meta = dict(device="meta", dtype=torch.bfloat16)
     q = torch.empty(2, 1000, 32, 128, **meta).transpose(1, 2)
     cache = torch.empty(2, 2, 8, 2048, 128, **meta)
-    run = module._plan(q, cache[0, :, :, :1500], cache[1, :, :, :1500], None)
+    run = module.attention_plan(q, cache[0, :, :, :1500], cache[1, :, :, :1500], None, module.CONFIG)
     shapes = {pos: spec[0] for pos, spec in run.kernel.descriptors}
     assert run.strided and shapes == {0: [2, 32, 1000, 128], 1: [2, 8, 1500, 128], 2: [2, 8, 1500, 128]}
     kv = torch.empty(2, 8, 1500, 128, **meta)
-    run = module._plan(torch.empty(2, 32, 1000, 128, **meta), kv, kv, None)
+    run = module.attention_plan(torch.empty(2, 32, 1000, 128, **meta), kv, kv, None, module.CONFIG)
     assert not run.strided and {pos: spec[0] for pos, spec in run.kernel.descriptors}[0] == [64000, 128]
     odd = torch.empty(2, 1000, 32 * 128 + 4, **meta)[..., :32 * 128].view(2, 1000, 32, 128).transpose(1, 2)
-    assert not module._plan(odd, kv, kv, None).strided  # a row of 4100 bf16 is no 16-byte multiple: copied
+    # a row of 4100 bf16 is no 16-byte multiple: copied
+    assert not module.attention_plan(odd, kv, kv, None, module.CONFIG).strided

@@ -1,5 +1,7 @@
-"""Gluon source for one attention genome with backend=gluon (genomes/attention_gluon.py): FlashAttention-3's roles
-as warp groups of their own, one program per (query tile, batch and head).
+"""Attention forward in Gluon for sm_90 (genomes/attention_gluon.py, backend=gluon): FlashAttention-3's roles as warp
+groups of their own, one program per (query tile, batch and head), and its launch plan, as one real module. evo
+renders a module for a genome by writing a header (the genome's constants as CONFIG and the entry function),
+pasting operators/attention/arguments.py and then this file below the marker verbatim.
 
 - The producer, one warp with a small register budget, loads each consumer's query tile once, then streams the
   key blocks the tile sees through a ring of NUM_STAGES slots: it waits for a slot's `empty` mbarrier (every
@@ -23,29 +25,25 @@ the mbarrier phases need no other shared state. The mask is applied only to the 
 last block past the keys, and with a causal mask the blocks the diagonal crosses).
 """
 
-from __future__ import annotations
+import math
 
-from collections.abc import Mapping
-from typing import Any
-
-__all__ = ["gluon_kernel_source", "GLUON_IMPORTS", "PRODUCER_REGS", "CONSUMER_REGS"]
-
-PRODUCER_REGS = 24  # registers per thread of the producer warp: indices and barrier phases
-CONSUMER_REGS = 240  # of the second consumer warp group (the first gets what the kernel's budget leaves)
-# of the second and third of three consumers (head dim 64, FlashAttention-3's 192 query rows): 16 warps share the
-# 64K registers, 4 x 128 x 160 with the producer's warp group and what the first consumer keeps
-THREE_CONSUMER_REGS = 160
-
-GLUON_IMPORTS = """\
+import torch
+import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 
+from evo.launch.runtime import BoundKernel
+from operators.attention.arguments import check_arguments, described
+
+# ---- evo pastes this file from here on into every module it renders for this family ----
+
 # the TMA load as Triton 3.9 names it, or as 3.6 (the older name is gone from 3.9)
 tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
-"""
 
-_COMMON = '''
+LOG2E = 1.4426950408889634
+_GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
+
 @gluon.jit
 def work_item(tile, bh, n_q, n_k, n_tiles, hq, group, ROWS: gl.constexpr, BLOCK_N: gl.constexpr,
               CAUSAL: gl.constexpr, REVERSE: gl.constexpr):
@@ -270,16 +268,15 @@ def mma_partition(out, so0, so1, so2, q_bufs, k_bufs, v_bufs, q_ready, q_empty, 
                NUM_STAGES, CONSUMER, CONSUMERS, WARPS, CAUSAL, REVERSE, OVERLAP, PINGPONG, STRIDED, PERSISTENT)
 
 
-
-
 @gluon.jit
 def attention_kernel(q_desc, k_desc, v_desc, out, qk_scale, so0, so1, so2, n_q, n_k, n_tiles, hq, group, bhs,
                      BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr,
                      CONSUMERS: gl.constexpr, CONSUMER_WARPS: gl.constexpr, CAUSAL: gl.constexpr,
                      REVERSE: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, STRIDED: gl.constexpr,
-                     PERSISTENT: gl.constexpr):
+                     PERSISTENT: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
     """Shared memory and mbarriers for every role, then the roles: consumer 0 in this kernel's own warps, the
-    other consumer and the producer in warps of their own."""
+    other consumers (four warps each, CONSUMER_REGS registers per thread) and the producer (one warp,
+    PRODUCER_REGS) in warps of their own."""
     dtype: gl.constexpr = q_desc.dtype
     if STRIDED:  # the slots take the 4-d descriptors' blocks [1, 1, rows, HEAD_D]
         q_bufs = gl.allocate_shared_memory(dtype, [CONSUMERS, 1, 1, BLOCK_M, HEAD_D], q_desc.layout)
@@ -304,33 +301,94 @@ def attention_kernel(q_desc, k_desc, v_desc, out, qk_scale, so0, so1, so2, n_q, 
         mbarrier.init(k_ready.index(i), count=1)
         mbarrier.init(v_ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=CONSUMERS)  # a slot is free once every consumer released it
-    CONSUMER_REGS: gl.constexpr = CONSUMER_REGS_VALUE
-    PRODUCER_REGS: gl.constexpr = PRODUCER_REGS_VALUE
-    gl.warp_specialize(PARTITIONS)
-'''
+    if CONSUMERS == 1:
+        gl.warp_specialize([
+            (mma_partition, (out, so0, so1, so2, q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, empty,
+                             turns, qk_scale, n_q, n_k, n_tiles, hq, group, bhs, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES,
+                             0, CONSUMERS, CONSUMER_WARPS, CAUSAL, REVERSE, OVERLAP, PINGPONG, STRIDED, PERSISTENT)),
+            (load_partition, (q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready,
+                              empty, n_q, n_k, n_tiles, hq, group, bhs, BLOCK_M, BLOCK_N, NUM_STAGES, CONSUMERS,
+                              CAUSAL, REVERSE, STRIDED, PERSISTENT)),
+        ], [1], [PRODUCER_REGS])
+    elif CONSUMERS == 2:
+        gl.warp_specialize([
+            (mma_partition, (out, so0, so1, so2, q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, empty,
+                             turns, qk_scale, n_q, n_k, n_tiles, hq, group, bhs, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES,
+                             0, CONSUMERS, CONSUMER_WARPS, CAUSAL, REVERSE, OVERLAP, PINGPONG, STRIDED, PERSISTENT)),
+            (mma_partition, (out, so0, so1, so2, q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, empty,
+                             turns, qk_scale, n_q, n_k, n_tiles, hq, group, bhs, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES,
+                             1, CONSUMERS, 4, CAUSAL, REVERSE, OVERLAP, PINGPONG, STRIDED, PERSISTENT)),
+            (load_partition, (q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready,
+                              empty, n_q, n_k, n_tiles, hq, group, bhs, BLOCK_M, BLOCK_N, NUM_STAGES, CONSUMERS,
+                              CAUSAL, REVERSE, STRIDED, PERSISTENT)),
+        ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
+    else:
+        gl.warp_specialize([
+            (mma_partition, (out, so0, so1, so2, q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, empty,
+                             turns, qk_scale, n_q, n_k, n_tiles, hq, group, bhs, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES,
+                             0, CONSUMERS, CONSUMER_WARPS, CAUSAL, REVERSE, OVERLAP, PINGPONG, STRIDED, PERSISTENT)),
+            (mma_partition, (out, so0, so1, so2, q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, empty,
+                             turns, qk_scale, n_q, n_k, n_tiles, hq, group, bhs, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES,
+                             1, CONSUMERS, 4, CAUSAL, REVERSE, OVERLAP, PINGPONG, STRIDED, PERSISTENT)),
+            (mma_partition, (out, so0, so1, so2, q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, empty,
+                             turns, qk_scale, n_q, n_k, n_tiles, hq, group, bhs, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES,
+                             2, CONSUMERS, 4, CAUSAL, REVERSE, OVERLAP, PINGPONG, STRIDED, PERSISTENT)),
+            (load_partition, (q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready,
+                              empty, n_q, n_k, n_tiles, hq, group, bhs, BLOCK_M, BLOCK_N, NUM_STAGES, CONSUMERS,
+                              CAUSAL, REVERSE, STRIDED, PERSISTENT)),
+        ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
 
 
-def _partitions(consumers: int) -> str:
-    """The gl.warp_specialize call's arguments: consumer 0 (the default partition), consumer 1 if any, the
-    producer."""
-    loader = ("(load_partition, (q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready,\n"
-              "                         v_ready, empty, n_q, n_k, n_tiles, hq, group, bhs, BLOCK_M, BLOCK_N,\n"
-              "                         NUM_STAGES, CONSUMERS, CAUSAL, REVERSE, STRIDED, PERSISTENT))")
-    mma = [("(mma_partition, (out, so0, so1, so2, q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready,\n"
-            "                        empty, turns, qk_scale, n_q, n_k, n_tiles, hq, group, bhs, BLOCK_M, BLOCK_N,\n"
-            f"                        HEAD_D, NUM_STAGES, {i}, CONSUMERS, {'CONSUMER_WARPS' if i == 0 else 4},\n"
-            "                        CAUSAL, REVERSE, OVERLAP, PINGPONG, STRIDED, PERSISTENT))")
-           for i in range(consumers)]
-    warps = [4] * (consumers - 1) + [1]
-    regs = ["CONSUMER_REGS"] * (consumers - 1) + ["PRODUCER_REGS"]
-    items = "".join(f"        {p},\n" for p in mma + [loader])
-    return f"[\n{items}    ], {warps}, [{', '.join(regs)}]"
+def attention_plan(q, k, v, out, config):
+    """Check the arguments (ValueError naming what is wrong) and fix what depends only on their signature: the
+    tensor descriptors, the grid and the bound kernel. Returns run(q, k, v, out, scale) for every call of this
+    signature. `config` holds the genome's constants (the rendered module's CONFIG)."""
+    b, hq, hkv, n_q, n_k, d = check_arguments(q, k, v, out, config["CAUSAL"])
+    head_d, block_m, block_n, consumers = config["HEAD_D"], config["BLOCK_M"], config["BLOCK_N"], config["CONSUMERS"]
+    if q.dtype not in _GL_DTYPES or d != head_d:
+        raise ValueError(f"this kernel was rendered for fp16 or bf16 with head_dim {head_d}; got {described(q)}")
+    if b * hq > 65535:
+        raise ValueError(f"{b} x {hq} heads exceed a grid axis (65535)")
+    group = hq // hkv
+    n_tiles = triton.cdiv(n_q, block_m * consumers)
+    # contiguous tensors: 2-d descriptors over [batch x heads x length, head_dim] rows; others (a transposed
+    # [B, L, H, D] view, a KV-cache slice) in place through 4-d ones when TMA can read them (16-byte aligned
+    # base and strides), else copied
+    tma_ok = lambda t: t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and all(
+        s % (16 // t.element_size()) == 0 for s in t.stride()[:3])
+    strided = any(not t.is_contiguous() for t in (q, k, v)) and all(tma_ok(t) for t in (q, k, v))
+    copies = [not strided and (not t.is_contiguous() or t.data_ptr() % 16) for t in (q, k, v)]
+    direct = out is None or out.stride(-1) == 1
+    dims = [1, 1] if strided else []
+    layout = lambda rows: gl.NVMMASharedLayout.get_default_for(dims + [rows, d], _GL_DTYPES[q.dtype])
+    if strided:
+        specs = {i: (list(t.shape), list(t.stride()), dims + [rows, d], layout(rows))
+                 for i, t, rows in ((0, q, block_m), (1, k, block_n), (2, v, block_n))}
+    else:
+        specs = {0: ([b * hq * n_q, d], [d, 1], [block_m, d], layout(block_m)),
+                 1: ([b * hkv * n_k, d], [d, 1], [block_n, d], layout(block_n)),
+                 2: ([b * hkv * n_k, d], [d, 1], [block_n, d], layout(block_n))}
+    programs = config["PROGRAMS"]
+    grid = (min(programs, n_tiles * b * hq),) if programs else (n_tiles, b * hq)
+    kernel = BoundKernel(attention_kernel, grid, {"num_warps": config["NUM_WARPS"]}, descriptors=specs)
+    consts = (block_m, block_n, head_d, config["NUM_STAGES"], consumers, config["NUM_WARPS"], config["CAUSAL"],
+              config["REVERSE"], config["OVERLAP"], config["PINGPONG"], strided, bool(programs),
+              config["CONSUMER_REGS"], config["PRODUCER_REGS"])
 
+    def run(q, k, v, out, scale):
+        if copies[0] or copies[1] or copies[2]:
+            q, k, v = (t.clone(memory_format=torch.contiguous_format) if c else t
+                       for t, c in zip((q, k, v), copies, strict=True))
+        given = out
+        if out is None or not direct:
+            out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        qk_scale = (1.0 / math.sqrt(d) if scale is None else scale) * LOG2E
+        kernel(q, k, v, out, qk_scale, out.stride(0), out.stride(1), out.stride(2), n_q, n_k, n_tiles, hq, group,
+               b * hq, *consts)
+        if given is not None and not direct:
+            return given.copy_(out)
+        return out
 
-def gluon_kernel_source(g: Mapping[str, Any]) -> list[str]:
-    """The @gluon.jit functions of genome values `g` (backend=gluon), as lines."""
-    budget = THREE_CONSUMER_REGS if g["consumers"] == 3 else CONSUMER_REGS
-    text = (_COMMON.replace("CONSUMER_REGS_VALUE", str(budget))
-            .replace("PRODUCER_REGS_VALUE", str(PRODUCER_REGS))
-            .replace("PARTITIONS", _partitions(g["consumers"])))
-    return text.strip("\n").splitlines()
+    run.kernel = kernel  # for inspection
+    run.strided = strided
+    return run
