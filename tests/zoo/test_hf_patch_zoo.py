@@ -1,6 +1,7 @@
 """The tiny zoo's real kernels (tests/fixtures/tiny_zoo.py: smoke-searched, fp16, T = 1 and 4) in Hugging Face
 models of the four families, in Triton's interpreter: logits within the zoo's tolerance, generate() with a static
-cache, unpatch bit for bit; and a compiled decode step (fullgraph) whose graph holds evo's ops."""
+cache (its decode steps' masked attention on cache_attention), unpatch bit for bit; and a compiled decode step
+(fullgraph) whose graph holds evo's ops."""
 
 from __future__ import annotations
 
@@ -71,6 +72,8 @@ def test_a_compiled_decode_step_holds_the_zoo_s_ops(tiny_zoo):
     assert torch.equal(out, tokens)
     assert len(graphs) == 1  # one graph, no break: every decode step replays it
     evo_ops = [t for t in graphs[0] if t.startswith("evo.")]
-    # at least the 4 GEMMs of each of the 2 layers (norms too where the zoo has them apart; attention: SDPA, the
-    # static cache's decode step has a mask)
-    assert len(evo_ops) >= 2 * 4 and not any("attention" in t for t in evo_ops), evo_ops
+    # at least the 4 GEMMs of each of the 2 layers (norms too where the zoo has them apart), and each layer's
+    # attention over the static cache as cache_attention (the decode step has a mask: never attention+causal)
+    cached = [t for t in evo_ops if t.startswith("evo.cache_attention_")]
+    assert len(evo_ops) - len(cached) >= 2 * 4 and len(cached) == 2, evo_ops
+    assert not any(t.startswith("evo.attention_causal") for t in evo_ops), evo_ops
