@@ -63,7 +63,7 @@ def _pointer_k_steps(a_ptr, b_ptr, offs_k, pid_m, pid_n, M, N, K, k_lo, k_hi, BL
     the edge read row/column 0 instead (their results are never stored), so loads are masked along K only, and only
     in the last K step (peeled) when K is not a multiple of BLOCK_K; the hints let the compiler vectorize them.
     PARTIAL: [k_lo, k_hi) is a split of K."""
-    ldb = 2 * N if SWIGLU else N  # B's rows hold 2N columns for SwiGLU (gate, then up)
+    B_ROWS: tl.constexpr = 2 if SWIGLU else 1  # B's rows hold B_ROWS * N columns: SwiGLU's gate, then up
     offs_am = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_bn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N0)
     if WIDE:
@@ -74,9 +74,9 @@ def _pointer_k_steps(a_ptr, b_ptr, offs_k, pid_m, pid_n, M, N, K, k_lo, k_hi, BL
     if WIDE:
         offs_bn1 = tl.max_contiguous(tl.multiple_of(tl.where(offs_bn1 < N, offs_bn1, 0), align), BLOCK_N1)
     a_ptrs = a_ptr + offs_am[:, None] * K + offs_k[None, :]
-    b_ptrs = b_ptr + offs_k[:, None] * ldb + offs_bn[None, :]
+    b_ptrs = b_ptr + offs_k[:, None] * B_ROWS * N + offs_bn[None, :]
     if WIDE:
-        b_ptrs1 = b_ptr + offs_k[:, None] * ldb + offs_bn1[None, :]
+        b_ptrs1 = b_ptr + offs_k[:, None] * N + offs_bn1[None, :]
     if SWIGLU:
         b_ptrs1 = b_ptrs + N
     acc = tl.zeros((BLOCK_M, BLOCK_N0), dtype=tl.float32)
@@ -89,18 +89,18 @@ def _pointer_k_steps(a_ptr, b_ptr, offs_k, pid_m, pid_n, M, N, K, k_lo, k_hi, BL
     for ki in tl.range(k_lo, k_end, num_stages=LOOP_STAGES, loop_unroll_factor=LOOP_UNROLL,
                        warp_specialize=WARP_SPECIALIZE):
         a = tl.load(a_ptrs + ki * BLOCK_K)
-        b = tl.load(b_ptrs + ki * BLOCK_K * ldb)
+        b = tl.load(b_ptrs + ki * BLOCK_K * B_ROWS * N)
         if WIDE or SWIGLU:
-            b1 = tl.load(b_ptrs1 + ki * BLOCK_K * ldb)
+            b1 = tl.load(b_ptrs1 + ki * BLOCK_K * B_ROWS * N)
         acc = tl.dot(a, b, acc)
         if WIDE or SWIGLU:
             acc1 = tl.dot(a, b1, acc1)
     if k_hi > k_full:  # the last K step is partial: the peeled, masked tail
         k_left = K - k_full * BLOCK_K
         a = tl.load(a_ptrs + k_full * BLOCK_K, mask=offs_k[None, :] < k_left, other=0.0)
-        b = tl.load(b_ptrs + k_full * BLOCK_K * ldb, mask=offs_k[:, None] < k_left, other=0.0)
+        b = tl.load(b_ptrs + k_full * BLOCK_K * B_ROWS * N, mask=offs_k[:, None] < k_left, other=0.0)
         if WIDE or SWIGLU:
-            b1 = tl.load(b_ptrs1 + k_full * BLOCK_K * ldb, mask=offs_k[:, None] < k_left, other=0.0)
+            b1 = tl.load(b_ptrs1 + k_full * BLOCK_K * B_ROWS * N, mask=offs_k[:, None] < k_left, other=0.0)
         acc = tl.dot(a, b, acc)
         if WIDE or SWIGLU:
             acc1 = tl.dot(a, b1, acc1)
