@@ -8,7 +8,7 @@ tile, the running max and the running sum in registers. Scores are kept in base 
 log2(e) into one factor (qk_scale) applied to each tile of Q K^T, and exponentials are exp2. Causal masks are
 aligned to the bottom right, as a KV cache needs (query i of n_q sees keys up to i + n_k - n_q; the usual top-left
 mask when n_q == n_k). Rows that no key of a block is visible to keep a finite running max, so no -inf - (-inf)
-ever reaches exp2. Structure switches (constexpr), each a gene:
+ever reaches exp2. Switches (constexpr), each a structure gene's:
 - PACK_GQA: a tile's rows are (query, head) pairs of the GROUP query heads sharing one KV head, which then read K
   and V once (decode: one query row per head would fill 1 of 16 rows of a tile);
 - SPLIT > 1: the keys a tile sees are split over SPLIT programs (flash-decoding), each writing its partial output
@@ -20,7 +20,11 @@ ever reaches exp2. Structure switches (constexpr), each a gene:
   together, sharing K and V in L2, or a tile's heads together);
 - TMA: K and V through tensor descriptors made in the kernel (rows past n_k and the padded head dims arrive as
   zeros), else through pointers;
-- PERSISTENT: a fixed grid whose programs loop over the (tile, head, split) work items in issue order.
+- PERSISTENT: a fixed grid whose programs loop over the (tile, head, split) work items in issue order;
+and two of a model's (no gene; 0, off, in every CONFIG so far):
+- SOFTCAP > 0: the logits soft-capped, cap * tanh(logits / cap) (Gemma 2); WINDOW > 0: a sliding window, the query
+  at key position i sees only keys past i - WINDOW (Mistral, Gemma 2's local layers), the blocks left of a tile's
+  windows skipped and those the window's edge crosses masked.
 The head dimension is padded to D_PAD, a power of two: when HEAD_DIM differs, the tiles' last columns are masked.
 """
 
@@ -42,10 +46,11 @@ COMBINE_ROWS = 16  # output rows per program of the combining launch
 @triton.jit
 def _key_block(acc, m_i, l_i, q, k_src, v_src, start, q_pos, dims, d_ok, qk_scale, skn, svn, n_q, n_k,
                BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, CAUSAL: tl.constexpr,
-               MASKED: tl.constexpr, TMA: tl.constexpr):
+               MASKED: tl.constexpr, TMA: tl.constexpr, SOFTCAP: tl.constexpr, WINDOW: tl.constexpr):
     """One step of the key loop at `start`: the scores, the online max and sum, and the output tile's update. k_src
-    and v_src are the head's tensor descriptors (TMA) or its first rows' pointers. (Each mask is built before the
-    address it guards, the order Triton emits a load's keywords and arguments in.)"""
+    and v_src are the head's tensor descriptors (TMA) or its first rows' pointers. Each mask is built before the
+    address it guards: Triton emits a load's keywords before its arguments, and the order of the ops steers ptxas's
+    register allocation."""
     cols = start + tl.arange(0, BLOCK_N)
     if TMA:  # rows past n_k and the padded head dims arrive as zeros: only the scores are masked
         k = k_src.load([start, 0])
@@ -59,10 +64,14 @@ def _key_block(acc, m_i, l_i, q, k_src, v_src, start, q_pos, dims, d_ok, qk_scal
         else:
             kt = tl.load(k_src + cols[None, :].to(tl.int64) * skn + dims[:, None])
         s = tl.dot(q, kt) * qk_scale
+    if SOFTCAP > 0:  # cap * tanh(logits / cap), SOFTCAP the cap in base 2 (times log2 e): tanh(x) = 2 sigmoid(2x) - 1
+        s = SOFTCAP * (2.0 * tl.sigmoid(s * (2.0 / SOFTCAP)) - 1.0)
     if MASKED:
         visible = cols[None, :] < n_k
         if CAUSAL:
             visible = visible & (cols[None, :] <= q_pos[:, None] + (n_k - n_q))
+        if WINDOW > 0:  # the query at key position i sees only keys past i - WINDOW
+            visible = visible & (cols[None, :] > q_pos[:, None] + (n_k - n_q) - WINDOW)
         s = tl.where(visible, s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows with no key visible yet
@@ -120,7 +129,7 @@ def _attend_tile(tile, bh, split, Q, K, V, Out, PO, PL, n_part, CNT, qk_scale, s
                  svn, sob, soh, som, n_q, n_k, n_tiles, h_grid, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
                  D_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
                  CAUSAL: tl.constexpr, PACK_GQA: tl.constexpr, LAST_PROGRAM: tl.constexpr, MASK_ALL: tl.constexpr,
-                 REVERSE: tl.constexpr, TMA: tl.constexpr):
+                 REVERSE: tl.constexpr, TMA: tl.constexpr, SOFTCAP: tl.constexpr, WINDOW: tl.constexpr):
     """One work item: query tile `tile` of head `bh` (batch * h_grid + head, the KV head when packed) against its
     `split`-th share of the keys it sees."""
     if REVERSE:
@@ -163,9 +172,11 @@ def _attend_tile(tile, bh, split, Q, K, V, Out, PO, PL, n_part, CNT, qk_scale, s
         hi = n_k
         full = (n_k // BLOCK_N) * BLOCK_N
     lo = 0
+    if WINDOW > 0:  # no row sees the keys left of the first row's window: from that key's block on
+        lo = tl.maximum(q_lo + 1 + n_k - n_q - WINDOW, 0) // BLOCK_N * BLOCK_N
     if SPLIT > 1:
-        per = tl.cdiv(tl.cdiv(hi, BLOCK_N), SPLIT) * BLOCK_N  # keys per split, whole blocks
-        lo = split * per
+        per = tl.cdiv(tl.cdiv(hi - lo, BLOCK_N), SPLIT) * BLOCK_N  # keys per split, whole blocks
+        lo = lo + split * per
         hi = tl.minimum(hi, lo + per)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -173,14 +184,20 @@ def _attend_tile(tile, bh, split, Q, K, V, Out, PO, PL, n_part, CNT, qk_scale, s
     if MASK_ALL:
         for start in tl.range(lo, hi, BLOCK_N):
             acc, m_i, l_i = _key_block(acc, m_i, l_i, q, k_src, v_src, start, q_pos, dims, d_ok, qk_scale, skn, svn,
-                                       n_q, n_k, BLOCK_N, HEAD_DIM, D_PAD, CAUSAL, True, TMA)
+                                       n_q, n_k, BLOCK_N, HEAD_DIM, D_PAD, CAUSAL, True, TMA, SOFTCAP, WINDOW)
     else:  # the key blocks that no row of the tile masks, then the rest (the causal diagonal, the ragged end)
+        if WINDOW > 0:  # first the blocks the window's left edge crosses, masked
+            edge = tl.cdiv(tl.maximum(q_hi + 1 + n_k - n_q - WINDOW, 0), BLOCK_N) * BLOCK_N  # in every row's window
+            for start in tl.range(lo, tl.minimum(edge, hi), BLOCK_N):
+                acc, m_i, l_i = _key_block(acc, m_i, l_i, q, k_src, v_src, start, q_pos, dims, d_ok, qk_scale, skn,
+                                           svn, n_q, n_k, BLOCK_N, HEAD_DIM, D_PAD, CAUSAL, True, TMA, SOFTCAP, WINDOW)
+            lo = tl.maximum(lo, edge)
         for start in tl.range(lo, tl.minimum(full, hi), BLOCK_N):
             acc, m_i, l_i = _key_block(acc, m_i, l_i, q, k_src, v_src, start, q_pos, dims, d_ok, qk_scale, skn, svn,
-                                       n_q, n_k, BLOCK_N, HEAD_DIM, D_PAD, CAUSAL, False, TMA)
+                                       n_q, n_k, BLOCK_N, HEAD_DIM, D_PAD, CAUSAL, False, TMA, SOFTCAP, WINDOW)
         for start in tl.range(tl.maximum(lo, full), hi, BLOCK_N):
             acc, m_i, l_i = _key_block(acc, m_i, l_i, q, k_src, v_src, start, q_pos, dims, d_ok, qk_scale, skn, svn,
-                                       n_q, n_k, BLOCK_N, HEAD_DIM, D_PAD, CAUSAL, True, TMA)
+                                       n_q, n_k, BLOCK_N, HEAD_DIM, D_PAD, CAUSAL, True, TMA, SOFTCAP, WINDOW)
     if SPLIT == 1:
         _store_o(Out, acc / l_i[:, None], o_off, dims, d_ok, row_ok, HEAD_DIM, D_PAD)
     else:
@@ -206,7 +223,7 @@ def attention_kernel(Q, K, V, Out, PO, PL, n_part, CNT, qk_scale, sqb, sqh, sqm,
                      D_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
                      CAUSAL: tl.constexpr, PACK_GQA: tl.constexpr, LAST_PROGRAM: tl.constexpr,
                      MASK_ALL: tl.constexpr, REVERSE: tl.constexpr, TILES_FIRST: tl.constexpr, TMA: tl.constexpr,
-                     PERSISTENT: tl.constexpr):
+                     PERSISTENT: tl.constexpr, SOFTCAP: tl.constexpr, WINDOW: tl.constexpr):
     """The work items (query tile, head, split): one per program, or with PERSISTENT each program's in turn. PO,
     PL and n_part (the split partials) are None without a split, CNT (the tiles' tickets) without LAST_PROGRAM: a
     None argument is a constexpr, so such a kernel's signature holds only what it reads."""
@@ -221,7 +238,7 @@ def attention_kernel(Q, K, V, Out, PO, PL, n_part, CNT, qk_scale, sqb, sqh, sqm,
             split = item // (n_tiles * n_bh)
             _attend_tile(tile, bh, split, Q, K, V, Out, PO, PL, n_part, CNT, qk_scale, sqb, sqh, sqm, skb, skh, skn,
                          svb, svh, svn, sob, soh, som, n_q, n_k, n_tiles, h_grid, GROUP, HEAD_DIM, D_PAD, BLOCK_M,
-                         BLOCK_N, SPLIT, CAUSAL, PACK_GQA, LAST_PROGRAM, MASK_ALL, REVERSE, TMA)
+                         BLOCK_N, SPLIT, CAUSAL, PACK_GQA, LAST_PROGRAM, MASK_ALL, REVERSE, TMA, SOFTCAP, WINDOW)
     else:
         if TILES_FIRST:
             tile = tl.program_id(0)
@@ -231,7 +248,7 @@ def attention_kernel(Q, K, V, Out, PO, PL, n_part, CNT, qk_scale, sqb, sqh, sqm,
             tile = tl.program_id(1)
         _attend_tile(tile, bh, tl.program_id(2), Q, K, V, Out, PO, PL, n_part, CNT, qk_scale, sqb, sqh, sqm, skb, skh,
                      skn, svb, svh, svn, sob, soh, som, n_q, n_k, n_tiles, h_grid, GROUP, HEAD_DIM, D_PAD, BLOCK_M,
-                     BLOCK_N, SPLIT, CAUSAL, PACK_GQA, LAST_PROGRAM, MASK_ALL, REVERSE, TMA)
+                     BLOCK_N, SPLIT, CAUSAL, PACK_GQA, LAST_PROGRAM, MASK_ALL, REVERSE, TMA, SOFTCAP, WINDOW)
 
 
 @triton.jit
@@ -290,7 +307,8 @@ def attention_plan(q, k, v, out, config):
         else:
             combine = BoundKernel(attention_combine, (triton.cdiv(n_part, COMBINE_ROWS),), {"num_warps": 4})
     consts = (group, d, d_pad, block_m, config["BLOCK_N"], split, config["CAUSAL"], pack, config["LAST_PROGRAM"],
-              config["MASK_ALL"], config["REVERSE"], config["TILES_FIRST"], config["TMA"], bool(programs))
+              config["MASK_ALL"], config["REVERSE"], config["TILES_FIRST"], config["TMA"], bool(programs),
+              config["SOFTCAP"] * LOG2E, config["WINDOW"])
 
     def run(q, k, v, out, scale):
         if copies[0] or copies[1] or copies[2]:

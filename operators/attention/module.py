@@ -84,7 +84,7 @@ def attention_config(g: dict[str, Any], causal: bool, problem: Problem, target: 
     return {**common, "PACK_GQA": bool(g["pack_gqa"]), "SPLIT": g["kv_split"],
             "LAST_PROGRAM": g["kv_split"] > 1 and g["reduce"] == "last_program",
             "MASK_ALL": g["mask_loop"] == "masked", "TILES_FIRST": g["grid"] == "tiles_first",
-            "TMA": g["kv_load"] == "tma"}
+            "TMA": g["kv_load"] == "tma", "SOFTCAP": 0.0, "WINDOW": 0}  # no operator variant sets these yet
 
 
 def _summary(g: dict[str, Any], head_dim: int, target: Target) -> str:

@@ -51,7 +51,7 @@ def test_every_structure_gene_is_a_switch_of_the_config():
     base = _config(_render())
     assert base == {"CAUSAL": True, "BLOCK_M": 128, "BLOCK_N": 64, "NUM_WARPS": 8, "NUM_STAGES": 3, "REVERSE": False,
                     "PROGRAMS": 0, "PACK_GQA": False, "SPLIT": 1, "LAST_PROGRAM": False, "MASK_ALL": False,
-                    "TILES_FIRST": True, "TMA": False}
+                    "TILES_FIRST": True, "TMA": False, "SOFTCAP": 0.0, "WINDOW": 0}
     for values, switch in (({"pack_gqa": True}, {"PACK_GQA": True}), ({"kv_split": 4}, {"SPLIT": 4}),
                            ({"kv_split": 4, "reduce": "last_program"}, {"SPLIT": 4, "LAST_PROGRAM": True}),
                            ({"mask_loop": "masked"}, {"MASK_ALL": True}), ({"q_order": "reverse"}, {"REVERSE": True}),
