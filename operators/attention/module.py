@@ -51,7 +51,7 @@ import triton
 
 {runtime}
 
-# the genome's constants, as the plan below reads them
+# the kernel's constants as the plan below reads them: the genome's (a model's SOFTCAP, WINDOW where present)
 CONFIG = {config}
 
 _PLANS = PlanCache()  # argument signature -> run(...): checks, grid and the bound kernels, done once
