@@ -182,20 +182,20 @@ def gemm_plan(a, b, bias, residual, scale, out, config):
                                                     "num_stages": config["NUM_STAGES"]}, **extra)
     consts = tuple(config[name] for name in CONSTEXPRS)
     second = host and config["WIDE"]  # B's and C's second column block: descriptors of their own
-    sizes = (M, N, K, plan.num_sms, plan.sk_share, plan.sk_slots)
     workspace = (plan.partials, plan.counters)
+    tail = (*workspace, M, N, K, plan.num_sms, plan.sk_share, plan.sk_slots, *consts)  # the same every call
 
     if pad is None:
         def run(a, b, bias, residual, scale, out):
             c = out = new_out() if out is None else out
             kernel(a, b, b if second else None, c, c if second else None, bias, residual,
-                   None if scale is None else float(scale), *workspace, *sizes, *consts)
+                   None if scale is None else float(scale), *tail)
             return out
     else:
         def run(a, b, bias, residual, scale, out):
             a, b, c = pad.inputs(a, b, out, new_out)
             kernel(a, b, b if second else None, c, c if second else None, bias, residual,
-                   None if scale is None else float(scale), *workspace, *sizes, *consts)
+                   None if scale is None else float(scale), *tail)
             return pad.output(c, out)
 
     run.kernel = kernel  # for inspection
