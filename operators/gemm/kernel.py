@@ -54,9 +54,8 @@ def tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr, COLUMN_MAJ
 
 @triton.jit
 def _pointer_k_steps(a_ptr, b_ptr, offs_k, pid_m, pid_n, M, N, K, k_lo, k_hi, BLOCK_M: tl.constexpr,
-                     BLOCK_N: tl.constexpr,
-                     BLOCK_K: tl.constexpr, BLOCK_N0: tl.constexpr, BLOCK_N1: tl.constexpr, WIDE: tl.constexpr,
-                     SWIGLU: tl.constexpr, PARTIAL: tl.constexpr, LOOP_STAGES: tl.constexpr,
+                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_N0: tl.constexpr, BLOCK_N1: tl.constexpr,
+                     WIDE: tl.constexpr, SWIGLU: tl.constexpr, PARTIAL: tl.constexpr, LOOP_STAGES: tl.constexpr,
                      LOOP_UNROLL: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
     """The fp32 sums over K steps [k_lo, k_hi) of A's and B's tiles at (pid_m, pid_n), loaded through pointers: one
     accumulator per B tile (a wide tile's two column blocks; SwiGLU's gate and up projection). Rows and columns past
