@@ -47,7 +47,7 @@ def _smem(g: Mapping[str, Any], problem: Problem) -> int:
     if g["num_stages"] <= 1:
         return 0
     d = max(16, next_pow2(problem.dims["head_dim"]))
-    return (g["num_stages"] - 1) * 2 * g["BLOCK_N"] * d * ELEM_BYTES[problem.dtype]
+    return g["num_stages"] * 2 * g["BLOCK_N"] * d * ELEM_BYTES[problem.dtype]  # K and V: a buffer per stage
 
 
 def _blocks(g: Mapping[str, Any], p: Problem) -> int:
