@@ -31,6 +31,15 @@ def _figures(result: Any) -> tuple[Any, ...]:
     return result.status, r.get("registers"), r.get("spills"), r.get("shared")
 
 
+def _pasted_at(rev: str) -> dict[str, str]:
+    """Repository path -> the pasted text REV's shared goldens keep (none before they were kept apart)."""
+    listed = subprocess.run(["git", "ls-tree", "-r", "--name-only", rev, f"{GOLDENS}/_shared"],
+                            capture_output=True, text=True).stdout.split()
+    prefix = f"{GOLDENS}/_shared/"
+    return {name[len(prefix):].removesuffix(".golden"): _git_show(rev, name) for name in listed
+            if name.endswith(".py.golden") and not name.endswith("/launch_runtime.py.golden")}
+
+
 def compare(rev: str, select: list[str], match: str = "") -> list[dict[str, Any]]:
     """One row per golden case of REV (operators in `select`, all when empty; files containing `match`): the file and
     the (status, registers, spills, shared) of its old and new rendering; `new` is None where it no longer renders."""
@@ -41,6 +50,7 @@ def compare(rev: str, select: list[str], match: str = "") -> list[dict[str, Any]
     from tests.golden.goldens import expand
 
     runtime = _git_show(rev, f"{GOLDENS}/_shared/launch_runtime.py.golden")
+    pasted = _pasted_at(rev)
     rows = []
     for entry in json.loads(_git_show(rev, f"{GOLDENS}/manifest.json")):
         if entry["export"] or (select and entry["operator"] not in select) or match not in entry["file"]:
@@ -48,7 +58,7 @@ def compare(rev: str, select: list[str], match: str = "") -> list[dict[str, Any]
         op = operators.get(entry["operator"])
         problem = op.problem(tuple(entry["sizes"]), entry["dtype"])
         genome = op.family.from_canonical(entry["genome"])
-        old = expand(_git_show(rev, f"{GOLDENS}/{entry['file']}"), runtime)
+        old = expand(_git_show(rev, f"{GOLDENS}/{entry['file']}"), runtime, pasted)
         row: dict[str, Any] = {"file": entry["file"], "old": _figures(compile_candidate(
             Candidate(problem, genome, op, source=old), TARGET)), "new": None}
         try:

@@ -4,7 +4,10 @@ tests/golden/files/manifest.json names every case (operator, problem, genome, sc
 it); each case's text is kept in files/<operator>/<shape>-<dtype>/<schedule>.py.golden, the module `evo export`
 writes in .../export.py.golden. The launch runtime every rendered module carries verbatim (evo/launch/runtime.py) is
 kept once, in files/_shared/launch_runtime.py.golden, and a golden holding that same text names it in one line
-(RUNTIME_REFERENCE): `expand` puts it back, so a golden compares with a rendering byte for byte.
+(RUNTIME_REFERENCE): `expand` puts it back, so a golden compares with a rendering byte for byte. So is the text of
+every real module a family pastes (operators/_paste.py: a kernel file, a launch plan, a self-check), kept once in
+files/_shared/<its path>.golden and named in one line by the goldens that hold it: a change to a kernel file shows
+as one diff of its shared golden, and each case's golden shows what its rendering assembles around it.
 """
 
 from __future__ import annotations
@@ -18,12 +21,14 @@ from typing import Any
 from evo.problem import Problem
 from tests.golden.cases import TARGET, Case
 
-__all__ = ["FILES", "MANIFEST", "RUNTIME", "REGENERATE", "read_manifest", "write_manifest", "render", "compact",
-           "expand", "runtime_block"]
+__all__ = ["FILES", "MANIFEST", "RUNTIME", "SHARED", "REGENERATE", "read_manifest", "write_manifest", "render",
+           "compact", "expand", "runtime_block", "pasted_blocks", "shared_path", "kept_pasted"]
 
 FILES = Path(__file__).resolve().parent / "files"
 MANIFEST = FILES / "manifest.json"
-RUNTIME = FILES / "_shared" / "launch_runtime.py.golden"
+SHARED = FILES / "_shared"
+RUNTIME = SHARED / "launch_runtime.py.golden"
+ROOT = Path(__file__).resolve().parents[2]
 REGENERATE = "python -m tests.golden.regenerate"
 RUNTIME_REFERENCE = "# ---- (the evo launch runtime: tests/golden/files/_shared/launch_runtime.py.golden) ----\n"
 _RUNTIME_START = "# ---- evo launch runtime "
@@ -102,11 +107,49 @@ def runtime_block(text: str) -> str | None:
     return text[start: len(text) if stop < 0 else stop + 1]
 
 
-def compact(text: str, runtime: str) -> str:
-    """`text` as kept on disk: the `runtime` block, where it holds exactly that, as RUNTIME_REFERENCE."""
-    return text.replace(runtime, RUNTIME_REFERENCE, 1) if runtime and runtime_block(text) == runtime else text
+def pasted_blocks() -> dict[str, str]:
+    """Repository path -> the text evo pastes from it into rendered modules (operators/_paste.py), for every module of
+    operators/ with the paste marker."""
+    from operators._paste import MARKER, pasted_source
+
+    out = {}
+    for path in sorted((ROOT / "operators").rglob("*.py")):
+        if "\n" + MARKER + "\n" in path.read_text():
+            out[path.relative_to(ROOT).as_posix()] = pasted_source(path)
+    return out
 
 
-def expand(kept: str, runtime: str) -> str:
-    """The rendering a kept golden stands for (RUNTIME_REFERENCE replaced by the kept runtime block)."""
+def shared_path(rel: str) -> Path:
+    """Where the golden of a pasted file's text is kept."""
+    return SHARED / f"{rel}.golden"
+
+
+def kept_pasted() -> dict[str, str]:
+    """Repository path -> the pasted text its shared golden keeps."""
+    if not SHARED.exists():
+        return {}
+    return {p.relative_to(SHARED).as_posix().removesuffix(".golden"): p.read_text()
+            for p in sorted(SHARED.rglob("*.py.golden")) if p != RUNTIME}
+
+
+def _pasted_reference(rel: str) -> str:
+    return f"# ---- (pasted verbatim from {rel}: tests/golden/files/_shared/{rel}.golden) ----\n"
+
+
+def compact(text: str, runtime: str, pasted: dict[str, str] | None = None) -> str:
+    """`text` as kept on disk: the `runtime` block, where it holds exactly that, as RUNTIME_REFERENCE, and each
+    `pasted` text (path -> text) it holds as its one reference line."""
+    if runtime and runtime_block(text) == runtime:
+        text = text.replace(runtime, RUNTIME_REFERENCE, 1)
+    for rel, block in (pasted or {}).items():
+        if block and block in text:
+            text = text.replace(block, _pasted_reference(rel), 1)
+    return text
+
+
+def expand(kept: str, runtime: str, pasted: dict[str, str] | None = None) -> str:
+    """The rendering a kept golden stands for (RUNTIME_REFERENCE replaced by the kept runtime block, each pasted
+    file's reference line by its kept text)."""
+    for rel, block in (pasted or {}).items():
+        kept = kept.replace(_pasted_reference(rel), block, 1)
     return kept.replace(RUNTIME_REFERENCE, runtime, 1)

@@ -18,9 +18,11 @@ from tests.golden.goldens import (
     MANIFEST,
     RUNTIME,
     compact,
+    pasted_blocks,
     read_manifest,
     render,
     runtime_block,
+    shared_path,
     write_manifest,
 )
 
@@ -50,9 +52,11 @@ def main(argv: list[str] | None = None) -> int:
         print("regenerate: two cases name one golden file", file=sys.stderr)
         return 1
     runtime = next((b for b in map(runtime_block, texts.values()) if b), "")
-    wanted = {FILES / name: compact(text, runtime) for name, text in texts.items()}
+    pasted = {rel: block for rel, block in pasted_blocks().items() if any(block in t for t in texts.values())}
+    wanted = {FILES / name: compact(text, runtime, pasted) for name, text in texts.items()}
     if runtime:
         wanted[RUNTIME] = runtime
+    wanted.update({shared_path(rel): block for rel, block in pasted.items()})
     changed = [path for path, text in wanted.items() if not path.exists() or path.read_text() != text]
     stray = [p for p in FILES.rglob("*.golden") if p not in wanted]
     manifest_changed = args.select is not None

@@ -12,9 +12,20 @@ import pytest
 
 import operators
 from tests.golden.cases import PROBLEMS
-from tests.golden.goldens import FILES, MANIFEST, REGENERATE, RUNTIME, expand, read_manifest, render
+from tests.golden.goldens import (
+    FILES,
+    MANIFEST,
+    REGENERATE,
+    RUNTIME,
+    SHARED,
+    expand,
+    kept_pasted,
+    read_manifest,
+    render,
+)
 
 CASES = read_manifest()
+PASTED = kept_pasted()  # repository path -> the pasted text its shared golden keeps
 DIFF_LINES = 40
 MAX_BYTES = 3_000_000
 
@@ -30,7 +41,7 @@ def _diff(kept: str, now: str, name: str) -> str:
 def test_rendering_is_the_golden(case):
     path = FILES / case.file
     assert path.exists(), f"golden {case.file} is missing: run `{REGENERATE}`"
-    kept = expand(path.read_text(), RUNTIME.read_text() if RUNTIME.exists() else "")
+    kept = expand(path.read_text(), RUNTIME.read_text() if RUNTIME.exists() else "", PASTED)
     now = render(case)
     if now != kept:
         pytest.fail(f"{case.operator} {case.problem.key} ({case.schedule}{', export' if case.export else ''}) renders "
@@ -57,7 +68,7 @@ def test_every_backend_is_kept():
 
 
 def test_goldens_are_the_manifests_and_small():
-    on_disk = {p.relative_to(FILES).as_posix() for p in FILES.rglob("*.golden") if p != RUNTIME}
+    on_disk = {p.relative_to(FILES).as_posix() for p in FILES.rglob("*.golden") if SHARED not in p.parents}
     named = {c.file for c in CASES}
     assert on_disk == named, (f"golden files no case names: {sorted(on_disk - named)[:5]}; run `{REGENERATE}` "
                               "to remove them")
