@@ -14,7 +14,7 @@ import ast
 import sys
 from pathlib import Path
 
-PACKAGES = ("evo", "genomes", "operators")
+PACKAGES = ("evo", "genomes", "operators", "benchmarks", "tools")
 MAX_FLOORS = 11  # issue 30: setting up a run (evo.search.run) split from the search itself (evo.search.loop)
 MAX_TOP_LEVEL = 14  # issue 29 added one room: zoo/ (a model -> its kernel problems and experiments), above experiment/
 ROOT = Path(__file__).resolve().parents[1]

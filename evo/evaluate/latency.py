@@ -5,7 +5,7 @@ A worker that frees up must find a compiled candidate. With `n` workers each tak
 candidates are consumed at n / m a second; a compile that takes `c` seconds therefore needs n * c / m compiles
 under way at all times (Little's law). When compiling is slower than measuring (GEMM: about 0.2 s of compile
 against 0.1 s on an H200), a fixed window of twice the workers starves them, the more so the more GPUs there
-are (evo.bench.driver_load: 68% of the ideal rate on 8 simulated GPUs, reports/gpu/driver-load-simulated.md).
+are (benchmarks.driver_load: 68% of the ideal rate on 8 simulated GPUs, reports/gpu/driver-load-simulated.md).
 """
 
 from __future__ import annotations

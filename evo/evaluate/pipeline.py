@@ -2,7 +2,7 @@
 
 Each stage takes the `Candidate` and either fills it in or ends it with its row (which the search stores at
 once). The stages are written once, here; an executor only decides where each runs, and `evo bench`,
-`evo.bench.measure_eval` and the GPU tests drive the same ones. Arguments typed `Any` are duck-typed on
+`benchmarks.measure_eval` and the GPU tests drive the same ones. Arguments typed `Any` are duck-typed on
 purpose: the backend and worker interfaces (evo.evaluate.backend) are one floor up.
 """
 

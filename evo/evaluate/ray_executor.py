@@ -158,7 +158,7 @@ class RayExecutor(Executor):
     def slots(self) -> int:
         # every worker's calls (evaluating and queued), one more compiled job per worker, a little compile-ahead
         # on top, and as many compiles again as it takes to feed the workers while they compile (a compile
-        # slower than a measurement would otherwise leave GPUs idle: evo.bench.driver_load measured it)
+        # slower than a measurement would otherwise leave GPUs idle: benchmarks.driver_load measured it)
         n = max(1, len(self._workers))
         return (_CALLS_PER_WORKER + 1) * n + 2 + self._latency.compile_ahead(n, self._compile_slots)
 

@@ -10,7 +10,7 @@ the results that came back, each stored and added to the archive as it arrives.
 The hand-over. A problem that will submit nothing more (its budget is reached, or every evaluation it may still make
 is in flight) keeps its last candidates in flight for a compile and a measurement. Searched strictly one after the
 other, the next problem's first candidates would only then be rendered and compiled, and every GPU would wait for
-them, the more often the faster the problems go (evo.bench.driver_load, two simulated GPUs, the ten LLM GEMMs at 150
+them, the more often the faster the problems go (benchmarks.driver_load, two simulated GPUs, the ten LLM GEMMs at 150
 evaluations each: busy 96% before, 98.6% with this and the threaded surrogate refit, on a quiet 2-core box;
 reports/gpu/driver-load-multiproblem-simulated.json). So the session starts the next problem's search ahead
 (`ahead`: elites transferred from the archives as they are at that moment, the family's seeds, random genomes) and

@@ -1,4 +1,4 @@
-"""`python -m evo.bench.measure_eval` on a GPU, small: candidates through the search's own Ray executor and
+"""`python -m benchmarks.measure_eval` on a GPU, small: candidates through the search's own Ray executor and
 stages (compile ahead on CPU tasks, check and time on one GPU actor), then one kernel timed in two fresh worker
 processes. Asserts what could really go wrong, not only a positive rate.
 
@@ -15,7 +15,7 @@ pytestmark = pytest.mark.gpu
 
 
 def test_measure_eval_small(tmp_path, monkeypatch):
-    from evo.bench.measure_eval import main
+    from benchmarks.measure_eval import main
 
     monkeypatch.setenv("OUT", str(tmp_path))
     assert main(["--count", "32", "--shape", "2048x2048x2048", "--compile-workers", "8", "--reps", "10",

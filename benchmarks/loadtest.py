@@ -5,7 +5,7 @@ compile pool and the store can be loaded as 1, 2, 4 or 8 GPUs would load them, o
 Nothing here is a fitness. Every row says so: gpu "loadtest", baseline "loadtest", versions {"mode":
 "loadtest"}, and reason LOADTEST_NOTE; the "median" is a number derived from the genome's hash so that the
 archive has something to keep, not a timing. The store serves an earlier measurement only for the same GPU
-name, so a load-test row can never be served as a result of a real run, and evo.bench.driver_load writes
+name, so a load-test row can never be served as a result of a real run, and benchmarks.driver_load writes
 its runs into a temporary directory it deletes.
 
 The executors drive this backend exactly as they drive evo.evaluate.worker.GpuBackend: compile runs as the

@@ -1,6 +1,6 @@
 """Measure the evaluator on a GPU: throughput with compilation overlapped, GPU busy share, repeatability.
 
-    python -m evo.bench.measure_eval [--count 300] [--shape 4096x4096x4096] [--dtype bf16] [--compile-workers N]
+    python -m benchmarks.measure_eval [--count 300] [--shape 4096x4096x4096] [--dtype bf16] [--compile-workers N]
 
 1. Throughput: `count` distinct GEMM candidates (the family's seeds, then random valid genomes) are
    compiled on CPU tasks ahead of one GPU worker (the search's Ray executor and pipeline stages), which checks
@@ -111,7 +111,7 @@ def _table(rows: list[tuple[str, str, str, str]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m evo.bench.measure_eval", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.measure_eval", description=__doc__.split("\n\n")[0])
     ap.add_argument("--operator", default="gemm")
     ap.add_argument("--shape", default="4096x4096x4096")
     ap.add_argument("--dtype", default="bf16")

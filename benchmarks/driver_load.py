@@ -1,6 +1,6 @@
 """A LOAD TEST of the search's driver: the real search (GEMM genomes, variation, archive, SQLite store, the Ray
 executor with its compile tasks and one actor per "GPU") run against fake GPU workers that hold each
-candidate for a recorded evaluation time (evo.bench.loadtest), as 1, 2, 4 and 8 GPUs would load it.
+candidate for a recorded evaluation time (benchmarks.loadtest), as 1, 2, 4 and 8 GPUs would load it.
 
 It answers where the CPU side saturates as GPUs are added: candidates per minute against the ideal
 (GPUs x recorded rate), the fake GPUs' busy share, the driver process's CPU use, the machine's, and (with
@@ -8,7 +8,7 @@ It answers where the CPU side saturates as GPUs are added: candidates per minute
 and look-up, Ray submits, waits and gets, events). Nothing it measures is a fitness; its runs live in a
 temporary directory that is deleted.
 
-    python -m evo.bench.driver_load --gpus 1 2 4 8 --seconds 20 --profile -o reports/gpu/driver-load-simulated.json
+    python -m benchmarks.driver_load --gpus 1 2 4 8 --seconds 20 --profile -o reports/gpu/driver-load-simulated.json
 
 `--problems llm` searches the ten GEMM shapes of experiments/llm_gemm.yaml one after the other, as that experiment
 does, instead of one 4096^3 problem: each problem stops at `--problem-evaluations` (llm_gemm's own budget is 400)
@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from evo.bench.loadtest import COMPILE_S, H200_EVAL_S, LOADTEST_GPU, LoadTestBackend
+from benchmarks.loadtest import COMPILE_S, H200_EVAL_S, LOADTEST_GPU, LoadTestBackend
 from evo.evaluate.occupancy import merge_summaries
 from evo.experiment.spec import Experiment
 
@@ -233,7 +233,7 @@ def run_load(gpus: int, seconds: float = 10.0, backend: LoadTestBackend | None =
 
 
 def _warm_task(seconds: float) -> None:
-    import evo.bench.loadtest  # noqa: F401 - what the compile tasks import
+    import benchmarks.loadtest  # noqa: F401 - what the compile tasks import
 
     time.sleep(seconds)
 
@@ -270,7 +270,7 @@ def run_matrix(gpus: Sequence[int], seconds: float, backend: LoadTestBackend, co
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m evo.bench.driver_load", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.driver_load", description=__doc__.split("\n\n")[0])
     ap.add_argument("--gpus", type=int, nargs="+", default=[1, 2, 4, 8], help="fake GPU counts to load")
     ap.add_argument("--seconds", type=float, default=20.0, help="search time per count")
     ap.add_argument("--eval-s", type=float, default=H200_EVAL_S, help="seconds a fake GPU holds a candidate")

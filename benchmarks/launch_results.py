@@ -1,4 +1,4 @@
-"""The launch benchmark's files: `launch-<gpu slug>.json` and a markdown table beside it (evo.bench.launch).
+"""The launch benchmark's files: `launch-<gpu slug>.json` and a markdown table beside it (benchmarks.launch).
 
 One document holds every problem of the experiments measured, one GPU model:
 

@@ -1,4 +1,4 @@
-"""The driver LOAD TEST (evo.bench.driver_load) run briefly on an embedded Ray: fake GPUs that hold each
+"""The driver LOAD TEST (benchmarks.driver_load) run briefly on an embedded Ray: fake GPUs that hold each
 candidate for a recorded time, with compiles slower than measurements (as GEMM's are on an H200). With the
 executor's old fixed window of 2 x GPUs + 2 candidates in flight, compiles starved a second GPU; the window is
 now sized from the measured latencies (how much that buys is the load test's report, not a timed test)."""
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from evo.bench.driver_load import run_matrix
-from evo.bench.loadtest import LOADTEST_GPU, LOADTEST_NOTE, LoadTestBackend
+from benchmarks.driver_load import run_matrix
+from benchmarks.loadtest import LOADTEST_GPU, LOADTEST_NOTE, LoadTestBackend
 from evo.evaluate import Candidate
 
 REPO = Path(__file__).resolve().parents[2]
@@ -50,7 +50,7 @@ def test_two_fake_gpus_get_a_wider_window(monkeypatch):
 
 
 def test_the_llm_problem_set_is_llm_gemm_yaml_with_or_without_the_surrogate():
-    from evo.bench.driver_load import PROBLEM_SETS, loadtest_experiment
+    from benchmarks.driver_load import PROBLEM_SETS, loadtest_experiment
     from evo.experiment.config import load_experiment
 
     llm = load_experiment(REPO / "experiments" / "llm_gemm.yaml")

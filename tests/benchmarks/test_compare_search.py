@@ -1,4 +1,4 @@
-"""The logic of the GPU comparison script (tests.gpu.compare_search) on CPU, with the test stand-in backend:
+"""The logic of the GPU comparison script (benchmarks.compare_search) on CPU, with the test stand-in backend:
 the grid measures every genome once, MAP-Elites is then served entirely from the store, and the counts
 to reach 99% of the grid's best are consistent."""
 
@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from benchmarks.compare_search import compare_problem, random_search_counts, table
 from evo.evaluate.executor import LocalExecutor
 from evo.store.sqlite import Store
 from tests.fixtures import search_fixtures as fx
-from tests.gpu.compare_search import compare_problem, random_search_counts, table
 
 
 def test_random_search_counts():

@@ -1,4 +1,4 @@
-"""The launch bench (evo.bench.launch) without a GPU: arguments and the work they plan, the one-line refusal,
+"""The launch bench (benchmarks.launch) without a GPU: arguments and the work they plan, the one-line refusal,
 one problem measured end to end on CPU tensors with stand-in timers (the figures are NOT timings), and the
 JSON/markdown writer given SYNTHETIC TEST DATA."""
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from evo.bench.launch import DEFAULT_EXPERIMENTS, Job, build_parser, launch_main, measure_problem, plan_jobs
-from evo.bench.launch_results import launch_paths, launch_table, to_markdown, write_launch
+from benchmarks.launch import DEFAULT_EXPERIMENTS, Job, build_parser, launch_main, measure_problem, plan_jobs
+from benchmarks.launch_results import launch_paths, launch_table, to_markdown, write_launch
 from evo.store.sqlite import Store
 from tests.bench.test_bench import _stand_in_timer
 from tests.bench.test_clocks_bench import _stand_in_clocks
@@ -77,7 +77,7 @@ def test_runs_pair_with_experiments_or_bring_their_own(tmp_path, monkeypatch, ca
 
 
 def test_refuses_without_a_gpu_in_one_line(capsys, monkeypatch):
-    import evo.bench.launch as launch
+    import benchmarks.launch as launch
 
     monkeypatch.setattr(launch, "_cuda_visible", lambda: False)
     assert launch_main([SOFTMAX, "--max-problems", "1"]) == 2
@@ -162,7 +162,7 @@ def test_write_launch_names_the_gpu_and_notes_what_was_not_timed(tmp_path):
 
 
 def test_merge_replaces_problems_measured_again_and_keeps_the_rest():
-    from evo.bench.launch_results import merge_launch
+    from benchmarks.launch_results import merge_launch
 
     def doc(gpu, keys, wall):  # TEST DATA: made-up documents
         return {"gpu": gpu, "problems": [{"key": k, "v": wall} for k in keys], "failures": [],
@@ -176,7 +176,7 @@ def test_merge_replaces_problems_measured_again_and_keeps_the_rest():
 
 
 def test_goal_misses_name_each_goal_a_problem_misses():
-    from evo.bench.launch_results import goal_misses
+    from benchmarks.launch_results import goal_misses
 
     def contender(gpu, call, graph, host):  # TEST DATA
         return {"status": "ok", "median_ms": gpu, "call_ms": call, "graph_ms": graph, "host_us": host}

@@ -1,6 +1,6 @@
-"""The pieces of `python -m evo.bench.measure_eval` that run without a GPU (the script itself runs on the GPU)."""
+"""The pieces of `python -m benchmarks.measure_eval` that run without a GPU (the script itself runs on the GPU)."""
 
-from evo.bench.measure_eval import _table, make_candidates, throughput
+from benchmarks.measure_eval import _table, make_candidates, throughput
 from evo.evaluate import Backend, CompileResult, LocalExecutor
 from evo.evaluate.worker import ChildWorker
 from evo.problem import HOPPER

@@ -1,4 +1,4 @@
-"""`python -m evo.bench.launch`: evo's kernels as a user gets them, on the clocks a user sees.
+"""`python -m benchmarks.launch`: evo's kernels as a user gets them, on the clocks a user sees.
 
 For each experiment (default: the four benchmark experiments) and each of its problems: take the elite of an
 already-searched run (`--run`) or of a short search made here (`--evaluations`, through `evo bench`'s search:
@@ -9,7 +9,7 @@ exported kernel on GPU time and on the clocks of evo.evaluate.clocks (eager call
 through `evo bench`'s measurement (evo.bench.measure). Last, the exported module's own `_evo_measure()` gives its
 ratio on the run's objective clock (`selfcheck_ratio`) beside its header's (`header_ratio`): a module that
 disagrees with its header is caught here. Writes `<out>/launch-<gpu slug>.json` and `.md`
-(evo.bench.launch_results) and prints the table last. Without a GPU it refuses in one line (exit status 2).
+(benchmarks.launch_results) and prints the table last. Without a GPU it refuses in one line (exit status 2).
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from benchmarks.launch_results import RIVAL, SCHEMA, launch_paths, launch_table, merge_launch, write_launch
 from evo.bench.cells import EVO_NAME
 from evo.bench.command import problem_entry, search_problems, select_problems, versions
-from evo.bench.launch_results import RIVAL, SCHEMA, launch_paths, launch_table, merge_launch, write_launch
 from evo.bench.measure import Clocks, Entrant, Timer, measure_contenders, user_clocks
 from evo.experiment.oneline import one_line
 from evo.experiment.rundir import EXPERIMENT_NAME, STORE_NAME
@@ -40,7 +40,7 @@ from evo.store.sqlite import Store
 __all__ = ["DEFAULT_EXPERIMENTS", "Job", "build_parser", "plan_jobs", "load_module", "measure_problem",
            "run_launch", "launch_main"]
 
-_ROOT = Path(__file__).resolve().parents[2]
+_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_EXPERIMENTS = tuple(str(_ROOT / "experiments" / f"{name}.yaml")
                             for name in ("bench_gemm_llm", "bench_gemm_ragged", "bench_softmax", "bench_rmsnorm"))
 
@@ -55,7 +55,7 @@ class Job:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m evo.bench.launch", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks.launch", description=__doc__.split("\n\n")[0])
     p.add_argument("experiments", nargs="*", metavar="EXPERIMENT",
                    help="experiment YAML files [the four bench_*.yaml: gemm_llm, gemm_ragged, softmax, rmsnorm]")
     p.add_argument("--run", nargs="+", metavar="RUN",
@@ -253,7 +253,7 @@ def _cuda_visible() -> bool:
 
 
 def launch_main(argv: list[str] | None = None) -> int:
-    """Entry point of `python -m evo.bench.launch ARGS`; returns the exit status."""
+    """Entry point of `python -m benchmarks.launch ARGS`; returns the exit status."""
     args = build_parser().parse_args(argv)
     try:
         jobs = plan_jobs(args)

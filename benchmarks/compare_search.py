@@ -1,6 +1,6 @@
 """MAP-Elites against random search and an exhaustive grid, on GEMM bf16, on one GPU (a GPU script).
 
-    python -m tests.gpu.compare_search [--shapes 4096x4096x4096 128x4096x14336] [--seeds 0 1 2] [--store PATH]
+    python -m benchmarks.compare_search [--shapes 4096x4096x4096 128x4096x14336] [--seeds 0 1 2] [--store PATH]
 
 The genome space is restricted (SPACE) to a few hundred valid genomes per shape. First every valid genome
 is measured once through the real evaluator (compile ahead on CPUs, check and time against cuBLAS on the
@@ -156,7 +156,7 @@ def table(results: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.gpu.compare_search", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.compare_search", description=__doc__.split("\n\n")[0])
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--budget-fraction", type=float, default=0.4,
