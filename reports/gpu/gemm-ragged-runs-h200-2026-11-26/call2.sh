@@ -52,7 +52,7 @@ while read key path ratio; do
       if [ $what = elite ]; then arg="--bench $path"; else [ -s /tmp/g$i.json ] || continue; arg="--genome /tmp/g$i.json"; fi
       CUDA_VISIBLE_DEVICES=$i timeout 70 ncu --clock-control none --nvtx --nvtx-include "profile/" --section SpeedOfLight \
         --section WarpStateStats --section LaunchStats --section Occupancy --section MemoryWorkloadAnalysis \
-        python3 tests/gpu/profile_kernel.py "$key" $arg --rivals cublas,torch_compile > $R/prof/ncu-$n-$what.txt 2>&1
+        python3 tools/profile_kernel.py "$key" $arg --rivals cublas,torch_compile > $R/prof/ncu-$n-$what.txt 2>&1
     done ) &
   i=$((i+1))
 done < /tmp/worst.txt

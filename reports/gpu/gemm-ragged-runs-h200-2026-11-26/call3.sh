@@ -8,11 +8,11 @@ R=/tmp/res; mkdir -p $R
 nvidia-smi -L
 sed 's/^  gpus: null.*/  gpus: null\n  compile_workers: 16/' experiments/bench_gemm_llm.yaml > /tmp/llm.yaml
 T0=$(date +%s)
-( CUDA_VISIBLE_DEVICES=0 taskset -c 48-63 timeout 250 python3 tests/gpu/probe_gluon_stream_k.py $R/probe-sk.json > $R/probe-sk.log 2>&1
+( CUDA_VISIBLE_DEVICES=0 taskset -c 48-63 timeout 250 python3 tools/probe_gluon_stream_k.py $R/probe-sk.json > $R/probe-sk.log 2>&1
   echo '{"BLOCK_M":128,"BLOCK_N":256,"BLOCK_K":64,"num_stages":3,"num_warps":8,"backend":"gluon","memory":"host_descriptor","persistent":true,"stream_k":true}' > /tmp/sk.json
   CUDA_VISIBLE_DEVICES=0 taskset -c 48-63 timeout 120 ncu --clock-control none --nvtx --nvtx-include "profile/" --section SpeedOfLight \
     --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis --section LaunchStats \
-    python3 tests/gpu/profile_kernel.py gemm:777x4096x4096:bf16 --genome /tmp/sk.json > $R/ncu-sk-777.txt 2>&1 ) &
+    python3 tools/profile_kernel.py gemm:777x4096x4096:bf16 --genome /tmp/sk.json > $R/ncu-sk-777.txt 2>&1 ) &
 lane() {  # lane GPU CORES PROBLEM...
   local gpu=$1 cores=$2; shift 2
   for p in "$@"; do

@@ -8,7 +8,7 @@ For each shape (bf16 unless given), in one process on one GPU:
 3. a list of evo genomes timed interleaved with cuBLAS and torch.compile on the same inputs, each checked
    first on a NaN-poisoned output.
 
-    python tests/gpu/probe_ragged.py [--sweep] [--no-compile] [MxNxK[:dtype] ...]   # writes $EVO_OUT/probe_ragged.json
+    python tools/probe_ragged.py [--sweep] [--no-compile] [MxNxK[:dtype] ...]   # writes $EVO_OUT/probe_ragged.json
 
 `--sweep` adds every valid genome of a grid over tiles, stages, warps, memory path and grid for the first
 shape: does the space hold a better kernel than the search found? `--no-compile` leaves torch.compile out.
@@ -196,7 +196,7 @@ def probe(spec: str, sweep: bool, with_compile: bool = True) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     if __package__ in (None, ""):
-        sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     sweep = "--sweep" in argv
     specs = [a for a in argv if not a.startswith("--")] or DEFAULT_SHAPES
     rows = []

@@ -6,7 +6,7 @@ source: no fix-up at all (a shared tile is not stored), no summing reads (partia
 publishing (counted and read only). The cut variants compute wrong outputs on purpose: they are timed, and their
 `correct` column says so. do_bench medians beside cuBLAS, one process on one GPU.
 
-    python tests/gpu/probe_gluon_stream_k.py OUT.json
+    python tools/probe_gluon_stream_k.py OUT.json
 """
 
 from __future__ import annotations

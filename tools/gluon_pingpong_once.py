@@ -1,7 +1,7 @@
 """One two-consumer (ping-pong) Gluon GEMM at a small shape, for compute-sanitizer to watch (it found nothing
 wrong once the consumers took turns at the ring: operators/gemm/gluon_source.py).
 
-    compute-sanitizer --tool memcheck python tests/gpu/gluon_pingpong_once.py [M N K]
+    compute-sanitizer --tool memcheck python tools/gluon_pingpong_once.py [M N K]
 
 The shape needs two tiles or more per program (e.g. 2048 2048 256 on 132 SMs) for the second consumer to run.
 """
@@ -16,7 +16,7 @@ def main(argv: list[str]) -> int:
     import torch
 
     if __package__ in (None, ""):
-        sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import operators
     from evo.evaluate.modules import load_source
     from genomes.gemm_gluon import GLUON_FIXED

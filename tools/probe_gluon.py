@@ -6,7 +6,7 @@ timed interleaved with cuBLAS (evo.evaluate.timing: L2 flushed, CUDA events, med
 Gluon kernels, evo's Triton seeds that won large shapes before (persistent host-TMA 128x256) and cuBLAS timed
 together. Writes $EVO_OUT/probe_gluon.json after every shape and prints a table last.
 
-    python tests/gpu/probe_gluon.py [--consumers=1|2] [--split=1,3,4] [--rows] [--jobs=N] [MxNxK[:dtype] ...]
+    python tools/probe_gluon.py [--consumers=1|2] [--split=1,3,4] [--rows] [--jobs=N] [MxNxK[:dtype] ...]
 
 --rows probes the consumers that split every tile's rows (consumer_split=rows: 128 or 192 rows, 64 per consumer)
 against the one-consumer 128x192 and 128x256 kernels instead of the default grid.
@@ -70,7 +70,7 @@ def probe(spec: str, consumers: tuple[int, ...] = (1, 2), splits: tuple[int, ...
     from evo.evaluate.modules import load_source
     from evo.evaluate.timing import time_interleaved
     from evo.problem import Target
-    from tests.gpu.probe_ragged import _check
+    from tools.probe_ragged import _check
 
     shape_text, _, dtype = spec.partition(":")
     op, target = operators.get("gemm"), Target.from_torch()
@@ -128,7 +128,7 @@ def main(argv: list[str]) -> int:
     import os
 
     if __package__ in (None, ""):
-        sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     out = Path(os.environ.get("EVO_OUT") or "/tmp")
     out.mkdir(parents=True, exist_ok=True)
     results = []

@@ -1,7 +1,7 @@
 """Run a committed bench's elite and the eager contender once each at one problem, for a profiler to read.
 
     ncu --clock-control none --section SpeedOfLight --csv \
-        python tests/gpu/profile_fused.py reports/bench/gemm-swiglu-nvidia-h100-80gb-hbm3.json 2048x14336x4096
+        python tools/profile_fused.py reports/bench/gemm-swiglu-nvidia-h100-80gb-hbm3.json 2048x14336x4096
 
 The elite is rendered from the bench file's genome (any operator: `gemm+swiglu`, `softmax`, ...); eager is the
 operator's primary baseline (for fused GEMMs: cuBLAS, then the epilogue's torch ops). Each runs three times after
@@ -19,7 +19,7 @@ def main(argv: list[str]) -> int:
     import torch
 
     if __package__ in (None, ""):
-        sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import operators
     from evo.evaluate.modules import load_source
     from evo.problem import Problem, Target

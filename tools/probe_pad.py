@@ -9,7 +9,7 @@ For each shape whose N is odd, in one process, timed interleaved with cuBLAS on 
 - `pad_kernel_no_out`: the evo module called without `out` (C returned as a view of its padded rows).
 A stream-K section times persistent 128x256 kernels with and without stream-K on ragged squares.
 
-    python tests/gpu/probe_pad.py        # writes $EVO_OUT/probe_pad.json
+    python tools/probe_pad.py        # writes $EVO_OUT/probe_pad.json
 """
 
 # ruff: noqa: B008, B023  (every lambda is timed within the iteration that made it)
@@ -59,7 +59,7 @@ def main() -> int:
     import torch
 
     if __package__ in (None, ""):
-        sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import operators
     from evo.evaluate.timing import time_interleaved
     from evo.problem import Target

@@ -8,7 +8,7 @@ flushed, CUDA events, medians); then the best three Gluon kernels, the committed
 is a Triton kernel (else the family's first Triton seed), and SDPA with the cuDNN and the flash backends timed
 together. Writes $EVO_OUT/probe_gluon_attention.json after every kernel and prints a table last.
 
-    python tests/gpu/probe_gluon_attention.py [--quick] [--jobs=N] [operator:shape:dtype ...]
+    python tools/probe_gluon_attention.py [--quick] [--jobs=N] [operator:shape:dtype ...]
 
 The kernels are compiled ahead in N processes (default: the machine's CPUs, at most 16), as a search does.
 
@@ -32,7 +32,7 @@ try:
 except ImportError:  # the GPU machine may run this file as a plain script without pytest
     pytest = None
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = ["attention:1x32x8x8192x8192x128:bf16", "attention+causal:1x32x8x8192x8192x128:bf16"]
 
 

@@ -1,7 +1,7 @@
 """Run one evo kernel and the contenders users would pick instead, for a profiler (ncu) to read.
 
     ncu --clock-control none --nvtx --nvtx-include "profile/" --section SpeedOfLight --section WarpStateStats \
-        python tests/gpu/profile_kernel.py KEY [--genome JSON | --bench FILE] [--rivals NAME,NAME]
+        python tools/profile_kernel.py KEY [--genome JSON | --bench FILE] [--rivals NAME,NAME]
 
 KEY is operator:shape:dtype (`gemm:3000x3000x3000:bf16`, `attention:1x32x8x8192x8192x128:bf16`). The kernel is the
 genome given as JSON or a .json file of it (its genes over the family's base), else the elite of KEY in a committed
@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _genome(op: Any, problem: Any, target: Any, genome: str | None, bench: str | None) -> Any:

@@ -9,7 +9,7 @@ Two questions, one process per GPU, everything timed interleaved with cuBLAS on 
    output (a race shows as a moving error or unwritten outputs), then timed beside cuBLAS and beside the same
    genome without stream-K.
 
-    python tests/gpu/probe_stream_k.py            # writes $EVO_OUT/probe_stream_k.json (or /tmp)
+    python tools/probe_stream_k.py            # writes $EVO_OUT/probe_stream_k.json (or /tmp)
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ CHECKS = 3
 
 def _elite(operator: str, shape: tuple[int, ...]) -> dict[str, Any]:
     """The committed bench's elite genome for one shape (genes added since then take their base values)."""
-    path = Path(__file__).resolve().parents[2] / f"reports/bench/{operator}-nvidia-h200.json"
+    path = Path(__file__).resolve().parents[1] / f"reports/bench/{operator}-nvidia-h200.json"
     for p in json.loads(path.read_text())["problems"]:
         if tuple(p[d] for d in p["dims"]) == shape:
             return p["evo_genome"]
@@ -218,5 +218,5 @@ def main() -> int:
 
 if __name__ == "__main__":
     if __package__ in (None, ""):  # run as a file: make the repository importable
-        sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     sys.exit(main())

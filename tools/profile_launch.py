@@ -1,6 +1,6 @@
 """Where a call's host time goes: the layers of an evo entry function, peeled one at a time, on the GPU's host.
 
-    python tests/gpu/profile_launch.py      # prints a table; $EVO_OUT/launch-profile.json when EVO_OUT is set
+    python tools/profile_launch.py      # prints a table; $EVO_OUT/launch-profile.json when EVO_OUT is set
 
 Per kernel: the torch function users would call instead; the entry function as users call it (allocating its
 result); with `out=` (no allocation); the plan's run() (no signature key, no look-up); the bound kernel's
