@@ -47,7 +47,7 @@ from genomes.attention_resources import (
     smem_estimate,
     tile_rows,
 )
-from genomes.attention_rules import PLAN, rules
+from genomes.attention_rules import PLAN, model_switches, rules
 from genomes.base import Descriptor, Genome, GenomeFamily
 from genomes.genes import Boolean, Categorical, Gene, IntChoice, PowerOfTwo
 from genomes.rule_table import plan_repair, table_violations
@@ -154,7 +154,8 @@ class AttentionFamily(GenomeFamily):
                             reduce=r) for r in ("last_program", "launch") for n, w in ((64, 4), (128, 4), (128, 8))]
         decode += [self.base(BLOCK_M=64, BLOCK_N=64, num_warps=4, pack_gqa=True, kv_split=max(1, split // 2))]
         raw = decode + prefill if rows <= 64 else prefill + decode
-        if problem.dims["q_len"] >= MIN_GLUON_ROWS:  # FlashAttention-3's forms: warp roles through Gluon
+        # FlashAttention-3's forms: warp roles through Gluon (which has no logit cap or window)
+        if problem.dims["q_len"] >= MIN_GLUON_ROWS and not model_switches(problem):
             gluon = dict(GLUON_FIXED, backend="gluon")
             order = "reverse" if "causal" in problem.operator.split("+") else "forward"  # longest rows first
             raw = [self.base(**gluon, BLOCK_M=m, BLOCK_N=n, num_warps=w, num_stages=s, consumers=c, overlap=o,

@@ -27,10 +27,10 @@ from genomes.attention_resources import (
 )
 from genomes.rule_table import Rule, domains, outside
 
-__all__ = ["PLAN", "rules"]
+__all__ = ["PLAN", "rules", "model_switches"]
 
-PLAN = ("gluon", "triton_genes", "pack_gqa", "block_m_rows", "block_n_keys", "registers", "threads", "smem",
-        "persistent_smem", "kv_split_blocks", "reduce", "tma_rows")
+PLAN = ("triton_only", "gluon", "triton_genes", "pack_gqa", "block_m_rows", "block_n_keys", "registers", "threads",
+        "smem", "persistent_smem", "kv_split_blocks", "reduce", "tma_rows")
 
 
 def _triton(check: Callable[[Mapping[str, Any], Problem, Target], str | None]
@@ -38,6 +38,22 @@ def _triton(check: Callable[[Mapping[str, Any], Problem, Target], str | None]
     """`check` for the Triton rendering: a Gluon genome keeps it (the Gluon rule judges those)."""
     return lambda g, p, t: check(g, p, t) if g["backend"] == "triton" else None
 
+
+def model_switches(problem: Problem) -> list[str]:
+    """The options of `problem`'s operator that only the Triton kernel implements (a model's logit cap and sliding
+    window: attention+causal+softcap50+window4096 -> ['softcap50', 'window4096'])."""
+    return [o for o in problem.operator.split("+")[1:] if o.startswith(("softcap", "window"))]
+
+def _triton_only(g, p, t):
+    found = model_switches(p)
+    if g["backend"] == "gluon" and found:
+        return (f"backend gluon: {' and '.join(found)} are switches of the Triton kernel only (SOFTCAP and WINDOW; "
+                "the Gluon kernel has neither)")
+    return None
+
+def _fix_triton_only(fam, g, p, t):
+    fam._set(g, "backend", "triton")
+    return False
 
 def _gluon(g, p, t):
     return gluon_violations(g, p, t) if g["backend"] == "gluon" else []
@@ -137,6 +153,7 @@ def rules(family: Any) -> tuple[Rule, ...]:
     """The table of `family` (an AttentionFamily: its `reduce` domain), in the order violations() reports it."""
     first_reduce = family.genes["reduce"].values[0]
     return (
+        Rule("triton_only", _triton_only, _fix_triton_only),
         Rule("gluon", _gluon, _fix_gluon, steer=partial(_gluon_steer, family_domains=domains(family))),
         Rule("triton_genes", _triton(_triton_genes), _fix_triton_genes),
         Rule("registers", _triton(_registers), _fix_registers),

@@ -70,9 +70,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tens
 '''
 
 
-def attention_config(g: dict[str, Any], causal: bool, problem: Problem, target: Target) -> dict[str, Any]:
+def attention_config(g: dict[str, Any], causal: bool, problem: Problem, target: Target, softcap: float = 0.0,
+                     window: int = 0) -> dict[str, Any]:
     """The CONFIG a rendered module's plan reads: the genome's structure as the kernel's switches, its tiles and
-    launch options, and the persistent grid's size on `target` (0: one program per work item)."""
+    launch options, the persistent grid's size on `target` (0: one program per work item), and the model's logit
+    cap and sliding window (0: none; the Triton kernel's only: the rules keep such variants off Gluon)."""
     programs = g["persistent"] * target.num_sms
     common = {"CAUSAL": causal, "BLOCK_M": g["BLOCK_M"], "BLOCK_N": g["BLOCK_N"], "NUM_WARPS": g["num_warps"],
               "NUM_STAGES": g["num_stages"], "REVERSE": g["q_order"] == "reverse", "PROGRAMS": programs}
@@ -84,7 +86,7 @@ def attention_config(g: dict[str, Any], causal: bool, problem: Problem, target: 
     return {**common, "PACK_GQA": bool(g["pack_gqa"]), "SPLIT": g["kv_split"],
             "LAST_PROGRAM": g["kv_split"] > 1 and g["reduce"] == "last_program",
             "MASK_ALL": g["mask_loop"] == "masked", "TILES_FIRST": g["grid"] == "tiles_first",
-            "TMA": g["kv_load"] == "tma", "SOFTCAP": 0.0, "WINDOW": 0}  # no operator variant sets these yet
+            "TMA": g["kv_load"] == "tma", "SOFTCAP": float(softcap), "WINDOW": int(window)}
 
 
 def _summary(g: dict[str, Any], head_dim: int, target: Target) -> str:
@@ -114,15 +116,26 @@ def _summary(g: dict[str, Any], head_dim: int, target: Target) -> str:
             + (f"; {'; '.join(structure)}." if structure else "."))
 
 
-def render_module(name: str, g: dict[str, Any], causal: bool, problem: Problem, target: Target) -> str:
-    """The module of genome values `g` (valid for `problem` on `target`) for operator `name`."""
+def _model_text(softcap: float, window: int) -> str:
+    """What a model's switches add to the title and docstring ('' without them)."""
+    parts = ([f"logits soft-capped at {softcap:g}"] if softcap else []) + \
+        ([f"a sliding window of {window} keys"] if window else [])
+    return f" ({' and '.join(parts)})" if parts else ""
+
+
+def render_module(name: str, g: dict[str, Any], causal: bool, problem: Problem, target: Target, softcap: float = 0.0,
+                  window: int = 0) -> str:
+    """The module of genome values `g` (valid for `problem` on `target`) for operator `name`; `softcap` and `window`
+    (0: none) a model's logit cap and sliding window."""
     shape, kind = problem.dims, "causal (bottom-right) " if causal else ""
-    title = (f"evo kernel: {kind}attention, rendered for {problem.key} on {target.name} ({name}: {shape['heads']} "
-             f"query heads on {shape['kv_heads']} KV heads, head dim {shape['head_dim']}).")
-    config = attention_config(g, causal, problem, target)
+    model = _model_text(softcap, window)
+    title = (f"evo kernel: {kind}attention{model}, rendered for {problem.key} on {target.name} ({name}: "
+             f"{shape['heads']} query heads on {shape['kv_heads']} KV heads, head dim {shape['head_dim']}).")
+    config = attention_config(g, causal, problem, target, softcap, window)
     gluon = g["backend"] == "gluon"
     doc = (f"{'Causal (bottom-right) s' if causal else 'S'}oftmax(q k^T * scale) v per head, k and v shared by groups "
-           "of query\n    heads (GQA); scale defaults to 1/sqrt(head_dim). q [B, Hq, Lq, D], k and v [B, Hkv, Lk, D].")
+           "of query\n    heads (GQA)" + (f";{model[1:-1]}" if model else "")
+           + "; scale defaults to 1/sqrt(head_dim). q [B, Hq, Lq, D], k and v [B, Hkv, Lk, D].")
     header = _HEADER.format(
         title=title, summary=textwrap.fill(_summary(g, shape["head_dim"], target), 116), doc=doc,
         imports=_GLUON_IMPORTS if gluon else _TRITON_IMPORTS, runtime=runtime_source().rstrip("\n"),

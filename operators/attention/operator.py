@@ -1,5 +1,10 @@
 """Attention forward: O = softmax(Q K^T * scale) V per head, `attention` (every key visible) and `attention+causal`
-(bottom-right causal mask), query heads sharing key/value heads (GQA, MQA), head dim of any size.
+(bottom-right causal mask), query heads sharing key/value heads (GQA, MQA), head dim of any size. A model's logit
+soft-capping and sliding window are options whose value the name carries, so that a problem says what it computes:
+`+softcap50` caps the logits, 50 * tanh(logits / 50) (Gemma 2's attn_logit_softcapping), and `+window4096` lets a
+query see only the 4096 keys ending at its own (Gemma 2's and Mistral's sliding_window; causal only), in the order
+causal, softcap, window (`attention+causal+softcap50+window4096`: Gemma 2's local layers). Their baselines are
+model_baselines.py's (SDPA cannot cap); they run in the Triton kernel only (a rule keeps them off Gluon).
 
 Problem dims: batch, heads (query heads), kv_heads, q_len, kv_len, head_dim; inputs q[B, Hq, Lq, D] and
 k, v[B, Hkv, Lk, D] as `torch.nn.functional.scaled_dot_product_attention` takes them. Decode is q_len 1-16 against
@@ -16,10 +21,11 @@ from typing import Any
 from evo.problem import DTYPES, Problem, Target
 from genomes.attention import AttentionFamily
 from genomes.base import Genome, GenomeFamily, InvalidGenome
+from operators.attention.model_baselines import model_baselines
 from operators.attention.module import render_module
 from operators.base import Baseline, Operator
 
-__all__ = ["AttentionOperator", "attention_variant", "TOLERANCE", "causal_pairs"]
+__all__ = ["AttentionOperator", "attention_variant", "TOLERANCE", "causal_pairs", "visible_pairs", "variant_name"]
 
 # Relative Frobenius error accepted: the probabilities are rounded to the input dtype before P V (as every
 # FlashAttention does), a few units of that rounding; a wrong key block or head is orders of magnitude more.
@@ -32,6 +38,23 @@ _BACKENDS = (("sdpa_flash", "FLASH_ATTENTION"), ("sdpa_efficient", "EFFICIENT_AT
 def causal_pairs(n_q: int, n_k: int) -> int:
     """(query, key) pairs a bottom-right causal mask keeps: query i of n_q sees min(n_k, i + n_k - n_q + 1) keys."""
     return n_q * (n_k - n_q) + n_q * (n_q + 1) // 2
+
+
+def visible_pairs(n_q: int, n_k: int, causal: bool, window: int) -> int:
+    """(query, key) pairs a mask keeps: bottom-right causal and, with a window, only the `window` keys ending at
+    each query's position (query i at key position i + n_k - n_q)."""
+    if not window:
+        return causal_pairs(n_q, n_k) if causal else n_q * n_k
+    first = n_k - n_q  # key position of the first query: it sees min(p + 1, window) keys at position p
+    full_from = max(first, window - 1)  # positions from which a query sees a whole window
+    ramp = sum(p + 1 for p in range(first, min(full_from, n_k)))
+    return ramp + window * max(0, n_k - full_from)
+
+
+def variant_name(causal: bool, softcap: float = 0.0, window: int = 0) -> str:
+    """The operator's name for these options, in their canonical order and spelling."""
+    return ("attention" + ("+causal" if causal else "") + (f"+softcap{softcap:g}" if softcap else "")
+            + (f"+window{window}" if window else ""))
 
 
 def _sdpa(causal: bool, backend: str | None) -> Any:
@@ -75,9 +98,13 @@ class AttentionOperator(Operator):
     throughput_unit = "TFLOP/s"
     torch_schema = "(Tensor q, Tensor k, Tensor v, float? scale=None) -> Tensor"
 
-    def __init__(self, overrides: dict[str, list[Any]] | None = None, causal: bool = False) -> None:
-        self.causal = causal
-        self.name = "attention+causal" if causal else "attention"
+    def __init__(self, overrides: dict[str, list[Any]] | None = None, causal: bool = False, softcap: float = 0.0,
+                 window: int = 0) -> None:
+        if softcap < 0 or window < 0 or (window and not causal):
+            raise ValueError(f"attention: a cap > 0 and, with a causal mask, a window > 0; got softcap {softcap}, "
+                             f"window {window}, causal {causal}")
+        self.causal, self.softcap, self.window = causal, float(softcap), int(window)
+        self.name = variant_name(causal, self.softcap, self.window)
         super().__init__(overrides)
 
     def make_family(self, overrides: dict[str, list[Any]] | None) -> GenomeFamily:
@@ -99,7 +126,7 @@ class AttentionOperator(Operator):
         reasons = self.family.violations(genome, problem, target)
         if reasons:
             raise InvalidGenome(f"genome {genome} is not valid for {problem.key}: {'; '.join(reasons)}")
-        return render_module(self.name, genome.as_dict(), self.causal, problem, target)
+        return render_module(self.name, genome.as_dict(), self.causal, problem, target, self.softcap, self.window)
 
     # -- judging a kernel ---------------------------------------------------------------------------
     def tensor_shapes(self, problem: Problem) -> list[tuple[int, ...]]:
@@ -136,10 +163,15 @@ class AttentionOperator(Operator):
                 for start in range(0, n_q, rows):
                     qf = q[i, h * group:(h + 1) * group, start:start + rows].float()
                     s = qf @ kf.T / math.sqrt(d)
+                    if self.softcap:
+                        s = self.softcap * torch.tanh(s / self.softcap)
                     if self.causal:
-                        pos = torch.arange(start, start + qf.shape[1], device=q.device)[:, None]
-                        s = s.masked_fill(torch.arange(n_k, device=q.device)[None, :] > pos + (n_k - n_q),
-                                          float("-inf"))
+                        pos = torch.arange(start, start + qf.shape[1], device=q.device)[:, None] + (n_k - n_q)
+                        keys = torch.arange(n_k, device=q.device)[None, :]
+                        hidden = keys > pos
+                        if self.window:
+                            hidden |= keys <= pos - self.window
+                        s = s.masked_fill(hidden, float("-inf"))
                     out[i, h * group:(h + 1) * group, start:start + rows] = torch.softmax(s, dim=-1) @ vf
         return out
 
@@ -147,19 +179,23 @@ class AttentionOperator(Operator):
         return TOLERANCE[problem.dtype]
 
     def baselines(self) -> list[Baseline]:
+        if self.softcap or self.window:
+            return model_baselines(self.causal, self.softcap, self.window)[:1]
         mask = "bottom-right causal mask" if self.causal else "no mask"
         return [Baseline("sdpa", _sdpa(self.causal, None),
                          f"torch.nn.functional.scaled_dot_product_attention, {mask}, the backend PyTorch picks")]
 
     def bench_baselines(self) -> list[Baseline]:
+        if self.softcap or self.window:
+            return model_baselines(self.causal, self.softcap, self.window)
         return self.baselines() + [Baseline(name, _sdpa(self.causal, backend), f"SDPA with only {backend} enabled")
                                    for name, backend in _BACKENDS]
 
     def flops(self, problem: Problem) -> int:
-        """4 per (query, key) pair and head dimension (two matrix products), per query head; the causal mask
-        counts only the pairs it keeps."""
+        """4 per (query, key) pair and head dimension (two matrix products), per query head; the causal mask and
+        the window count only the pairs they keep."""
         d = problem.dims
-        pairs = causal_pairs(d["q_len"], d["kv_len"]) if self.causal else d["q_len"] * d["kv_len"]
+        pairs = visible_pairs(d["q_len"], d["kv_len"], self.causal, self.window)
         return 4 * d["batch"] * d["heads"] * pairs * d["head_dim"]
 
     def bytes(self, problem: Problem) -> int:
@@ -190,6 +226,8 @@ class AttentionOperator(Operator):
         q = (d["batch"], d["heads"], d["q_len"], d["head_dim"])
         kv = (d["batch"], d["kv_heads"], d["kv_len"], d["head_dim"])
         gqa = ", enable_gqa=True" if d["heads"] != d["kv_heads"] else ""
+        if self.softcap or self.window:
+            return self._model_selfcheck_source(problem, q, kv)
         if not self.causal:
             mask = ""
         elif d["q_len"] == d["kv_len"]:
@@ -231,9 +269,94 @@ class AttentionOperator(Operator):
             "    return (q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3])",
         ]) + "\n"
 
+    def _model_selfcheck_source(self, problem: Problem, q: tuple[int, ...], kv: tuple[int, ...]) -> str:
+        """The self-check of a variant with a cap or a window: the formula in fp32 and, as the baseline (a zoo's
+        fallback), Gemma 2's eager attention as transformers writes it."""
+        cap, window, causal = self.softcap, self.window, self.causal
+        seen = [
+            "    n_q, n_k = q.shape[2], k.shape[2]",
+            "    pos = torch.arange(n_q, device=q.device)[:, None] + (n_k - n_q)",
+            "    keys = torch.arange(n_k, device=q.device)[None, :]",
+            f"    return (keys <= pos){f' & (keys > pos - {window})' if window else ''}",
+        ]
+        return "\n".join([
+            "import math",
+            "",
+            "import torch",
+            "",
+            f"SELFCHECK_TOLERANCE = {self.tolerance(problem)!r}",
+            "",
+            "",
+            "def selfcheck_inputs(device):",
+            '    """Fresh standard-normal q, k, v (never zeros), seeded."""',
+            "    gen = torch.Generator(device=device).manual_seed(20240611)",
+            f"    dtype = torch.{DTYPES[problem.dtype]}",
+            f"    return tuple(torch.randn(s, generator=gen, device=device, dtype=dtype) for s in ({q}, {kv}, {kv}))",
+            "",
+            "",
+            "def _seen(q, k):",
+            '    """The keys each query sees (bottom-right causal' + (f", a {window}-key window" if window else "")
+            + ')."""',
+            *(seen if causal else ["    return torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device)"]),
+            "",
+            "",
+            "def _scores(q, k, scale):",
+            "    group = q.shape[1] // k.shape[1]",
+            "    s = torch.matmul(q, k.repeat_interleave(group, dim=1).transpose(2, 3)) * scale",
+            *([f"    s = torch.tanh(s / {cap!r}) * {cap!r}  # the logits soft-capped"] if cap else []),
+            "    return s",
+            "",
+            "",
+            "def selfcheck_reference(q, k, v):",
+            "    q, k, v = q.float(), k.float(), v.float()",
+            "    s = _scores(q, k, 1.0 / math.sqrt(q.shape[-1])).masked_fill(~_seen(q, k), float('-inf'))",
+            "    return torch.softmax(s, dim=-1) @ v.repeat_interleave(q.shape[1] // k.shape[1], dim=1)",
+            "",
+            "",
+            "def selfcheck_baseline(q, k, v, scale=None):  # transformers' Gemma-2 eager attention (a zoo's fallback)",
+            "    s = _scores(q, k, 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)",
+            "    s = s.masked_fill(~_seen(q, k), torch.finfo(q.dtype).min)",
+            "    p = torch.softmax(s, dim=-1, dtype=torch.float32).to(q.dtype)",
+            "    return torch.matmul(p, v.repeat_interleave(q.shape[1] // k.shape[1], dim=1))",
+            "",
+            "",
+            "def problem_sizes(q, k, v):",
+            "    return (q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3])",
+        ]) + "\n"
+
+
+def _number(option: str, prefix: str, kind: type) -> Any:
+    """The value of option `prefix<value>` in its canonical spelling; ValueError naming the option otherwise."""
+    text = option[len(prefix):]
+    try:
+        value = kind(text)
+    except ValueError:
+        value = None
+    canonical = f"{value:g}" if kind is float and value is not None else str(value)
+    if value is None or not value > 0 or not math.isfinite(value) or text != canonical:
+        example = {"softcap": "softcap50 (Gemma 2's attn_logit_softcapping)",
+                   "window": "window4096 (Gemma 2's sliding_window)"}[prefix]
+        hint = f" (write it {prefix}{canonical})" if value is not None and value > 0 and text != canonical else ""
+        raise ValueError(f"attention option {option!r}: {prefix} takes a positive {kind.__name__} in its name, "
+                         f"e.g. {example}{hint}")
+    return value
+
 
 def attention_variant(options: tuple[str, ...], overrides: dict[str, list[Any]] | None) -> AttentionOperator:
-    """`attention+causal`: the only option attention takes."""
-    if options != ("causal",):
-        raise ValueError(f"attention takes one option, 'causal' (attention+causal); got {'+'.join(options)!r}")
-    return AttentionOperator(overrides, causal=True)
+    """`attention+causal`, `+softcap<cap>`, `+window<keys>` (causal only), in that order: e.g.
+    attention+causal+softcap50+window4096 (Gemma 2's local layers)."""
+    causal, softcap, window = False, 0.0, 0
+    given = "+".join(("attention",) + options)
+    for option in options:
+        if option == "causal" and not (causal or softcap or window):
+            causal = True
+        elif option.startswith("softcap") and not (softcap or window):
+            softcap = _number(option, "softcap", float)
+        elif option.startswith("window") and not window:
+            window = _number(option, "window", int)
+        else:
+            raise ValueError(f"attention takes the options causal, softcap<cap> and window<keys>, each once and in "
+                             f"that order (attention+causal+softcap50+window4096); got {given!r}")
+    if window and not causal:
+        raise ValueError(f"{given}: a sliding window needs the causal mask (attention+causal+window{window})")
+    return AttentionOperator(overrides, causal=causal, softcap=softcap, window=window)

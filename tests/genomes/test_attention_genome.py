@@ -91,7 +91,7 @@ def test_the_operator_refuses_impossible_problems_in_one_line():
         operators.get("attention").problem((1, 12, 8, 16, 16, 64), "fp16")
     with pytest.raises(ValueError, match="q_len <= kv_len"):
         operators.get("attention+causal").problem((1, 8, 8, 32, 16, 64), "fp16")
-    with pytest.raises(ValueError, match="one option, 'causal'"):
+    with pytest.raises(ValueError, match="the options causal, softcap<cap> and window<keys>"):
         operators.get("attention+sliding")
     with pytest.raises(ValueError, match="does not support dtype"):
         operators.get("attention").problem((1, 8, 8, 16, 16, 64), "fp32")
