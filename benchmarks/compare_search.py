@@ -99,14 +99,14 @@ def run_mapelites(op: Any, problem: Any, store: Any, executor: Any, seed: int, b
 def compare_problem(op: Any, problem: Any, store: Any, executor: Any, seeds: list[int], budget_fraction: float,
                     space: dict[str, list[Any]]) -> dict[str, Any]:
     """Grid, then MAP-Elites per seed, then random search's counts, for one problem (see the module doc)."""
-    from evo.archive import throughput_objective
+    from evo.archive import throughput_of
 
     t0 = time.monotonic()
     genomes = op.family.enumerate(problem, executor.target)
     log(f"{problem.key}: grid of {len(genomes)} valid genomes")
     rows = measure_all(executor, store, op, problem, genomes, run_id=f"grid-{problem.shape_text}#1")
-    objective = throughput_objective(op, problem)
-    values = [objective(r) for r in rows]
+    throughput = throughput_of(op, problem)
+    values = [throughput(r) for r in rows]
     ok = [(v, r) for v, r in zip(values, rows, strict=True) if v is not None]
     if not ok:
         raise RuntimeError(f"{problem.key}: no genome of the grid passed the check")
@@ -120,7 +120,7 @@ def compare_problem(op: Any, problem: Any, store: Any, executor: Any, seeds: lis
         measured = sum(not r.worker.startswith("store#") for r in me_rows)
         final = archive.best
         me.append({"seed": seed, "evaluations_to_mark": archive.history.first_reaching(threshold),
-                   "budget": budget, "final_best": final.objective if final else None,
+                   "budget": budget, "final_best": final.throughput if final else None,
                    "final_ratio": final.ratio if final else None, "final_genome": final.genome if final else None,
                    "measured_on_gpu": measured, "served_from_store": len(me_rows) - measured,
                    "coverage": archive.coverage})

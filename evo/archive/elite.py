@@ -1,7 +1,7 @@
 """The elite of a problem: ONE definition, used by `evo status`, `evo report`, `evo export` and `evo bench`.
 
 The elite is the best of the archive rebuilt from the store (insert keeps the fastest correct kernel per
-cell, with the noise margin; best = highest objective), whose correct evaluations are those made on one GPU
+cell, with the noise margin; best = highest throughput), whose correct evaluations are those made on one GPU
 model and one set of software versions: those of the problem's latest correct evaluation (on the GPU the
 caller names, when that GPU measured any), judged by that evaluation's objective (its clock: per-call time or
 GPU time); failures count as evaluations wherever they ran.
@@ -111,7 +111,7 @@ def ranked(store: Any, problem: Problem, experiment: Experiment | None = None, g
     rows = _judged_rows(store, problem, gpu, operator)
     archive = _archive(rows, problem, *settings(experiment), operator)
     best = archive.best
-    elites = sorted(archive.elites(), key=lambda e: -e.objective)
+    elites = sorted(archive.elites(), key=lambda e: -e.throughput)
     if best is not None:  # the archive's best leads even when a later elite is within its noise margin
         elites.sort(key=lambda e: e.genome_hash != best.genome_hash)
     by_id = {r.id: r for r in rows if r.status == "ok"}

@@ -2,7 +2,7 @@
 
 The grid has one axis per descriptor chosen by the experiment (a genome family's `Descriptor`, with its
 default bin edges unless the experiment gives its own). A correct evaluation falls in one cell; it becomes
-that cell's elite if the cell is empty or if it beats the elite's objective by the relative noise margin,
+that cell's elite if the cell is empty or if it beats the elite's throughput by the relative noise margin,
 so that timing the same kernel twice never flips the elite back and forth. The archive is a pure function
 of the sequence of evaluations offered to it, so replaying a store in row order rebuilds it exactly.
 """
@@ -24,10 +24,12 @@ from evo.problem import Problem
 from evo.store.record import Evaluation
 from genomes.base import Descriptor, Genome, GenomeFamily
 
-__all__ = ["Axis", "Elite", "ELITE_FIELDS", "GridArchive", "Objective", "throughput_objective",
-           "default_descriptors", "make_axes"]
+__all__ = ["Axis", "Elite", "ELITE_FIELDS", "GridArchive", "ThroughputOf", "throughput_of", "default_descriptors",
+           "make_axes"]
 
-Objective = Callable[[Evaluation], "float | None"]
+# What the archive ranks by: an evaluation -> the operator's throughput at its fitness time (None: no fitness).
+# ("objective" names only the clock the fitness is read on: Evaluation.objective, evaluation.objective in YAML.)
+ThroughputOf = Callable[[Evaluation], "float | None"]
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,7 @@ class Elite:
     """The archive's record of one cell. These fields are the archive's schema, declared here only."""
 
     cell: tuple[int, ...]
-    objective: float  # higher is better: the operator's throughput at fitness_ms
+    throughput: float  # higher is better: the operator's throughput at fitness_ms
     descriptors: tuple[float, ...]  # the raw descriptor values, in axis order
     genome: str  # Genome.canonical()
     genome_hash: str
@@ -69,7 +71,7 @@ class Elite:
     median_ms: float | None  # GPU time of one launch
     ratio: float | None  # speed relative to the primary baseline on the fitness's clock (> 1 is faster)
     origin: str
-    fitness_ms: float | None = None  # the time the objective comes from: the evaluation's objective's clock
+    fitness_ms: float | None = None  # the time the throughput comes from: on the evaluation's objective's clock
     call_ms: float | None = None  # per-call time of back-to-back eager calls
     host_us: float | None = None  # host time of one call
 
@@ -77,17 +79,17 @@ class Elite:
 ELITE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Elite))
 
 
-def throughput_objective(operator: Any, problem: Problem) -> Objective:
-    """The archive's objective: the operator's throughput at a correct evaluation's fitness time (the clock its
+def throughput_of(operator: Any, problem: Problem) -> ThroughputOf:
+    """What the archive ranks by: the operator's throughput at a correct evaluation's fitness time (the clock its
     objective names: per-call or GPU time), else None."""
 
-    def objective(ev: Evaluation) -> float | None:
+    def throughput(ev: Evaluation) -> float | None:
         ms = ev.fitness_ms
         if ev.status != "ok" or not ms or ms <= 0:
             return None
         return float(operator.throughput(problem, ms))
 
-    return objective
+    return throughput
 
 
 def default_descriptors(family: GenomeFamily) -> tuple[DescriptorSpec, ...]:
@@ -140,7 +142,7 @@ def _placed(axes: tuple[Axis, ...], canonical: str, complete: Callable[[Mapping[
 class GridArchive:
     """Fastest correct kernel per cell of a grid over `axes`, for one problem."""
 
-    def __init__(self, axes: Sequence[Axis], objective: Objective, noise_margin: float = 0.01,
+    def __init__(self, axes: Sequence[Axis], throughput: ThroughputOf, noise_margin: float = 0.01,
                  complete: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None) -> None:
         """`complete` (GenomeFamily.complete) fills in the genes a stored genome predates before it is placed."""
         if not axes:
@@ -148,7 +150,7 @@ class GridArchive:
         if not 0.0 <= noise_margin < 1.0:
             raise ValueError(f"noise_margin must be in [0, 1), got {noise_margin}")
         self.axes = tuple(axes)
-        self.objective = objective
+        self.throughput_of = throughput
         self.noise_margin = float(noise_margin)
         self.shape = tuple(a.cells for a in self.axes)
         self.cells = math.prod(self.shape)
@@ -164,7 +166,7 @@ class GridArchive:
     @classmethod
     def for_problem(cls, operator: Any, problem: Problem, descriptors: Sequence[DescriptorSpec] = (),
                     noise_margin: float = 0.01) -> GridArchive:
-        return cls(make_axes(operator.family, descriptors), throughput_objective(operator, problem), noise_margin,
+        return cls(make_axes(operator.family, descriptors), throughput_of(operator, problem), noise_margin,
                    complete=operator.family.complete)
 
     @classmethod
@@ -194,11 +196,11 @@ class GridArchive:
         self.evaluations += 1
         self.status_counts[ev.status] = self.status_counts.get(ev.status, 0) + 1
         result = self._insert(ev)
-        self.history.append(self.evaluations, self.best_objective, self._qd_score, self.coverage)
+        self.history.append(self.evaluations, self.best_throughput, self._qd_score, self.coverage)
         return result
 
     def _insert(self, ev: Evaluation) -> AddResult:
-        value = self.objective(ev)
+        value = self.throughput_of(ev)
         if value is None:
             return AddResult(AddStatus.NOT_ADDED, reason=f"status {ev.status}")
         try:
@@ -207,18 +209,18 @@ class GridArchive:
             else:  # the cell is a function of the genome alone: placed once however many problems hold it
                 cell, desc = _placed(self.axes, ev.genome, self._complete)
         except (ValueError, KeyError, TypeError) as e:
-            return AddResult(AddStatus.NOT_ADDED, objective=value, reason=f"cannot place: {e}")
+            return AddResult(AddStatus.NOT_ADDED, throughput=value, reason=f"cannot place: {e}")
         current = self._elites.get(cell)
-        if current is not None and value <= current.objective * (1.0 + self.noise_margin):
+        if current is not None and value <= current.throughput * (1.0 + self.noise_margin):
             return AddResult(AddStatus.NOT_ADDED, cell, value, reason="not faster than the elite by the margin")
-        elite = Elite(cell=cell, objective=value, descriptors=desc, genome=ev.genome, genome_hash=ev.genome_hash,
+        elite = Elite(cell=cell, throughput=value, descriptors=desc, genome=ev.genome, genome_hash=ev.genome_hash,
                       source_hash=ev.source_hash, evaluation_id=ev.id, index=self.evaluations,
                       median_ms=ev.median_ms, ratio=ev.ratio, origin=ev.origin, fitness_ms=ev.fitness_ms,
                       call_ms=ev.call_ms, host_us=ev.host_us)
         self._elites[cell] = elite
-        self._qd_score += value - (current.objective if current is not None else 0.0)
-        if self._best is None or value > self._best.objective:
-            if self._best is None or value > self._best.objective * (1.0 + self.noise_margin):
+        self._qd_score += value - (current.throughput if current is not None else 0.0)
+        if self._best is None or value > self._best.throughput:
+            if self._best is None or value > self._best.throughput * (1.0 + self.noise_margin):
                 self.best_index = self.evaluations
             self._best = elite
         return AddResult(AddStatus.NEW if current is None else AddStatus.IMPROVED, cell, value)
@@ -242,8 +244,8 @@ class GridArchive:
         return self._best
 
     @property
-    def best_objective(self) -> float | None:
-        return self._best.objective if self._best is not None else None
+    def best_throughput(self) -> float | None:
+        return self._best.throughput if self._best is not None else None
 
     @property
     def qd_score(self) -> float:
@@ -256,7 +258,7 @@ class GridArchive:
     def metrics(self) -> ArchiveMetrics:
         return ArchiveMetrics(evaluations=self.evaluations, cells=self.cells, filled=len(self._elites),
                               coverage=self.coverage, qd_score=self._qd_score,
-                              norm_qd_score=self._qd_score / self.cells, best=self.best_objective,
+                              norm_qd_score=self._qd_score / self.cells, best=self.best_throughput,
                               best_elite=self._best)
 
     def data(self) -> list[dict[str, Any]]:

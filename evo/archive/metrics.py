@@ -1,9 +1,9 @@
 """Quality-diversity metrics of an archive, and their history against the number of evaluations.
 
 Names follow the MAP-Elites literature: *coverage* is the fraction of cells holding an elite, *QD-score*
-the sum of the elites' objectives, *best* the largest objective. Objectives here are throughputs
+the sum of the elites' throughputs, *best* the largest throughput. The archive ranks by throughput
 (TFLOP/s or GB/s), always positive, so the QD-score needs no offset: it is reported raw, in the
-operator's throughput unit, and as `norm_qd_score` = qd_score / number of cells (the mean objective over
+operator's throughput unit, and as `norm_qd_score` = qd_score / number of cells (the mean throughput over
 all cells with empty cells counting zero), which compares archives of different grid sizes.
 """
 
@@ -23,14 +23,14 @@ class ArchiveMetrics:
     coverage: float
     qd_score: float
     norm_qd_score: float
-    best: float | None  # objective of the best elite
+    best: float | None  # throughput of the best elite
     best_elite: Any = None  # the Elite itself (evo.archive.grid.Elite), None while empty
 
 
 @dataclass
 class History:
     """One point per evaluation offered: after evaluation number `evaluations[i]`, the archive's best
-    objective was `best[i]` (None while empty), its QD-score `qd_score[i]` and coverage `coverage[i]`."""
+    throughput was `best[i]` (None while empty), its QD-score `qd_score[i]` and coverage `coverage[i]`."""
 
     evaluations: list[int] = field(default_factory=list)
     best: list[float | None] = field(default_factory=list)
@@ -51,7 +51,7 @@ class History:
                 "qd_score": list(self.qd_score), "coverage": list(self.coverage)}
 
     def first_reaching(self, value: float, margin: float = 0.0) -> int | None:
-        """The first evaluation count at which the best objective came within `margin` (relative) of
+        """The first evaluation count at which the best throughput came within `margin` (relative) of
         `value`; None if it never did."""
         threshold = value * (1.0 - margin)
         for n, b in zip(self.evaluations, self.best, strict=True):

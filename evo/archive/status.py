@@ -20,5 +20,5 @@ class AddStatus(IntEnum):
 class AddResult:
     status: AddStatus
     cell: tuple[int, ...] | None = None  # None when the evaluation could not be placed
-    objective: float | None = None  # None for a failed evaluation
+    throughput: float | None = None  # None for a failed evaluation
     reason: str = ""  # why it was not added, when it was not

@@ -6,7 +6,7 @@
   "workers"        the number of busy GPU workers changed;
   "problem_done"   a problem's search ended (`reason`: evaluations, wall_s, stagnation, sol, interrupted);
   "message"        a line of text for the user (`message`).
-Every event carries the state of its problem: evaluations so far, the best objective and its ratio to the
+Every event carries the state of its problem: evaluations so far, the best throughput and its ratio to the
 primary baseline, failures by status, and the GPU workers busy and in total.
 """
 
@@ -33,7 +33,7 @@ class SearchEvent:
     problems: int  # number of problems in the experiment
     evaluations: int  # completed evaluations of this problem, earlier sessions included
     budget: int | None  # evaluation budget of a problem
-    best: float | None  # objective of the best elite (throughput, in `unit`)
+    best: float | None  # throughput of the best elite (in `unit`)
     best_ratio: float | None  # that elite's speed relative to the primary baseline (> 1 is faster)
     unit: str
     failures: dict[str, int]  # evaluations by status, other than "ok"
@@ -91,14 +91,15 @@ class ProblemSummary:
         best_index = without = saved = None
         transferred, bound = 0, False
         if best is not None:
-            best_index = archive.history.first_reaching(best.objective, margin)
-            without, transferred = _first_without_transfer(rows, archive.objective, best.objective * (1.0 - margin))
+            best_index = archive.history.first_reaching(best.throughput, margin)
+            threshold = best.throughput * (1.0 - margin)
+            without, transferred = _first_without_transfer(rows, archive.throughput_of, threshold)
             if transferred and best_index is not None:
                 bound = without is None
                 saved = (archive.evaluations + 1 if bound else without) - best_index
         return cls(
             problem_key=problem_key, evaluations=archive.evaluations, reason=reason, unit=unit,
-            best=best.objective if best else None, best_ratio=best.ratio if best else None,
+            best=best.throughput if best else None, best_ratio=best.ratio if best else None,
             best_genome=best.genome if best else None, best_index=best_index,
             best_index_without_transfer=without, transferred=transferred, transfer_saved=saved,
             transfer_saved_is_bound=bound, coverage=archive.coverage, qd_score=archive.qd_score, filled=len(archive),
@@ -120,7 +121,7 @@ class RunSummary:
     smoke: bool = False  # fitness of a smoke run is not a GPU timing
 
 
-def _first_without_transfer(rows: list[Evaluation], objective: Callable[[Evaluation], float | None],
+def _first_without_transfer(rows: list[Evaluation], throughput: Callable[[Evaluation], float | None],
                             threshold: float) -> tuple[int | None, int]:
     """(1-based index of the first row reaching `threshold` with no transferred ancestor, rows of origin
     transfer). Ancestry follows the stored parents, in store order."""
@@ -133,7 +134,7 @@ def _first_without_transfer(rows: list[Evaluation], objective: Callable[[Evaluat
         if ev.origin == "transfer" or any(p in descended for p in ev.parents):
             descended.add(ev.genome_hash)
             continue
-        value = objective(ev)
+        value = throughput(ev)
         if first is None and value is not None and value >= threshold:
             first = n
     return first, transferred

@@ -183,5 +183,5 @@ class Search:
         sizes = {p.key: p.sizes for p in self.experiment.problems}
         ranked = [(round(shape_distance(sizes[key], problem.sizes), 6), e)  # (rounded: equal distances tie)
                   for key, a in archives.items() for e in a.elites()]
-        ranked.sort(key=lambda de: (de[0], -(de[1].ratio or 0.0), -de[1].objective, de[1].genome_hash))
+        ranked.sort(key=lambda de: (de[0], -(de[1].ratio or 0.0), -de[1].throughput, de[1].genome_hash))
         return [e for _, e in ranked]

@@ -311,7 +311,7 @@ class ProblemSearch:
         s.on_event(SearchEvent(
             kind=kind, problem_key=self.problem.key, problem_index=self.index, problems=len(s.experiment.problems),
             evaluations=archive.evaluations, budget=s.experiment.budget.evaluations,
-            best=best.objective if best else None, best_ratio=best.ratio if best else None, unit=s.unit,
+            best=best.throughput if best else None, best_ratio=best.ratio if best else None, unit=s.unit,
             failures={k: n for k, n in sorted(archive.status_counts.items()) if k != "ok"},
             busy_workers=s.executor.busy, total_workers=s.executor.workers, coverage=archive.coverage,
             qd_score=archive.qd_score, elapsed_s=elapsed, sol_share=self._sol_share(),

@@ -116,10 +116,10 @@ def _problem_data(store: Store, problem: Problem, op: Any, specs: tuple[Descript
     cells: dict[tuple[int, int], Any] = {}
     for e in archive.elites():
         key = (e.cell[ix], e.cell[iy] if iy is not None else 0)
-        if key not in cells or e.objective > cells[key].objective:
+        if key not in cells or e.throughput > cells[key].throughput:
             cells[key] = e
     elites = []
-    for (cx, cy), e in sorted(cells.items(), key=lambda kv: -kv[1].objective):
+    for (cx, cy), e in sorted(cells.items(), key=lambda kv: -kv[1].throughput):
         ev = by_id.get(e.evaluation_id)
         if e.source_hash not in sources and len(sources) < MAX_SOURCES:
             try:  # the source measured, as the store kept it; else (an older store's row) the genome rendered again
@@ -128,7 +128,7 @@ def _problem_data(store: Store, problem: Problem, op: Any, specs: tuple[Descript
             except Exception as err:  # a genome the current renderer refuses: say so in the panel
                 sources[e.source_hash] = f"# this genome could not be rendered again: {err}"
         elites.append({
-            "x": cx, "y": cy, "cell": list(e.cell), "objective": _num(e.objective), "ratio": _num(e.ratio, 3),
+            "x": cx, "y": cy, "cell": list(e.cell), "throughput": _num(e.throughput), "ratio": _num(e.ratio, 3),
             "median_ms": _num(e.median_ms), "genome": _genome_text(e.genome, op.family), "genome_hash": e.genome_hash,
             "source": e.source_hash, "origin": e.origin, "index": e.index, "id": e.evaluation_id,
             "descriptors": [_num(v) for v in e.descriptors],
@@ -185,7 +185,8 @@ def _problem_data(store: Store, problem: Problem, op: Any, specs: tuple[Descript
                     "qd_score": [_num(q) for q in hist.qd_score]},
         "summary": {"evaluations": len(evs), "ok": by_status.get("ok", 0), "cells": archive.cells,
                     "filled": len(archive), "coverage": _num(archive.coverage, 3), "qd_score": _num(archive.qd_score),
-                    "best": _num(best.objective) if best else None, "best_ratio": _num(best.ratio, 3) if best else None,
+                    "best": _num(best.throughput) if best else None,
+                    "best_ratio": _num(best.ratio, 3) if best else None,
                     "elapsed_s": _num(elapsed, 3), "sol_share": _num(sol, 3),
                     "floor_ms": _num(floor["ms"]) if floor else None,
                     "cut_short": cut_short(meta.get(f"summary:{problem.key}"), len(evs), floor_evaluations)},
@@ -257,9 +258,9 @@ def _problem_brief(store: Store, problem: Problem, op: Any, specs: tuple[Descrip
     archive = problem_archive(store, problem, specs, noise, operator=op)
     by_id = {ev.id: ev for ev in evs}
     elites = []
-    for e in sorted(archive.elites(), key=lambda e: -e.objective):
+    for e in sorted(archive.elites(), key=lambda e: -e.throughput):
         ev = by_id.get(e.evaluation_id)
-        elites.append({"objective": _num(e.objective), "ratio": _num(e.ratio, 3), "median_ms": _num(e.median_ms),
+        elites.append({"throughput": _num(e.throughput), "ratio": _num(e.ratio, 3), "median_ms": _num(e.median_ms),
                        "genome": _genome_text(e.genome, op.family), "gpu": ev.gpu if ev else "",
                        "fitness_ms": _num(e.fitness_ms), "call_ms": _num(e.call_ms), "host_us": _num(e.host_us, 3)})
     return {"key": problem.key, "unit": op.throughput_unit, "elites": elites,

@@ -55,7 +55,7 @@ _SCRIPT = r"""
     const p = DATA.problems[pi], e = p.elites[ei];
     const info = document.getElementById("info-" + pi), pre = document.getElementById("source-" + pi);
     info.textContent = p.x.name + "=" + p.x.ticks[e.x] + (p.y.name ? ", " + p.y.name + "=" + p.y.ticks[e.y] : "") +
-      ": " + fmt(e.objective) + " " + p.unit + ", GPU " + fmt(e.median_ms) + " ms, " +
+      ": " + fmt(e.throughput) + " " + p.unit + ", GPU " + fmt(e.median_ms) + " ms, " +
       (DATA.smoke ? "" : "call " + fmt(e.call_ms) + " ms, host " + fmt(e.host_us, 3) + " µs, ") +
       (e.ratio === null ? "no ratio" : fmt(e.ratio, 3) + "x " + p.baseline) + " | " + e.genome;
     pre.textContent = DATA.sources[e.source] || ("(this report embeds " + DATA.max_sources + " kernels and not " +
@@ -67,8 +67,8 @@ _SCRIPT = r"""
   function heatmap(p, pi) {
     const z = grid(p, null), zr = grid(p, null), text = grid(p, "empty cell"), cd = grid(p, null);
     p.elites.forEach((e, j) => {
-      z[e.y][e.x] = e.objective; zr[e.y][e.x] = e.ratio; cd[e.y][e.x] = j;
-      text[e.y][e.x] = "<b>" + fmt(e.objective) + " " + esc(p.unit) + "</b>, GPU " + fmt(e.median_ms) + " ms<br>" +
+      z[e.y][e.x] = e.throughput; zr[e.y][e.x] = e.ratio; cd[e.y][e.x] = j;
+      text[e.y][e.x] = "<b>" + fmt(e.throughput) + " " + esc(p.unit) + "</b>, GPU " + fmt(e.median_ms) + " ms<br>" +
         (DATA.smoke ? "" : "call " + fmt(e.call_ms) + " ms, host " + fmt(e.host_us, 3) + " µs<br>") +
         "ratio to " + esc(p.baseline) + ": " + (e.ratio === null ? "-" : fmt(e.ratio, 3) + "x") + "<br>" +
         esc(e.genome).replace(/ /g, "<br>") + "<br>origin " + esc(e.origin) + ", evaluation #" + e.index;
@@ -239,7 +239,7 @@ def _problem_section(p: dict[str, Any], pi: int, smoke: bool) -> str:
         timed = [] if smoke else [_num_td(e["median_ms"]), _num_td(e.get("call_ms")), _num_td(e.get("host_us"), 3),
                                   _num_td(e["ratio"], 3, "x"), _num_td(e.get("sol"), 3)]
         rows.append([_num_td(j + 1, 6), f"<td>{_e(p['x']['ticks'][e['x']])}</td>",
-                     f"<td>{_e(p['y']['ticks'][e['y']])}</td>", _num_td(e["objective"]), *timed,
+                     f"<td>{_e(p['y']['ticks'][e['y']])}</td>", _num_td(e["throughput"]), *timed,
                      f'<td class="mono">{_e(e["genome"])}</td>', f"<td>{_e(e['origin'])}</td>", _num_td(e["index"], 8)])
         attrs.append(f' class="elite" data-p="{pi}" data-e="{j}"')
     timed_head = [] if smoke else ["GPU ms", "call ms", "host µs", f"ratio to {p['baseline']}", "share of SOL"]

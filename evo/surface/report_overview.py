@@ -45,7 +45,7 @@ def overview_data(store: Any, problems: list[tuple[Any, Any, dict[str, Any]]], s
         if elite is not None and elite["fitness_ms"] and not smoke:
             ratios = {name: rounded(median(times) / elite["fitness_ms"], 3) for name, times in by_baseline.items()}
         baselines += [name for name in ratios if name not in baselines]
-        rows.append({"key": p["key"], "unit": p["unit"], "best": elite["objective"] if elite else None,
+        rows.append({"key": p["key"], "unit": p["unit"], "best": elite["throughput"] if elite else None,
                      "median_ms": elite["median_ms"] if elite else None, "gpu": elite["gpu"] if elite else "",
                      "call_ms": elite["call_ms"] if elite else None, "host_us": elite["host_us"] if elite else None,
                      "objective": p.get("objective"), "ratios": ratios, "elites": len(p["elites"])})

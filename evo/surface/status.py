@@ -81,7 +81,7 @@ def run_status(store: Store, experiment: Experiment | None = None) -> list[Probl
         objective = next((ev.objective for ev in reversed(evs) if ev.status == "ok"), None)
         rows.append(ProblemStatus(
             key=key, evaluations=len(evs), ok=sum(ev.status == "ok" for ev in evs), failed=failed,
-            best=best.objective if best else None, unit=op.throughput_unit, ratio=best.ratio if best else None,
+            best=best.throughput if best else None, unit=op.throughput_unit, ratio=best.ratio if best else None,
             baseline=next((ev.baseline for ev in evs if ev.baseline), ""), coverage=archive.coverage,
             filled=len(archive), cells=archive.cells,
             sol_share=sol_share(store, key, best.median_ms if best else None),  # SOL: a GPU-time floor

@@ -17,8 +17,8 @@ PROBLEM = Problem("gemm", (("M", 512), ("N", 512), ("K", 512)), "fp16")
 FAMILY = GemmFamily()
 
 
-def objective(ev: Evaluation) -> float | None:
-    """Test objective: 1 / ms (higher is better) for ok rows."""
+def throughput(ev: Evaluation) -> float | None:
+    """Test throughput: 1 / ms (higher is better) for ok rows."""
     return 1.0 / ev.median_ms if ev.status == "ok" and ev.median_ms else None
 
 
@@ -26,7 +26,7 @@ TILE_AND_WARPS = (DescriptorSpec("tile_area"), DescriptorSpec("num_warps"))
 
 
 def make_archive(specs=TILE_AND_WARPS, margin=0.01) -> GridArchive:
-    return GridArchive(make_axes(FAMILY, specs), objective, margin)
+    return GridArchive(make_axes(FAMILY, specs), throughput, margin)
 
 
 def ev(genome, ms=1.0, status="ok", resources=None, id=None) -> Evaluation:
@@ -162,9 +162,9 @@ def test_a_genome_stored_before_a_gene_existed_is_placed_with_its_implied_value(
     specs = (DescriptorSpec("structure"),)
     genome = base(persistent=True, memory="host_descriptor")
     assert "backend" not in genome.canonical()  # implied: left out of the encoding
-    [result] = GridArchive(make_axes(FAMILY, specs), objective, complete=FAMILY.complete).add([ev(genome, 0.5)])
+    [result] = GridArchive(make_axes(FAMILY, specs), throughput, complete=FAMILY.complete).add([ev(genome, 0.5)])
     assert result.status is AddStatus.NEW
-    [result] = GridArchive(make_axes(FAMILY, specs), objective).add([ev(genome, 0.5)])
+    [result] = GridArchive(make_axes(FAMILY, specs), throughput).add([ev(genome, 0.5)])
     assert result.status is AddStatus.NOT_ADDED and "cannot place" in result.reason
     live = GridArchive.for_problem(operators.get("gemm"), PROBLEM, specs)
     assert live.add([ev(genome, 0.5)])[0].status is AddStatus.NEW

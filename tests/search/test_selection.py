@@ -42,7 +42,7 @@ def test_uniform_and_curiosity_selection():
     counts = [e.cell for _ in range(2000) for e in cur.select(archive, 1, rng)]
     assert counts.count(newest.cell) > 5 * max(1, counts.count(oldest.cell))
     with pytest.raises(ValueError, match="empty archive"):
-        UniformSelection().select(GridArchive(archive.axes, archive.objective), 1, rng)
+        UniformSelection().select(GridArchive(archive.axes, archive.throughput_of), 1, rng)
     with pytest.raises(ValueError, match="unknown selection"):
         get("best")
     with pytest.raises(ValueError, match="half_life"):

@@ -28,7 +28,7 @@ class TopSelection:
         self.top = top
 
     def select(self, archive: Any, n: int, rng: np.random.Generator) -> list[Any]:
-        elites = sorted(archive.elites(), key=lambda e: (-e.objective, e.genome_hash))[: self.top]
+        elites = sorted(archive.elites(), key=lambda e: (-e.throughput, e.genome_hash))[: self.top]
         if not elites:
             raise ValueError("cannot select parents from an empty archive")
         p = 1.0 / np.arange(1, len(elites) + 1)
