@@ -21,7 +21,7 @@ from genomes import labels
 from genomes.base import Descriptor, Genome, GenomeFamily
 from genomes.genes import Categorical, Gene, IntChoice, PowerOfTwo
 from genomes.rowwise import ELEM_BYTES, next_pow2
-from genomes.rule_table import Rule, table_repair, table_violations
+from genomes.rule_table import FromTable, Rule
 
 __all__ = ["CacheAttentionFamily", "rows", "registers", "MAX_REGISTERS"]
 
@@ -86,7 +86,7 @@ def rules() -> tuple[Rule, ...]:
     )
 
 
-class CacheAttentionFamily(GenomeFamily):
+class CacheAttentionFamily(FromTable, GenomeFamily):
     name = "cache_attention"
 
     @property
@@ -102,13 +102,6 @@ class CacheAttentionFamily(GenomeFamily):
             IntChoice("num_warps", (1, 2, 4, 8), group="launch", doc="warps per program"),
             IntChoice("num_stages", (1, 2, 3, 4), group="launch", doc="pipelining depth of the key loop"),
         ]
-
-    def violations(self, genome: Genome, problem: Problem, target: Target) -> list[str]:
-        return table_violations(self.rules, genome.as_dict(), problem, target)
-
-    def repair(self, genome: Genome, problem: Problem, target: Target, rng: np.random.Generator) -> Genome:
-        return self._repaired(table_repair(self, self.rules, genome.as_dict(), problem, target), genome, problem,
-                              target)
 
     def base(self, **values: Any) -> dict[str, Any]:
         """64 keys a step at 4 warps, no split, empty blocks skipped; updated by `values`."""

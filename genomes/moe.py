@@ -23,7 +23,7 @@ from genomes import labels
 from genomes.base import Descriptor, Genome, GenomeFamily
 from genomes.genes import Boolean, Categorical, Gene, IntChoice, PowerOfTwo
 from genomes.rowwise import ELEM_BYTES, next_pow2
-from genomes.rule_table import Rule, table_repair, table_violations
+from genomes.rule_table import FromTable, Rule
 
 __all__ = ["MoEGateUpFamily", "MoEDownFamily", "registers", "smem_bytes", "rules", "MAX_REGISTERS", "DIMS",
            "programs", "routes_in_kernel", "ROUTE_IN_KERNEL_SLOTS", "ROUTE_IN_KERNEL_CELLS"]
@@ -142,7 +142,7 @@ def rules(tiles: int) -> tuple[Rule, ...]:
     return tuple(table)
 
 
-class _MoEFamily(GenomeFamily):
+class _MoEFamily(FromTable, GenomeFamily):
     tiles = 2
 
     @property
@@ -177,13 +177,6 @@ class _MoEFamily(GenomeFamily):
                                      doc="each token's top-k rows summed in slot order by the program that brings "
                                          "the last one, or left in fp32 for one torch sum"))
         return genes
-
-    def violations(self, genome: Genome, problem: Problem, target: Target) -> list[str]:
-        return table_violations(self.rules, genome.as_dict(), problem, target)
-
-    def repair(self, genome: Genome, problem: Problem, target: Target, rng: np.random.Generator) -> Genome:
-        return self._repaired(table_repair(self, self.rules, genome.as_dict(), problem, target), genome, problem,
-                              target)
 
     def base(self, **values: Any) -> dict[str, Any]:
         """64x64x64 tiles, expert-major without grouping, a program per work item, 4 warps, 3 stages; updated by

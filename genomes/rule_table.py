@@ -27,8 +27,8 @@ from typing import Any
 
 from evo.problem import Problem, Target
 
-__all__ = ["Rule", "Check", "Fix", "Domains", "reasons", "holds", "table_violations", "table_repair", "plan_repair",
-           "region_repair", "unmovable", "steering", "domains", "outside"]
+__all__ = ["Rule", "FromTable", "Check", "Fix", "Domains", "reasons", "holds", "table_violations", "table_repair",
+           "plan_repair", "region_repair", "unmovable", "steering", "domains", "outside"]
 
 Check = Callable[[Mapping[str, Any], Problem, Target], "str | Sequence[str] | None"]
 Fix = Callable[[Any, dict[str, Any], Problem, Target], bool]
@@ -141,3 +141,14 @@ def outside(family_domains: Domains, g: Mapping[str, Any]) -> list[str]:
     return [f"{name}={g[name]!r} is outside this family's domain" for name, values in family_domains
             if g[name] not in values]
 
+
+class FromTable:
+    """Mixin for a genome family (before GenomeFamily in its bases) whose `rules` are its one table: `violations()`
+    and `repair()` read it."""
+
+    def violations(self, genome: Any, problem: Problem, target: Target) -> list[str]:
+        return table_violations(self.rules, genome.as_dict(), problem, target)  # type: ignore[attr-defined]
+
+    def repair(self, genome: Any, problem: Problem, target: Target, rng: Any) -> Any:
+        g = table_repair(self, self.rules, genome.as_dict(), problem, target)  # type: ignore[attr-defined]
+        return self._repaired(g, genome, problem, target)  # type: ignore[attr-defined]
