@@ -1,10 +1,11 @@
-"""The elite of a problem: ONE definition, used by `evo status`, `evo report`, `evo export` and `evo bench`.
+"""The best kernel of a problem: ONE definition, used by `evo status`, `evo report`, `evo export` and `evo bench`.
 
-The elite is the best of the archive rebuilt from the store (insert keeps the fastest correct kernel per
-cell, with the noise margin; best = highest throughput), whose correct evaluations are those made on one GPU
-model and one set of software versions: those of the problem's latest correct evaluation (on the GPU the
-caller names, when that GPU measured any), judged by that evaluation's objective (its clock: per-call time or
-GPU time); failures count as evaluations wherever they ran.
+It is the best of the archive's elites (evo.archive.grid.Elite, one per cell) of the archive rebuilt from the store
+(insert keeps the fastest correct kernel per cell, with the noise margin; best = highest throughput), whose correct
+evaluations are those made on one GPU model and one set of software versions: those of the problem's latest correct
+evaluation (on the GPU the caller names, when that GPU measured any), judged by that evaluation's objective (its
+clock: per-call time or GPU time); failures count as evaluations wherever they ran.
+`best_evaluation` returns its evaluation, `best_kernels` a BestKernel (problem and evaluation) per problem of a run.
 `ranked` lists the archive's elites best first (one per kernel source): the finalists `evo bench` re-times
 when asked. The experiment, when known, gives the descriptors and noise margin the search used.
 A correct row whose genome its family refuses (a gene outside its domain: an edited or damaged store) cannot be
@@ -23,13 +24,19 @@ from evo.experiment.spec import DescriptorSpec, Experiment
 from evo.problem import Problem
 from evo.store.record import Evaluation
 
-__all__ = ["EliteKernel", "settings", "problem_archive", "ranked", "elite", "run_elites", "experiment_order"]
+__all__ = ["BestKernel", "settings", "problem_archive", "ranked", "best_evaluation", "best_kernels", "experiment_order",
+           "EliteKernel"]
 
 
 @dataclass(frozen=True)
-class EliteKernel:
+class BestKernel:
+    """A problem and its best correct evaluation (what `evo export` writes and `evo status` shows)."""
+
     problem: Problem
     evaluation: Evaluation
+
+
+EliteKernel = BestKernel  # its name before issue 43 (an Elite is the archive's record of one cell)
 
 
 def settings(experiment: Experiment | None) -> tuple[Sequence[DescriptorSpec], float]:
@@ -47,7 +54,7 @@ def experiment_order(keys: list[str], experiment: Experiment | None) -> list[str
 
 
 def _judged_rows(store: Any, problem: Problem, gpu: str | None, operator: Any) -> list[Evaluation]:
-    """The rows the elite is chosen from (see the module doc), each judged by the objective of the latest correct
+    """The rows the best kernel is chosen from (see the module doc), each judged by the objective of the latest correct
     one (Evaluation.judged_by): a run resumed under another objective (allowed changes) does not rank one clock
     against another."""
     rows = [r for r in store.evaluations(problem.key) if r.status != "ok" or _in_domain(store, r, operator.family)]
@@ -124,14 +131,15 @@ def ranked(store: Any, problem: Problem, experiment: Experiment | None = None, g
     return out
 
 
-def elite(store: Any, problem: Problem, experiment: Experiment | None = None, gpu: str | None = None,
-          operator: Any = None) -> Evaluation | None:
+def best_evaluation(store: Any, problem: Problem, experiment: Experiment | None = None, gpu: str | None = None,
+                    operator: Any = None) -> Evaluation | None:
+    """The evaluation of the problem's best kernel (the first of `ranked`), None without a correct one."""
     found = ranked(store, problem, experiment, gpu, operator)
     return found[0] if found else None
 
 
-def run_elites(store: Any, experiment: Experiment | None = None) -> list[EliteKernel]:
-    """The elite of each problem with a correct evaluation, in the order problems were first stored."""
+def best_kernels(store: Any, experiment: Experiment | None = None) -> list[BestKernel]:
+    """The best kernel of each problem with a correct evaluation, in the order problems were first stored."""
     out = []
     ops: dict[str, Any] = {}  # one registry look-up per operator: it reads every installed package's entry points
     for key in store.problem_keys():
@@ -141,7 +149,7 @@ def run_elites(store: Any, experiment: Experiment | None = None) -> list[EliteKe
         problem = Problem.from_json(rows[0].problem)
         if problem.operator not in ops:
             ops[problem.operator] = _operator(problem, None)
-        ev = elite(store, problem, experiment, operator=ops[problem.operator])
+        ev = best_evaluation(store, problem, experiment, operator=ops[problem.operator])
         if ev is not None:
-            out.append(EliteKernel(problem, ev))
+            out.append(BestKernel(problem, ev))
     return out

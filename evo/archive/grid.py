@@ -58,7 +58,8 @@ class Axis:
 
 @dataclass(frozen=True)
 class Elite:
-    """The archive's record of one cell. These fields are the archive's schema, declared here only."""
+    """The archive's record of one cell (an elite in the MAP-Elites sense; a problem's best of them all is
+    evo.archive.elite.BestKernel). These fields are the archive's schema, declared here only."""
 
     cell: tuple[int, ...]
     throughput: float  # higher is better: the operator's throughput at fitness_ms

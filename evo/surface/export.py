@@ -24,7 +24,7 @@ import datetime as _dt
 import json
 from typing import Any
 
-from evo.archive.elite import EliteKernel, elite, run_elites
+from evo.archive.elite import BestKernel, best_evaluation, best_kernels
 from evo.evaluate.modules import source_hash
 from evo.experiment.spec import Experiment
 from evo.launch.interpreter import NO_GPU_LINE
@@ -35,8 +35,8 @@ from evo.surface.export_selfcheck import OBJECTIVE_TEXT, SELFCHECK_MAIN, row_clo
 from evo.surface.kernel_choice import BASELINE_SOURCE, export_choices
 from evo.surface.smoke_label import smoke_score, smoke_value
 
-__all__ = ["ExportError", "BestKernel", "elites", "find_elite", "export_one", "export_all", "is_smoke", "run_target",
-           "render_module", "rerendered", "NO_SOURCE"]
+__all__ = ["ExportError", "BestKernel", "best_kernels", "find_best", "export_one", "export_all", "is_smoke",
+           "run_target", "render_module", "rerendered", "NO_SOURCE"]
 
 SMOKE_WARNING = ("this run was a CPU smoke run (no GPU): the kernel was checked in the Triton interpreter and "
                  "its fitness was a stand-in, NOT a timing; nothing here says how fast it is on a GPU")
@@ -53,8 +53,6 @@ HEADER_ONE, HEADER_ALL = "evo elite kernel:", "evo elite kernels:"
 class ExportError(ValueError):
     """A request that cannot be served (unknown shape, no correct kernel, ...); the message is one line."""
 
-
-BestKernel = EliteKernel  # the elite of one problem (evo.archive.elite: the one definition)
 
 
 def is_smoke(ev: Evaluation, meta: dict[str, Any] | None = None) -> bool:
@@ -73,15 +71,10 @@ def run_target(meta: dict[str, Any]) -> Target:
     return HOPPER
 
 
-def find_elite(store: Store, problem_key: str, experiment: Experiment | None = None) -> Evaluation | None:
-    """The elite of a problem (evo.archive.elite: the archive's best on one GPU model and versions)."""
+def find_best(store: Store, problem_key: str, experiment: Experiment | None = None) -> Evaluation | None:
+    """The best evaluation of a problem (evo.archive.elite: the archive's best on one GPU model and versions)."""
     rows = store.evaluations(problem_key, "ok")
-    return elite(store, Problem.from_json(rows[0].problem), experiment) if rows else None
-
-
-def elites(store: Store, experiment: Experiment | None = None) -> list[BestKernel]:
-    """The elite of each problem with a correct evaluation, in the order problems were first stored."""
-    return run_elites(store, experiment)
+    return best_evaluation(store, Problem.from_json(rows[0].problem), experiment) if rows else None
 
 
 def _select(store: Store, sizes: tuple[int, ...], dtype: str | None, experiment: Experiment | None) -> BestKernel:
@@ -100,7 +93,7 @@ def _select(store: Store, sizes: tuple[int, ...], dtype: str | None, experiment:
     if len(hits) > 1:
         raise ExportError(f"shape {shape} was measured in several dtypes ({', '.join(p.dtype for p in hits)}); "
                           f"choose one with --dtype")
-    ev = elite(store, hits[0], experiment)
+    ev = best_evaluation(store, hits[0], experiment)
     if ev is None:
         raise ExportError(f"{hits[0].key} has no correct evaluation that can be exported (its rows are damaged)")
     return BestKernel(hits[0], ev)
@@ -374,7 +367,7 @@ if __name__ == "__main__":
 
 def export_all(store: Store, experiment: Experiment | None = None) -> tuple[str, list[BestKernel]]:
     """One module holding every measured problem's elite, with a dispatcher (see the module docstring)."""
-    found = elites(store, experiment)
+    found = best_kernels(store, experiment)
     if not found:
         raise ExportError("the run has no correct evaluation yet: nothing to export")
     ops = {e.problem.operator for e in found}

@@ -43,7 +43,7 @@ def choose(evaluation: Any, smoke: bool, has_baseline: bool = True) -> KernelCho
 
 
 def export_choices(found: list[Any], smoke: bool) -> dict[str, KernelChoice]:
-    """Problem key -> what an `export_all` module runs for each elite in `found` (evo.archive.elite.EliteKernel): evo's
+    """Problem key -> what an `export_all` module runs for each elite in `found` (evo.archive.elite.BestKernel): evo's
     elite or its baseline, the operator's self-check baseline (an operator with none keeps evo's kernel)."""
     import operators
 

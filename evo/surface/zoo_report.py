@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from evo.archive.elite import elite
+from evo.archive.elite import best_evaluation
 from evo.evaluate.smoke import SMOKE_GPU
 from evo.experiment.rundir import RunDir
 from evo.experiment.spec import Budget
@@ -74,7 +74,7 @@ def _kernel_rows(spec: ModelSpec, tokens: list[int], dtype: str, context: int, f
                         best["bytes"] = max(best["bytes"], nbytes / (ms * 1e-3))
             row["cut_short"] = cut_short(store.meta(f"summary:{problem.key}"), store.count(problem.key),
                                          floors[p.operator])
-            ev = elite(store, problem)
+            ev = best_evaluation(store, problem)
             if ev is None:
                 row["status"] = "no correct kernel"
                 continue

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 import operators
-from evo.archive.elite import elite, problem_archive, ranked, run_elites
+from evo.archive.elite import best_evaluation, best_kernels, problem_archive, ranked
 from evo.evaluate.modules import source_hash
 from evo.problem import HOPPER
 from evo.store.record import Evaluation
 from evo.store.sqlite import Store
-from evo.surface.export import find_elite
+from evo.surface.export import find_best
 from evo.surface.status import run_status
 
 OP = operators.get("gemm")
@@ -56,9 +56,9 @@ def test_ranked_is_the_archive_best_first_on_one_gpu_and_versions(store):
     assert [e.genome_hash for e in found] == [g[1].hash, g[0].hash]
     assert len({e.source_hash for e in found}) == len(found)
     assert all(e.gpu == "G" and e.versions == {"triton": "t"} for e in found)
-    assert elite(s, PROBLEM).genome_hash == g[1].hash
-    assert elite(s, PROBLEM, gpu="other").genome_hash == g[2].hash  # a GPU asked for, when it measured
-    assert elite(s, PROBLEM, gpu="nowhere").genome_hash == g[1].hash
+    assert best_evaluation(s, PROBLEM).genome_hash == g[1].hash
+    assert best_evaluation(s, PROBLEM, gpu="other").genome_hash == g[2].hash  # a GPU asked for, when it measured
+    assert best_evaluation(s, PROBLEM, gpu="nowhere").genome_hash == g[1].hash
     archive = problem_archive(s, PROBLEM)
     assert archive.evaluations == 5  # failures count wherever they ran; other GPUs' timings do not
     assert archive.best.genome_hash == g[1].hash
@@ -67,9 +67,9 @@ def test_ranked_is_the_archive_best_first_on_one_gpu_and_versions(store):
 def test_status_export_and_the_run_name_the_same_elite(store):
     s, g = store
     (status,) = run_status(s)
-    best = elite(s, PROBLEM)
+    best = best_evaluation(s, PROBLEM)
     assert status.best == pytest.approx(OP.throughput(PROBLEM, best.median_ms))
     assert status.ratio == pytest.approx(best.ratio)
-    assert find_elite(s, PROBLEM.key).id == best.id
-    (named,) = run_elites(s)
+    assert find_best(s, PROBLEM.key).id == best.id
+    (named,) = best_kernels(s)
     assert named.problem == PROBLEM and named.evaluation.id == best.id

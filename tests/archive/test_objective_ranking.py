@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import operators
-from evo.archive.elite import elite, problem_archive, ranked
+from evo.archive.elite import best_evaluation, problem_archive, ranked
 from evo.archive.grid import GridArchive
 from evo.archive.status import AddStatus
 from evo.evaluate.modules import source_hash
@@ -56,7 +56,7 @@ def test_the_elite_is_judged_by_the_latest_objective(tmp_path):
     with Store(tmp_path / "s.sqlite") as store:
         store.add(row(*GPU_FAST, "gpu"))
         store.add(row(*CALL_FAST, "gpu"))
-        assert elite(store, PROBLEM).source_hash == source_hash("gpu-fast")
+        assert best_evaluation(store, PROBLEM).source_hash == source_hash("gpu-fast")
         store.add(row("later", 3.0, 3.0, "call"))
         found = ranked(store, PROBLEM)
         assert found[0].source_hash == source_hash("call-fast") and found[0].objective == "call"

@@ -104,10 +104,10 @@ def test_search_on_the_gpu_with_kill_and_resume(tmp_path):
     assert all(h is True for h in hits), hits
     assert all(p.best_ratio >= 0.5 for p in summary.problems), [p.best_ratio for p in summary.problems]
     # the elite that status, report and export name is the archive's best, and its row is an ok row
-    from evo.archive.elite import run_elites
+    from evo.archive.elite import best_kernels
 
     with Store(rd.store) as store:
-        named = {e.problem.key: e.evaluation for e in run_elites(store)}
+        named = {e.problem.key: e.evaluation for e in best_kernels(store)}
     for p in summary.problems:
         assert named[p.problem_key].status == "ok"
         assert named[p.problem_key].ratio == pytest.approx(p.best_ratio)

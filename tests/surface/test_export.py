@@ -190,10 +190,10 @@ def test_every_operator_offers_a_self_check(name):
 def _elite_with_clocks(gemm_run, objective: str = "call"):
     """The fixture's elite with made-up caller clocks (TEST DATA): call 0.03 ms against a baseline's 0.06 ms,
     host 12 us against 8 us; its GPU ratio stays the fixture's 0.05 / 0.02 = 2.5."""
-    from evo.surface.export import elites
+    from evo.surface.export import best_kernels
 
     with Store(gemm_run / "store.sqlite") as store:
-        elite = next(e for e in elites(store) if e.problem.sizes == (64, 64, 64))
+        elite = next(e for e in best_kernels(store) if e.problem.sizes == (64, 64, 64))
         meta = store.all_meta()
     ev = elite.evaluation
     ev.call_ms, ev.baseline_call_ms, ev.host_us, ev.baseline_host_us, ev.objective = 0.03, 0.06, 12.0, 8.0, objective
