@@ -19,6 +19,16 @@ class LinearMath:
     residual: bool = False  # y += residual: inputs (..., residual)
     swiglu: bool = False  # W is [2N, K], gate rows then up rows: y = silu(x Wg^T) * (x Wu^T)
     bias: bool = False  # y += bias[N] (before the residual): inputs (..., bias, residual)
+    geglu: bool = False  # as swiglu with GELU's tanh approximation as the gate (Gemma's gelu_pytorch_tanh)
+
+    @property
+    def gated(self) -> bool:
+        """W is the merged [2N, K] gate-up weight and y the gated product (SwiGLU or GeGLU)."""
+        return self.swiglu or self.geglu
+
+    @property
+    def gate(self) -> str:
+        return "silu" if self.swiglu else "gelu_tanh"
 
     @property
     def operands(self) -> tuple[str, ...]:
@@ -29,12 +39,12 @@ class LinearMath:
     @property
     def text(self) -> str:
         x = "rmsnorm(x)" if self.norm else "x"
-        y = f"silu({x} @ Wg^T) * ({x} @ Wu^T)" if self.swiglu else f"{x} @ W^T"
+        y = f"{self.gate}({x} @ Wg^T) * ({x} @ Wu^T)" if self.gated else f"{x} @ W^T"
         return y + (" + bias" if self.bias else "") + (" + residual" if self.residual else "")
 
     @property
     def weight_form(self) -> str:
-        return "[2N, K] (the gate's N rows, then the up projection's)" if self.swiglu else "[N, K] (nn.Linear's layout)"
+        return "[2N, K] (the gate's N rows, then the up projection's)" if self.gated else "[N, K] (nn.Linear's layout)"
 
     def _split(self, inputs: tuple[Any, ...]) -> tuple[Any, Any, Any, Any, Any]:
         x, w, *rest = inputs
@@ -51,10 +61,17 @@ class LinearMath:
         if self.norm:
             x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * norm_weight
         y = torch.matmul(x, w.t()) + (bias if self.bias else 0.0)
-        if self.swiglu:
+        if self.gated:
             gate, up = y.chunk(2, dim=-1)
-            y = torch.nn.functional.silu(gate) * up
+            y = self._activation(gate) * up
         return y + residual if self.residual else y
+
+    def _activation(self, gate: Any) -> Any:
+        """The gate's activation as torch computes it (GeGLU: GELU's tanh approximation, gelu_pytorch_tanh)."""
+        import torch
+
+        functional = torch.nn.functional
+        return functional.silu(gate) if self.swiglu else functional.gelu(gate, approximate="tanh")
 
     def eager(self, eps: float) -> Any:
         """The function a PyTorch user writes, in the inputs' dtype: RMSNorm (torch's own where it has one),
@@ -74,9 +91,9 @@ class LinearMath:
                     xf = x.float()
                     x = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * norm_weight.float()).to(x.dtype)
             y = functional.linear(x, w, bias) if self.bias else torch.matmul(x, w.t())
-            if self.swiglu:
+            if self.gated:
                 gate, up = y.chunk(2, dim=-1)
-                y = functional.silu(gate) * up
+                y = self._activation(gate) * up
             return y + residual if self.residual else y
 
         return linear
@@ -84,7 +101,7 @@ class LinearMath:
 
 def linear_baselines(math: LinearMath, eps: float) -> list[Baseline]:
     """The primary baseline: cuBLAS for the plain GEMM, the eager function for a fused variant."""
-    plain = not (math.operands or math.swiglu)
+    plain = not (math.operands or math.gated)
     name = "cublas" if plain else "eager"
     doc = "torch.matmul(x, W.t()) (cuBLAS on nn.Linear's layout)" if plain else \
         f"PyTorch eager: {math.text} as cuBLAS (torch.matmul(x, W.t())) and one torch op per part"

@@ -17,7 +17,8 @@ BLOCK_K steps; loads run along K, W's contiguous axis, in 16-byte vectors. Struc
 - NORM: y = rmsnorm(x) @ W^T, each program recomputing its rows' inverse RMS over all of K first (cheap for a few
   rows), the normed rows rounded to x's dtype as an eager RMSNorm's output is;
 - BIAS: y += bias[N]; RESIDUAL: then y += residual[M, N]; SWIGLU: W is the merged [2N, K] gate-up weight (the
-  gate's N rows, then the up projection's) and y = silu(x @ Wg^T) * (x @ Wu^T).
+  gate's N rows, then the up projection's) and y = silu(x @ Wg^T) * (x @ Wu^T); GEGLU: the same with the tanh
+  approximation of GELU as the gate (Gemma's gelu_pytorch_tanh), y = gelu_tanh(x @ Wg^T) * (x @ Wu^T).
 """
 
 import torch
@@ -101,13 +102,15 @@ def _partial(x_rows, m_ok, w_rows, nw_ptr, rstd, k_lo, K: tl.constexpr, CHUNK: t
 
 @triton.jit
 def _store(acc, up, y_ptr, res_ptr, b_ptr, rows_m, rows_n, M, N, BIAS: tl.constexpr, RESIDUAL: tl.constexpr,
-           SWIGLU: tl.constexpr):
+           SWIGLU: tl.constexpr, GEGLU: tl.constexpr):
     """The epilogue on the fp32 [BLOCK_N, BLOCK_M] tile, then y[m, n] in y's dtype."""
     offs = rows_m.to(tl.int64)[None, :] * N + rows_n[:, None]
     mask = (rows_m < M)[None, :] & (rows_n < N)[:, None]
     out = acc
     if SWIGLU:
         out = acc * tl.sigmoid(acc) * up
+    if GEGLU:  # 0.5 g (1 + tanh(z)) = g sigmoid(2z), z = sqrt(2 / pi) (g + 0.044715 g^3)
+        out = acc * tl.sigmoid(1.5957691216057308 * (acc + 0.044715 * acc * acc * acc)) * up
     if BIAS:
         out += tl.load(b_ptr + rows_n, mask=rows_n < N, other=0.0).to(tl.float32)[:, None]
     if RESIDUAL:
@@ -134,7 +137,8 @@ def linear_kernel(x_ptr, w_ptr, y_ptr, res_ptr, nw_ptr, b_ptr, ws_ptr, count_ptr
                   K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                   SPLIT_K: tl.constexpr, CHUNK: tl.constexpr, MASK_K: tl.constexpr, DOT: tl.constexpr,
                   REDUCE_AT_END: tl.constexpr, ORDERED: tl.constexpr, NORM: tl.constexpr, BIAS: tl.constexpr,
-                  RESIDUAL: tl.constexpr, SWIGLU: tl.constexpr, NUM_STAGES: tl.constexpr, EVICT_W: tl.constexpr):
+                  RESIDUAL: tl.constexpr, SWIGLU: tl.constexpr, GEGLU: tl.constexpr, NUM_STAGES: tl.constexpr,
+                  EVICT_W: tl.constexpr):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     pid_m = tl.program_id(2)
@@ -152,27 +156,27 @@ def linear_kernel(x_ptr, w_ptr, y_ptr, res_ptr, nw_ptr, b_ptr, ws_ptr, count_ptr
     acc = _partial(x_rows, m_ok, w_rows, nw_ptr, rstd, k_lo, K, CHUNK, BLOCK_M, BLOCK_N, BLOCK_K, MASK_K, NORM, DOT,
                    REDUCE_AT_END, NUM_STAGES, EVICT_W)
     up = acc
-    if SWIGLU:  # the up projection's rows follow the gate's N rows
+    if SWIGLU or GEGLU:  # the up projection's rows follow the gate's N rows
         up_rows = w_ptr + (last_n + N).to(tl.int64)[:, None] * K
         up = _partial(x_rows, m_ok, up_rows, nw_ptr, rstd, k_lo, K, CHUNK, BLOCK_M, BLOCK_N, BLOCK_K, MASK_K, NORM, DOT,
                       REDUCE_AT_END, NUM_STAGES, EVICT_W)
     if SPLIT_K == 1:
-        _store(acc, up, y_ptr, res_ptr, b_ptr, rows_m, rows_n, M, N, BIAS, RESIDUAL, SWIGLU)
+        _store(acc, up, y_ptr, res_ptr, b_ptr, rows_m, rows_n, M, N, BIAS, RESIDUAL, SWIGLU, GEGLU)
     else:
         tile = pid_m * tl.num_programs(0) + pid_n
         slots = SPLIT_K if ORDERED else 1  # per accumulator of a tile, each BLOCK_M * BLOCK_N values
-        gate_slots = ws_ptr + tile.to(tl.int64) * ((2 if SWIGLU else 1) * slots * BLOCK_M * BLOCK_N)
+        gate_slots = ws_ptr + tile.to(tl.int64) * ((2 if SWIGLU or GEGLU else 1) * slots * BLOCK_M * BLOCK_N)
         up_slots = gate_slots + slots * BLOCK_M * BLOCK_N
         # a slot is [BLOCK_M, BLOCK_N], row m's partials contiguous: padded rows of x are neither written nor read
         at = tl.arange(0, BLOCK_M)[None, :] * BLOCK_N + tl.arange(0, BLOCK_N)[:, None]
         keep = m_ok[None, :] & (rows_n >= 0)[:, None]
         if ORDERED:
             tl.store(gate_slots + pid_k * (BLOCK_M * BLOCK_N) + at, acc, mask=keep)
-            if SWIGLU:
+            if SWIGLU or GEGLU:
                 tl.store(up_slots + pid_k * (BLOCK_M * BLOCK_N) + at, up, mask=keep)
         else:
             tl.atomic_add(gate_slots + at, acc, mask=keep, sem="relaxed", scope="gpu")
-            if SWIGLU:
+            if SWIGLU or GEGLU:
                 tl.atomic_add(up_slots + at, up, mask=keep, sem="relaxed", scope="gpu")
         # One thread issues the count: the barrier puts every thread's partial before it, and acq_rel makes those
         # writes visible to the program that reads them after its own increment.
@@ -181,9 +185,10 @@ def linear_kernel(x_ptr, w_ptr, y_ptr, res_ptr, nw_ptr, b_ptr, ws_ptr, count_ptr
         if arrived == SPLIT_K - 1:
             total = _total(gate_slots, at, keep, SPLIT_K, BLOCK_M * BLOCK_N, ORDERED)
             total_up = total
-            if SWIGLU:
+            if SWIGLU or GEGLU:
                 total_up = _total(up_slots, at, keep, SPLIT_K, BLOCK_M * BLOCK_N, ORDERED)
-            _store(total, total_up, y_ptr, res_ptr, b_ptr, rows_m, rows_n, M, N, BIAS, RESIDUAL, SWIGLU)
+            _store(total, total_up, y_ptr, res_ptr, b_ptr, rows_m, rows_n, M, N, BIAS, RESIDUAL, SWIGLU,
+                   GEGLU)
             tl.atomic_xchg(count_ptr + tile, 0, sem="relaxed", scope="gpu")  # counted from zero by the next launch
 
 
@@ -201,7 +206,7 @@ def linear_plan(x, weight, norm_weight, bias, residual, out, config):
     if not isinstance(x, torch.Tensor) or x.dim() == 0 or x.shape[-1] == 0:
         raise ValueError(f"x must be a tensor with rows of at least one element; got {_described(x)}")
     k = x.shape[-1]
-    parts = 2 if config["SWIGLU"] else 1
+    parts = 2 if config["SWIGLU"] or config["GEGLU"] else 1
     if (not isinstance(weight, torch.Tensor) or weight.dim() != 2 or weight.shape[1] != k
             or weight.shape[0] % parts or weight.dtype != x.dtype or weight.device != x.device):
         form = "[2N, K] (gate rows, then up rows)" if parts == 2 else "[N, K] (nn.Linear's layout)"
@@ -235,7 +240,7 @@ def linear_plan(x, weight, norm_weight, bias, residual, out, config):
                          {"num_warps": config["NUM_WARPS"], "num_stages": config["NUM_STAGES"]})
     consts = (k, block_m, block_n, block_k, split, chunk, split * chunk != k, config["DOT"], config["REDUCE_AT_END"],
               config["ORDERED"], config["NORM"], config["BIAS"], config["RESIDUAL"], config["SWIGLU"],
-              config["NUM_STAGES"], config["EVICT_W"])
+              config["GEGLU"], config["NUM_STAGES"], config["EVICT_W"])
     tensors = [x, weight] + [t for t, on in ((norm_weight, config["NORM"]), (bias, config["BIAS"]),
                                              (residual, config["RESIDUAL"])) if on]
     contiguous = all(t.is_contiguous() for t in tensors)

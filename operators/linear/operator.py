@@ -3,9 +3,11 @@ fused variants for a decoder layer's roles (issue 40's decode operators):
 
   linear+residual          y = x @ W^T + residual                      o_proj, down
   linear+swiglu            y = silu(x @ Wg^T) * (x @ Wu^T)             gate_up (W = [Wg; Wu], [2N, K])
+  linear+geglu             y = gelu_tanh(x @ Wg^T) * (x @ Wu^T)        gate_up of Gemma (gelu_pytorch_tanh)
   linear+rmsnorm           y = rmsnorm(x) @ W^T                        qkv (the input norm in the prologue)
   linear+rmsnorm+bias      y = rmsnorm(x) @ W^T + bias                 qkv of models with a bias (Qwen2)
   linear+rmsnorm+swiglu    the post-attention norm, gate_up and SwiGLU in one kernel
+  linear+rmsnorm+geglu     the same with GeGLU
 
 The entry is `linear(x, weight[, norm_weight][, bias][, residual], out=None[, eps=1e-6])`; `out` may be the residual
 itself (each element is read before it is written, by the program that writes it). Made for M <= 16 (decode); any
@@ -32,7 +34,7 @@ __all__ = ["LinearOperator", "linear_variant", "KERNEL_FILE", "OPTIONS"]
 
 KERNEL_FILE = Path(__file__).with_name("kernel.py")
 SELFCHECK_FILE = Path(__file__).with_name("selfcheck.py")
-OPTIONS = ("rmsnorm", "swiglu", "bias", "residual")  # in the order a name spells them
+OPTIONS = ("rmsnorm", "swiglu", "geglu", "bias", "residual")  # in the order a name spells them
 EPS = 1e-6
 
 # Relative Frobenius error accepted per dtype: the GEMM's (operators/gemm/operator.py: fp32 tl.dot runs in tf32 on
@@ -78,10 +80,14 @@ class LinearOperator(Operator):
         if unknown or len(set(options)) != len(options):
             raise ValueError(f"linear takes the options {', '.join(OPTIONS)} (each once, in that order); "
                              f"got {'+'.join(('linear', *options))!r}")
-        if "swiglu" in options and ("residual" in options or "bias" in options):
-            raise ValueError("linear+swiglu takes neither a residual (SwiGLU's output feeds the down projection) nor a "
-                             "bias (the gate and up projections of LLMs have none)")
-        self.math = LinearMath("rmsnorm" in options, "residual" in options, "swiglu" in options, "bias" in options)
+        if "swiglu" in options and "geglu" in options:
+            raise ValueError("linear takes one gate, swiglu or geglu; got both")
+        for gate in ("swiglu", "geglu"):
+            if gate in options and ("residual" in options or "bias" in options):
+                raise ValueError(f"linear+{gate} takes neither a residual (the gated output feeds the down projection) "
+                                 "nor a bias (the gate and up projections of LLMs have none)")
+        self.math = LinearMath("rmsnorm" in options, "residual" in options, "swiglu" in options, "bias" in options,
+                               "geglu" in options)
         self.name = "+".join(("linear", *(o for o in OPTIONS if o in options)))
         params = ["Tensor x", "Tensor weight"] + [f"Tensor {e}" for e in self.math.operands] \
             + [f"float eps={EPS!r}"] * self.math.norm
@@ -89,7 +95,7 @@ class LinearOperator(Operator):
         super().__init__(overrides)
 
     def make_family(self, overrides: dict[str, list[Any]] | None) -> GenomeFamily:
-        return LinearFamily(overrides, tiles=2 if self.math.swiglu else 1, norm=self.math.norm)
+        return LinearFamily(overrides, tiles=2 if self.math.gated else 1, norm=self.math.norm)
 
     # -- code generation --------------------------------------------------------------------------------
     def render(self, genome: Genome, problem: Problem, target: Target) -> str:
@@ -99,7 +105,8 @@ class LinearOperator(Operator):
                   "SPLIT_K": g["SPLIT_K"], "DOT": g["math"] == "dot", "REDUCE_AT_END": g["reduce_k"] == "end",
                   "ORDERED": g["reduction"] == "ordered", "NUM_WARPS": g["num_warps"], "NUM_STAGES": g["num_stages"],
                   "EVICT_W": "" if g["evict_w"] == "none" else g["evict_w"],
-                  "NORM": mm.norm, "BIAS": mm.bias, "RESIDUAL": mm.residual, "SWIGLU": mm.swiglu}
+                  "NORM": mm.norm, "BIAS": mm.bias, "RESIDUAL": mm.residual, "SWIGLU": mm.swiglu,
+                  "GEGLU": mm.geglu}
         title = (f"evo kernel: {self.name} ({mm.text}) rendered from genome {genome.hash} for {problem.key} on "
                  f"sm_{target.arch}.\n\n" + textwrap.fill(f"Genome: {genome}", 100))
         extra = list(mm.operands)
@@ -115,7 +122,7 @@ class LinearOperator(Operator):
     # -- as a torch op ----------------------------------------------------------------------------------
     def empty_output(self, *args: Any) -> Any:
         x, weight = args[:2]
-        n = weight.shape[0] // 2 if self.math.swiglu else weight.shape[0]
+        n = weight.shape[0] // 2 if self.math.gated else weight.shape[0]
         return x.new_empty((*x.shape[:-1], n))
 
     def call_into(self, entry: Any, *args: Any, out: Any) -> Any:
@@ -136,7 +143,7 @@ class LinearOperator(Operator):
 
     # -- judging a kernel -------------------------------------------------------------------------------
     def _w_rows(self, problem: Problem) -> int:
-        return 2 * problem.dims["N"] if self.math.swiglu else problem.dims["N"]
+        return 2 * problem.dims["N"] if self.math.gated else problem.dims["N"]
 
     def make_inputs(self, problem: Problem, seed: int, device: str = "cuda") -> tuple[Any, ...]:
         """x[M, K] standard normal, W[N, K] (or [2N, K]) normal with variance 1/K as nn.Linear's weights are (outputs
@@ -165,7 +172,7 @@ class LinearOperator(Operator):
 
     def tolerance(self, problem: Problem) -> float:
         mm = self.math
-        return (FUSED_TOLERANCE if mm.operands or mm.swiglu else TOLERANCE)[problem.dtype]
+        return (FUSED_TOLERANCE if mm.operands or mm.gated else TOLERANCE)[problem.dtype]
 
     def baselines(self) -> list[Baseline]:
         return linear_baselines(self.math, EPS)
@@ -180,7 +187,8 @@ class LinearOperator(Operator):
         """Plain-torch self-check code for exported kernels: the problem's constants above operators/linear/selfcheck.py
         pasted verbatim."""
         d, mm = problem.dims, self.math
-        parts = tuple(o for o, on in (("rmsnorm", mm.norm), ("swiglu", mm.swiglu), ("bias", mm.bias),
+        parts = tuple(o for o, on in (("rmsnorm", mm.norm), ("swiglu", mm.swiglu), ("geglu", mm.geglu),
+                                      ("bias", mm.bias),
                                       ("residual", mm.residual)) if on)
         head = ["import torch", "", f"SELFCHECK_SIZES = ({d['M']}, {d['N']}, {d['K']})  # (M, N, K)",
                 f"SELFCHECK_DTYPE = torch.{DTYPES[problem.dtype]}", f"SELFCHECK_PARTS = {parts!r}",

@@ -6,7 +6,7 @@ import torch
 
 SELFCHECK_SIZES = (1, 64, 64)  # (M, N, K)
 SELFCHECK_DTYPE = torch.float32
-SELFCHECK_PARTS = ()  # of "rmsnorm", "swiglu", "bias", "residual"
+SELFCHECK_PARTS = ()  # of "rmsnorm", "swiglu", "geglu", "bias", "residual"
 SELFCHECK_EPS = 1e-6
 SELFCHECK_TOLERANCE = 3e-3
 
@@ -18,7 +18,8 @@ def selfcheck_inputs(device):
     weight, the bias and the residual where the variant takes them."""
     m, n, k = SELFCHECK_SIZES
     gen = torch.Generator(device=device).manual_seed(20240917)
-    shapes = [(m, k), (2 * n if "swiglu" in SELFCHECK_PARTS else n, k)]
+    gated = "swiglu" in SELFCHECK_PARTS or "geglu" in SELFCHECK_PARTS
+    shapes = [(m, k), (2 * n if gated else n, k)]
     shapes += [(k,)] * ("rmsnorm" in SELFCHECK_PARTS) + [(n,)] * ("bias" in SELFCHECK_PARTS)
     shapes += [(m, n)] * ("residual" in SELFCHECK_PARTS)
     out = [torch.randn(s, generator=gen, device=device, dtype=torch.float32) for s in shapes]
@@ -42,6 +43,9 @@ def _selfcheck_linear(x, w, rest, exact, eps):
     if "swiglu" in SELFCHECK_PARTS:
         gate, up = y.chunk(2, dim=-1)
         y = torch.nn.functional.silu(gate) * up
+    if "geglu" in SELFCHECK_PARTS:  # GELU's tanh approximation as the gate (gelu_pytorch_tanh)
+        gate, up = y.chunk(2, dim=-1)
+        y = torch.nn.functional.gelu(gate, approximate="tanh") * up
     return y + residual if residual is not None else y
 
 
@@ -54,5 +58,5 @@ def selfcheck_baseline(x, w, *rest, eps=SELFCHECK_EPS):  # eps: as the entry tak
 
 
 def problem_sizes(x, w, *rest):
-    rows = w.shape[0] // 2 if "swiglu" in SELFCHECK_PARTS else w.shape[0]
+    rows = w.shape[0] // 2 if "swiglu" in SELFCHECK_PARTS or "geglu" in SELFCHECK_PARTS else w.shape[0]
     return (x.numel() // x.shape[-1], rows, x.shape[-1])

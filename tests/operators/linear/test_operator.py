@@ -18,7 +18,7 @@ from operators.linear.operator import KERNEL_FILE
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 TARGET = INTERPRETED_HOPPER
 VARIANTS = ["linear", "linear+residual", "linear+swiglu", "linear+rmsnorm", "linear+rmsnorm+swiglu", "linear+bias",
-            "linear+rmsnorm+bias+residual"]
+            "linear+rmsnorm+bias+residual", "linear+geglu", "linear+rmsnorm+geglu"]
 
 
 def _genomes(op, p, seeds, randoms, seed):
