@@ -118,7 +118,7 @@ def _summary(g: dict[str, Any], head_dim: int, target: Target) -> str:
 
 def _model_text(softcap: float, window: int) -> str:
     """What a model's switches add to the title and docstring ('' without them)."""
-    parts = ([f"logits soft-capped at {softcap:g}"] if softcap else []) + \
+    parts = ([f"logits soft-capped at {softcap!r}"] if softcap else []) + \
         ([f"a sliding window of {window} keys"] if window else [])
     return f" ({' and '.join(parts)})" if parts else ""
 

@@ -25,11 +25,13 @@ from operators.attention.model_baselines import model_baselines
 from operators.attention.module import render_module
 from operators.base import Baseline, Operator
 
-__all__ = ["AttentionOperator", "attention_variant", "TOLERANCE", "causal_pairs", "visible_pairs", "variant_name"]
+__all__ = ["AttentionOperator", "attention_variant", "TOLERANCE", "causal_pairs", "visible_pairs", "variant_name",
+           "cap_text"]
 
 # Relative Frobenius error accepted: the probabilities are rounded to the input dtype before P V (as every
 # FlashAttention does), a few units of that rounding; a wrong key block or head is orders of magnitude more.
 TOLERANCE = {"fp16": 4e-3, "bf16": 2.5e-2}
+MAX_CAP = 1e6  # a logit cap above this caps nothing (and its name stays plain digits)
 REFERENCE_SCORES = 1 << 26  # fp32 scores the reference holds at once (256 MiB)
 _BACKENDS = (("sdpa_flash", "FLASH_ATTENTION"), ("sdpa_efficient", "EFFICIENT_ATTENTION"),
              ("sdpa_cudnn", "CUDNN_ATTENTION"))
@@ -51,9 +53,14 @@ def visible_pairs(n_q: int, n_k: int, causal: bool, window: int) -> int:
     return ramp + window * max(0, n_k - full_from)
 
 
+def cap_text(cap: float) -> str:
+    """A cap as a name spells it, exactly: 50.0 -> '50', 2.5 -> '2.5' (the shortest text that reads back as it)."""
+    return str(int(cap)) if float(cap).is_integer() and abs(cap) < 1e15 else repr(float(cap))
+
+
 def variant_name(causal: bool, softcap: float = 0.0, window: int = 0) -> str:
     """The operator's name for these options, in their canonical order and spelling."""
-    return ("attention" + ("+causal" if causal else "") + (f"+softcap{softcap:g}" if softcap else "")
+    return ("attention" + ("+causal" if causal else "") + (f"+softcap{cap_text(softcap)}" if softcap else "")
             + (f"+window{window}" if window else ""))
 
 
@@ -332,12 +339,15 @@ def _number(option: str, prefix: str, kind: type) -> Any:
         value = kind(text)
     except ValueError:
         value = None
-    canonical = f"{value:g}" if kind is float and value is not None else str(value)
-    if value is None or not value > 0 or not math.isfinite(value) or text != canonical:
+    if kind is float and value is not None and not 0 < value <= MAX_CAP:
+        value = None
+    canonical = cap_text(value) if kind is float and value is not None else str(value)
+    if value is None or not value > 0 or text != canonical:
         example = {"softcap": "softcap50 (Gemma 2's attn_logit_softcapping)",
                    "window": "window4096 (Gemma 2's sliding_window)"}[prefix]
         hint = f" (write it {prefix}{canonical})" if value is not None and value > 0 and text != canonical else ""
-        raise ValueError(f"attention option {option!r}: {prefix} takes a positive {kind.__name__} in its name, "
+        raise ValueError(f"attention option {option!r}: {prefix} takes a positive {kind.__name__} in its name"
+                         f"{' up to 1e6' if kind is float else ''}, "
                          f"e.g. {example}{hint}")
     return value
 
