@@ -34,8 +34,9 @@ from genomes.gemm_rules import MAX_WS_STAGES, PLAN, TWO_TILE_REFUSALS, Moves, ru
 from genomes.genes import Boolean, Categorical, Gene, IntChoice, PowerOfTwo
 from genomes.rule_table import plan_repair, table_violations
 
-__all__ = ["GemmFamily", "TUTORIAL_CONFIGS", "DESCRIPTOR_MEMORY", "ELEM_BYTES", "smem_estimate", "acc_regs_per_thread",
-           "column_blocks", "unaligned_rows", "MAX_ACC_REGS", "MAX_WS_STAGES", "TWO_TILE_REFUSALS"]
+__all__ = ["GemmFamily", "SPLIT_VALUES", "wave_split", "TUTORIAL_CONFIGS", "DESCRIPTOR_MEMORY", "ELEM_BYTES",
+           "smem_estimate", "acc_regs_per_thread", "column_blocks", "unaligned_rows", "MAX_ACC_REGS", "MAX_WS_STAGES",
+           "TWO_TILE_REFUSALS"]
 
 # The Triton matmul tutorial's 16 CUDA configurations: (BM, BN, BK, GROUP_M, num_stages, num_warps).
 TUTORIAL_CONFIGS = (
@@ -45,6 +46,8 @@ TUTORIAL_CONFIGS = (
     (128, 128, 128, 8, 4, 4), (128, 64, 64, 8, 4, 4), (64, 128, 64, 8, 4, 4), (128, 32, 64, 8, 4, 4),
 )
 
+
+SPLIT_VALUES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)  # the split_k gene's domain
 
 STRUCTURES = ("pointer", "pointer+persistent", "TMA", "TMA+persistent", "TMA+warp-specialized", "host TMA",
               "host TMA+persistent", "persistent+stream-K", "Gluon cooperative", "Gluon ping-pong", "Gluon row-split",
@@ -65,6 +68,25 @@ def _structure(g: Mapping[str, Any], resources: Any) -> float:
     if g["memory"] == "host_descriptor":
         return 5.0 + g["persistent"]
     return 2.0 * (g["memory"] == "descriptor") + g["persistent"]
+
+
+def wave_split(problem: Problem, target: Target, block_m: int, block_n: int, block_k: int, waves: int = 1) -> int:
+    """The split_k that best fills `waves` waves of the target's SMs with the problem's output tiles of
+    block_m x block_n: the fullest last wave over the splits that keep every split K steps of its own and the
+    grid within `waves` waves, the smaller split on a tie (fewer partials to sum). 16 tiles on 132 SMs: 8 (128
+    programs); 4 tiles: 32; 1 tile: 128; 132 tiles or more: 1."""
+    d = problem.dims
+    tiles = -(-d["M"] // block_m) * -(-d["N"] // block_n)
+    steps = -(-d["K"] // block_k)
+    best, best_fill = 1, 0.0
+    for split in SPLIT_VALUES:
+        programs = tiles * split
+        if split > steps or programs > waves * target.num_sms:
+            break
+        fill = programs / (-(-programs // target.num_sms) * target.num_sms)
+        if fill > best_fill + 1e-9:
+            best, best_fill = split, fill
+    return best
 
 
 class GemmFamily(GenomeFamily):
@@ -114,7 +136,9 @@ class GemmFamily(GenomeFamily):
                         doc="plain pointer loads, or tensor descriptors (TMA) made in the kernel or on the host"),
             # 3, 6 and 12 too: a grid of tiles x splits can then come near a whole number of waves (36 tiles on
             # 132 SMs: 4 splits make 144 programs, two waves; 3 make 108, one)
-            IntChoice("split_k", (1, 2, 3, 4, 6, 8, 12, 16), group="structure",
+            # 24-128: long K over a few tiles (an output under 1k x 1k, K in the hundreds of thousands) needs tens
+            # of programs per tile to fill the GPU; the Triton kernel sums them in two levels (kernel.py)
+            IntChoice("split_k", SPLIT_VALUES, group="structure",
                       doc="programs sharing one output tile along K (1 = off)"),
             Boolean("epilogue_subtile", group="structure", doc="store the output tile in two halves"),
             Boolean("pad_rows", group="structure",
@@ -176,6 +200,7 @@ class GemmFamily(GenomeFamily):
             self.base(BLOCK_M=16, BLOCK_N=128, BLOCK_K=128, num_stages=4, num_warps=4, split_k=8,
                       memory="host_descriptor"),
         ]
+        raw += self._long_k_seeds(problem, target)
         gluon = dict(GLUON_FIXED, backend="gluon")
         raw += [  # the Gluon rendering's schedules (refused, and dropped, where it cannot run)
             self.base(**gluon, BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_stages=3, num_warps=8),
@@ -208,6 +233,25 @@ class GemmFamily(GenomeFamily):
                     self.base(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, num_stages=4, num_warps=4, memory="host_descriptor")]
         return self._repaired_seeds(raw, problem, target)
 
+    def _long_k_seeds(self, problem: Problem, target: Target) -> list[dict[str, Any]]:
+        """Split-K that fills the GPU where the output has fewer tiles than SMs (long K over a small output): each
+        tile shape with the split that makes one wave of it (wave_split), and a Gluon one (its second launch)."""
+        out = []
+        for bm, bn, bk, warps, stages, memory in ((128, 128, 64, 8, 4, "host_descriptor"),
+                                                  (128, 256, 64, 8, 3, "host_descriptor"),
+                                                  (64, 128, 64, 4, 4, "host_descriptor"),
+                                                  (64, 64, 128, 4, 4, "descriptor"),
+                                                  (128, 128, 64, 8, 4, "pointer")):
+            split = wave_split(problem, target, bm, bn, bk)
+            if split > 1:
+                out.append(self.base(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages,
+                                     memory=memory, split_k=split))
+        split = wave_split(problem, target, 128, 128, 64)
+        if split > 1:
+            out.append(self.base(**GLUON_FIXED, backend="gluon", BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_stages=4,
+                                 num_warps=8, split_k=split))
+        return out
+
     def descriptors(self) -> dict[str, Descriptor]:
         log2 = lambda x: float(np.log2(x))  # noqa: E731
         return {
@@ -220,8 +264,9 @@ class GemmFamily(GenomeFamily):
             "num_stages": Descriptor("num_stages", lambda g, r: g["num_stages"], (2.0, 3.0, 4.0, 5.0),
                                      "kernel pipeline depth"),
             "num_warps": Descriptor("num_warps", lambda g, r: g["num_warps"], (2.0, 4.0, 8.0), "warps"),
-            "split_k": Descriptor("split_k", lambda g, r: log2(g["split_k"]), (0.0, 1.0, 2.0, 3.0, 4.0),
-                                  "log2(split_k), 3 binned with 2, 6 with 4, 12 with 8", label=labels.power_of_two),
+            "split_k": Descriptor("split_k", lambda g, r: log2(g["split_k"]), tuple(float(x) for x in range(8)),
+                                  "log2(split_k), 3 binned with 2, 6 with 4, 12 with 8 and so on",
+                                  label=labels.power_of_two),
             "structure": Descriptor("structure", _structure, tuple(float(i) for i in range(len(STRUCTURES))),
                                     "0 pointer, 1 pointer+persistent, 2 TMA, 3 TMA+persistent, "
                                     "4 TMA+warp-specialized, 5 host TMA, 6 host TMA+persistent, "

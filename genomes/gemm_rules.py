@@ -39,7 +39,8 @@ from genomes.gemm_resources import (
 )
 from genomes.rule_table import Domains, Rule, domains, outside, region_repair
 
-__all__ = ["MAX_WS_STAGES", "TWO_TILE_REFUSALS", "PLAN", "Moves", "rules", "smem_needed"]
+__all__ = ["MAX_WS_STAGES", "TWO_TILE_REFUSALS", "PLAN", "Moves", "rules", "smem_needed", "SPLIT_WORKSPACE_BYTES",
+           "split_workspace_bytes"]
 
 # Warp-specialized kernels with a 5-deep K pipeline (num_stages=5, 128x128x64, 4 warps) left part of the
 # output unwritten in 2 of 6 evaluations on an H200 with triton 3.6 (a race: the same genome also passed);
@@ -78,9 +79,15 @@ _WS_CONDITIONS = (
      "warp specialization fails to compile a subtiled epilogue in Triton 3.6"),
 )
 
+# bytes of fp32 partial tiles a split-K plan may allocate (the padded output times the splits): tens of splits pay
+# off where the output is small (under 1k x 1k: 4 MiB of fp32 per split); a 4096 x 4096 output keeps the 16 splits
+# the domain offered before it reached 128 (1 GiB), not the 8 GiB of 128
+SPLIT_WORKSPACE_BYTES = 1 << 30
+
 # the order repair settles the rules in (see the module's docstring); some are looked at again after the resources
-PLAN = ("fits_BLOCK_M", "fits_BLOCK_N", "fits_BLOCK_K", "split_has_steps", "gluon", "triton_consumers", "triton_rows",
-        "two_tiles_refusals", "two_tiles_wide", "stream_k_persistent", "split_k_persistent", "pad_rows", "descriptors",
+PLAN = ("fits_BLOCK_M", "fits_BLOCK_N", "fits_BLOCK_K", "split_has_steps", "split_workspace", "gluon",
+        "triton_consumers", "triton_rows", "two_tiles_refusals", "two_tiles_wide", "stream_k_persistent",
+        "split_k_persistent", "pad_rows", "descriptors",
         "wide_alone", *(name for name, _, _ in _WS_CONDITIONS), "ws_refusal", "ws_stages", "subtile_width",
         "registers", "smem", "split_has_steps", "rows_settled", "wide_narrowed", "subtile_width")
 
@@ -141,6 +148,23 @@ def _fits(gene: str, dim: str) -> Rule:
 
 def _split_has_steps(g, p, t):
     return f"split_k={g['split_k']} exceeds the {_k_steps(g, p)} K steps" if g["split_k"] > _k_steps(g, p) else None
+
+
+def split_workspace_bytes(g: Mapping[str, Any], p: Problem) -> int:
+    """fp32 bytes of the partial tiles a split-K genome's plan allocates (0 without split-K): one per split of every
+    padded output tile (the Triton kernel's group sums, beyond 16 splits, add an eighth more)."""
+    if g["split_k"] == 1:
+        return 0
+    rows = -(-p.dims["M"] // g["BLOCK_M"]) * g["BLOCK_M"]
+    cols = -(-p.dims["N"] // g["BLOCK_N"]) * g["BLOCK_N"]
+    return 4 * rows * cols * g["split_k"]
+
+
+def _split_workspace(g, p, t):
+    need = split_workspace_bytes(g, p)
+    if need > SPLIT_WORKSPACE_BYTES:
+        return f"split_k={g['split_k']} needs {need >> 20} MiB of fp32 partials (> {SPLIT_WORKSPACE_BYTES >> 20} MiB)"
+    return None
 
 
 def _gluon(g, p, t, gluon_table):
@@ -334,6 +358,7 @@ def _table(b_tiles: int, reads_tile: bool, ws_refusal: str, refusal: str, family
     return (
         _fits("BLOCK_M", "M"), _fits("BLOCK_N", "N"), _fits("BLOCK_K", "K"),
         Rule("split_has_steps", _split_has_steps, _step_down("split_k")),
+        Rule("split_workspace", _split_workspace, _step_down("split_k")),
         Rule("gluon", partial(_gluon, gluon_table=gluon_table), partial(_fix_gluon, gluon_table=gluon_table),
              steer=partial(_gluon_steer, gluon_table=gluon_table, family_domains=family_domains)),
         Rule("triton_consumers", _triton_consumers, _fix_triton_consumers),

@@ -1,7 +1,8 @@
 """The Triton GEMM: C[M, N] = A[M, K] @ B[K, N] (fp32 accumulation), with its fused epilogues, as one real kernel.
 
 evo renders a module for a genome by writing a header (the genome's constants and the entry function) and pasting
-this file below the marker verbatim, then operators/gemm/plan.py (the launch plan): the code a search measured and a
+below it operators/gemm/tile_store.py (the epilogue, the store, the split-K and stream-K reductions), this file
+below the marker verbatim, then operators/gemm/plan.py (the launch plan): the code a search measured and a
 user exports is this file. Every structure gene is a constexpr switch, so Triton compiles only the branches a genome
 turns on:
 - MEMORY: "pointer" loads (rows and columns past the edge read row/column 0, never stored; only the last K step is
@@ -9,7 +10,8 @@ turns on:
   launcher's descriptors passed in as a, b, b1, c, c1);
 - PERSISTENT: one program per SM strides over the tiles (a flattened loop, so the next tile's loads run under the
   current tile's epilogue); with STREAM_K the tiles of the last partial wave are shared by K steps;
-- SPLIT_K > 1: programs share each tile along K, publish fp32 partials, and the last to arrive sums them in order;
+- SPLIT_K > 1: programs share each tile along K, publish fp32 partials, and the last to arrive sums them in order
+  (in two levels beyond 2 * SPLIT_GROUP splits: long K over few tiles, where tens of splits fill the GPU);
 - WIDE: a tile of two power-of-two column blocks (BLOCK_N0 + BLOCK_N1 = 96 or 192 columns);
 - SUBTILE: the tile leaves in two halves along N (half the staging buffer);
 - GROUP_M, COLUMN_MAJOR: the program-id swizzle; LOOP_STAGES, LOOP_UNROLL, WARP_SPECIALIZE: the K loop's hints;
@@ -21,8 +23,9 @@ turns on:
 import triton
 import triton.language as tl
 
-# ---- evo pastes this file from here on into every module it renders for this family ----
+from operators.gemm.tile_store import _reduce_partials, _reduce_split, _store_tile
 
+# ---- evo pastes this file from here on into every module it renders for this family ----
 
 @triton.jit
 def tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr, COLUMN_MAJOR: tl.constexpr):
@@ -144,124 +147,6 @@ def _descriptor_k_steps(a_desc, b_desc, b_desc1, pid_m, pid_n, N, k_lo, k_hi, BL
 
 
 @triton.jit
-def _epilogue(x, pid_m, first_col, bias_ptr, residual_ptr, scale, M, N, BLOCK_M: tl.constexpr, WIDTH: tl.constexpr,
-              SCALE: tl.constexpr, BIAS: tl.constexpr, ACTIVATION: tl.constexpr, RESIDUAL: tl.constexpr):
-    """The fused epilogue on the fp32 piece `x` of the tile (WIDTH columns from first_col), before the cast; rows
-    past M and columns past N read zeros (they are never stored)."""
-    if RESIDUAL:
-        offs_cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_ep = first_col + tl.arange(0, WIDTH)
-    if SCALE:
-        x = x * scale
-    if BIAS:
-        x += tl.load(bias_ptr + offs_ep, mask=offs_ep < N, other=0.0).to(tl.float32)[None, :]
-    if ACTIVATION == "gelu":
-        x = 0.5 * x * (1.0 + tl.math.erf(x * 0.7071067811865476))
-    elif ACTIVATION == "gelu_tanh":  # 0.5 x (1 + tanh(u)) = x sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3)
-        x = x * tl.sigmoid(1.5957691216057308 * (x + 0.044715 * x * x * x))
-    elif ACTIVATION == "silu":
-        x = x * tl.sigmoid(x)
-    elif ACTIVATION == "relu":
-        x = tl.maximum(x, 0.0)
-    if RESIDUAL:
-        ep_mask = (offs_cm[:, None] < M) & (offs_ep[None, :] < N)
-        x += tl.load(residual_ptr + offs_cm[:, None] * N + offs_ep[None, :], mask=ep_mask, other=0.0).to(tl.float32)
-    return x
-
-
-@triton.jit
-def _put(x, c, c_desc, pid_m, first_col, M, N, BLOCK_M: tl.constexpr, WIDTH: tl.constexpr, MEMORY: tl.constexpr):
-    """Store the fp32 piece `x` (WIDTH columns from first_col) in C's dtype: by its descriptor, or by pointers with
-    rows and columns past the edge masked."""
-    if MEMORY == "pointer":
-        offs_cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        offs_cn = first_col + tl.arange(0, WIDTH)
-        c_ptrs = c + offs_cm[:, None] * N + offs_cn[None, :]
-        c_mask = (offs_cm[:, None] < M) & (offs_cn[None, :] < N)
-        tl.store(c_ptrs, x.to(c.dtype.element_ty), mask=c_mask)
-    elif MEMORY == "descriptor":
-        c_desc.store([pid_m * BLOCK_M, first_col], x.to(c.dtype.element_ty))
-    else:
-        c_desc.store([pid_m * BLOCK_M, first_col], x.to(c_desc.dtype))
-
-
-@triton.jit
-def _store_tile(acc, acc1, c, c_desc, c_desc1, bias_ptr, residual_ptr, scale, pid_m, pid_n, M, N,
-                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_N0: tl.constexpr, BLOCK_N1: tl.constexpr,
-                WIDE: tl.constexpr, SUBTILE: tl.constexpr, MEMORY: tl.constexpr, SCALE: tl.constexpr,
-                BIAS: tl.constexpr, ACTIVATION: tl.constexpr, RESIDUAL: tl.constexpr):
-    """The epilogue on the fp32 tile at (pid_m, pid_n), then C: in two halves along N (SUBTILE), per column block
-    (WIDE: acc and acc1), or whole."""
-    first = pid_n * BLOCK_N
-    if SUBTILE:
-        halves = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
-        left, right = tl.split(halves)
-        left = _epilogue(left, pid_m, first, bias_ptr, residual_ptr, scale, M, N, BLOCK_M, BLOCK_N // 2, SCALE, BIAS,
-                         ACTIVATION, RESIDUAL)
-        right = _epilogue(right, pid_m, first + BLOCK_N // 2, bias_ptr, residual_ptr, scale, M, N, BLOCK_M,
-                          BLOCK_N // 2, SCALE, BIAS, ACTIVATION, RESIDUAL)
-        if MEMORY == "pointer":  # one set of offsets for both halves
-            offs_cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-            offs_cn = first + tl.arange(0, BLOCK_N // 2)
-            c_ptrs = c + offs_cm[:, None] * N + offs_cn[None, :]
-            row_ok = offs_cm[:, None] < M
-            tl.store(c_ptrs, left.to(c.dtype.element_ty), mask=row_ok & (offs_cn[None, :] < N))
-            tl.store(c_ptrs + BLOCK_N // 2, right.to(c.dtype.element_ty),
-                     mask=row_ok & (offs_cn[None, :] + BLOCK_N // 2 < N))
-        else:
-            _put(left, c, c_desc, pid_m, first, M, N, BLOCK_M, BLOCK_N // 2, MEMORY)
-            _put(right, c, c_desc, pid_m, first + BLOCK_N // 2, M, N, BLOCK_M, BLOCK_N // 2, MEMORY)
-    elif WIDE:
-        acc = _epilogue(acc, pid_m, first, bias_ptr, residual_ptr, scale, M, N, BLOCK_M, BLOCK_N0, SCALE, BIAS,
-                        ACTIVATION, RESIDUAL)
-        acc1 = _epilogue(acc1, pid_m, first + BLOCK_N0, bias_ptr, residual_ptr, scale, M, N, BLOCK_M, BLOCK_N1,
-                         SCALE, BIAS, ACTIVATION, RESIDUAL)
-        if MEMORY == "pointer":  # one row mask for both blocks
-            offs_cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-            row_ok = offs_cm[:, None] < M
-            offs_cn = first + tl.arange(0, BLOCK_N0)
-            tl.store(c + offs_cm[:, None] * N + offs_cn[None, :], acc.to(c.dtype.element_ty),
-                     mask=row_ok & (offs_cn[None, :] < N))
-            offs_cn1 = first + BLOCK_N0 + tl.arange(0, BLOCK_N1)
-            tl.store(c + offs_cm[:, None] * N + offs_cn1[None, :], acc1.to(c.dtype.element_ty),
-                     mask=row_ok & (offs_cn1[None, :] < N))
-        else:
-            _put(acc, c, c_desc, pid_m, first, M, N, BLOCK_M, BLOCK_N0, MEMORY)
-            _put(acc1, c, c_desc1, pid_m, first + BLOCK_N0, M, N, BLOCK_M, BLOCK_N1, MEMORY)
-    else:
-        acc = _epilogue(acc, pid_m, first, bias_ptr, residual_ptr, scale, M, N, BLOCK_M, BLOCK_N, SCALE, BIAS,
-                        ACTIVATION, RESIDUAL)
-        _put(acc, c, c_desc, pid_m, first, M, N, BLOCK_M, BLOCK_N, MEMORY)
-
-
-@triton.jit
-def _reduce_partials(acc, ws_ptr, counter_ptr, first_slot, part, parts, counter, c, c_desc, bias_ptr, residual_ptr,
-                     scale, pid_m, pid_n, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SUBTILE: tl.constexpr,
-                     MEMORY: tl.constexpr, SCALE: tl.constexpr, BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
-                     RESIDUAL: tl.constexpr):
-    """Publish `acc` as partial `part` of the `parts` that make one tile (slots from `first_slot` on, arrival
-    counter `counter`); the program that arrives last sums them in part order (deterministic), stores C and resets
-    the counter, so that the next launch needs no zeroing pass."""
-    offs_tm = tl.arange(0, BLOCK_M)
-    offs_tn = tl.arange(0, BLOCK_N)
-    slots = ws_ptr + first_slot.to(tl.int64) * (BLOCK_M * BLOCK_N)
-    slots += offs_tm[:, None] * BLOCK_N + offs_tn[None, :]
-    tl.store(slots + part * (BLOCK_M * BLOCK_N), acc)
-    # One thread issues the atomic: the barrier puts every thread's partial before it, and acq_rel makes those
-    # writes visible to the program that reads them after its own increment.
-    tl.debug_barrier()
-    arrived = tl.atomic_add(counter_ptr + counter, 1, sem="acq_rel", scope="gpu")
-    if arrived == parts - 1:
-        # .cg reads L2 directly: this SM's L1 must not serve lines other programs have since rewritten
-        total = tl.load(slots, cache_modifier=".cg")
-        for s in range(1, parts):
-            total += tl.load(slots + s * (BLOCK_M * BLOCK_N), cache_modifier=".cg")
-        _store_tile(total, total, c, c_desc, c_desc, bias_ptr, residual_ptr, scale, pid_m, pid_n, M, N, BLOCK_M,
-                    BLOCK_N, BLOCK_N, 0, False, SUBTILE, MEMORY, SCALE, BIAS, ACTIVATION, RESIDUAL)
-        tl.atomic_xchg(counter_ptr + counter, 0, sem="relaxed", scope="gpu")
-
-
-@triton.jit
 def _k_steps(a, b_desc, b_desc1, offs_k, pid_m, pid_n, M, N, K, k_lo, k_hi, BLOCK_M: tl.constexpr,
              BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_N0: tl.constexpr, BLOCK_N1: tl.constexpr,
              WIDE: tl.constexpr, SWIGLU: tl.constexpr, PARTIAL: tl.constexpr, MEMORY: tl.constexpr,
@@ -369,9 +254,8 @@ def matmul_kernel(
                              BLOCK_K, BLOCK_N0, BLOCK_N1, WIDE, SWIGLU, True, MEMORY, LOOP_STAGES, LOOP_UNROLL,
                              WARP_SPECIALIZE)
         # publish this program's fp32 partial tile; the tile's last program to arrive writes C
-        _reduce_partials(acc, ws_ptr, counter_ptr, tile_id * SPLIT_K, split, SPLIT_K, tile_id, c, c_desc, bias_ptr,
-                         residual_ptr, scale, pid_m, pid_n, M, N, BLOCK_M, BLOCK_N, SUBTILE, MEMORY, SCALE, BIAS,
-                         ACTIVATION, RESIDUAL)
+        _reduce_split(acc, ws_ptr, counter_ptr, tile_id, split, c, c_desc, bias_ptr, residual_ptr, scale, pid_m,
+                      pid_n, M, N, BLOCK_M, BLOCK_N, SPLIT_K, SUBTILE, MEMORY, SCALE, BIAS, ACTIVATION, RESIDUAL)
     else:
         pid_m, pid_n = tile_coords(tl.program_id(0), num_pid_m, num_pid_n, GROUP_M, COLUMN_MAJOR)
         acc, acc1 = _k_steps(a_desc, b_desc, b_desc1, offs_k, pid_m, pid_n, M, N, K, 0, k_tiles, BLOCK_M, BLOCK_N,

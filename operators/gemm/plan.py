@@ -16,6 +16,7 @@ import triton
 from evo.launch.runtime import BoundKernel
 from operators.gemm.kernel import matmul_kernel
 from operators.gemm.padding import _padded, _row_copier
+from operators.gemm.tile_store import SPLIT_GROUP
 
 # ---- evo pastes this file from here on into every module it renders for this family ----
 
@@ -42,6 +43,17 @@ def stream_k_shares(num_tiles, k_tiles, programs):
     sk_tiles = num_tiles % programs
     sk_share = max(triton.cdiv(sk_tiles * k_tiles, programs), triton.cdiv(k_tiles, SK_MAX_PARTS), 1)
     return sk_tiles, sk_share, triton.cdiv(k_tiles, sk_share) + 1
+
+
+def split_workspace(split):
+    """(partial-tile slots, arrival counters) per output tile of a split-K grid of `split` programs per tile: one
+    slot each and one counter; beyond 2 * SPLIT_GROUP splits also a slot (its sum) and a counter per group of
+    SPLIT_GROUP splits (the kernel's _reduce_split)."""
+    group = SPLIT_GROUP.value  # (a tl.constexpr, as the kernel reads it)
+    if split <= 2 * group:
+        return split, 1
+    groups = triton.cdiv(split, group)
+    return split + groups, groups + 1
 
 
 @dataclass
@@ -73,10 +85,10 @@ def launch_plan(M, N, K, device, config):
         programs = num_sms(device)
         return LaunchPlan((min(programs, num_tiles),), programs)
     if config["SPLIT_K"] > 1:
-        split = config["SPLIT_K"]
-        partials = torch.empty(num_tiles * split * bm * bn, dtype=torch.float32, device=device)
-        counters = torch.zeros(num_tiles, dtype=torch.int32, device=device)
-        return LaunchPlan((num_tiles * split,), partials=partials, counters=counters)
+        slots, counted = split_workspace(config["SPLIT_K"])
+        partials = torch.empty(num_tiles * slots * bm * bn, dtype=torch.float32, device=device)
+        counters = torch.zeros(num_tiles * counted, dtype=torch.int32, device=device)
+        return LaunchPlan((num_tiles * config["SPLIT_K"],), partials=partials, counters=counters)
     return LaunchPlan((num_tiles,))
 
 

@@ -1,7 +1,7 @@
 """The module of one Triton GEMM genome: the header template (operators/gemm/templates/module.py.jinja: summary,
-CONFIG, entry) above operators/gemm/kernel.py and operators/gemm/plan.py pasted verbatim (and, for pad_rows,
-operators/gemm/padding.py). The genome reaches the code only through CONFIG: the kernel's constexprs switch its
-structure, and the plan reads its launch options.
+CONFIG, entry) above operators/gemm/tile_store.py, operators/gemm/kernel.py and operators/gemm/plan.py pasted
+verbatim (and, for pad_rows, operators/gemm/padding.py). The genome reaches the code only through CONFIG: the
+kernel's constexprs switch its structure, and the plan reads its launch options.
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ from operators.gemm.header import config_lines
 from operators.gemm.header import summary as _summary
 from operators.gemm.launcher import ENTRY_NAME, KERNEL_NAME
 
-__all__ = ["gemm_source", "KERNEL_NAME", "ENTRY_NAME", "KERNEL_FILE", "PLAN_FILE"]
+__all__ = ["gemm_source", "KERNEL_NAME", "ENTRY_NAME", "KERNEL_FILE", "PLAN_FILE", "STORE_FILE"]
 
 HERE = Path(__file__).parent
+STORE_FILE = HERE / "tile_store.py"  # pasted before the kernel, which calls it
 KERNEL_FILE = HERE / "kernel.py"
 PLAN_FILE = HERE / "plan.py"
 TEMPLATE = HERE / "templates" / "module.py.jinja"
@@ -51,5 +52,6 @@ def gemm_source(g: Mapping[str, Any], title: str, row_align: int = 1, aligned_di
         pad_elements=padding.PAD_ELEMENTS if g["pad_rows"] else None,
         tensor_operands=[n for n in operands if n != "scale"],
         epilogue_args=", ".join(n if n in operands else "None" for n in ("bias", "residual", "scale")),
-        kernel=pasted_source(KERNEL_FILE).rstrip("\n"), plan=pasted_source(PLAN_FILE).rstrip("\n"),
+        kernel=pasted_source(STORE_FILE) + "\n\n" + pasted_source(KERNEL_FILE).rstrip("\n"),
+        plan=pasted_source(PLAN_FILE).rstrip("\n"),
         padding=pasted_source(padding.__file__).rstrip("\n") if g["pad_rows"] else "")

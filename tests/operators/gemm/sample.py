@@ -50,6 +50,14 @@ TARGETED: list[tuple[dict[str, Any], tuple[int, int, int]]] = [
     (dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=16, split_k=3), (40, 48, 272)),
     (dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, split_k=6, memory="descriptor"), (40, 48, 272)),
     (dict(BLOCK_M=32, BLOCK_N=16, BLOCK_K=16, split_k=12, memory="host_descriptor"), (40, 48, 272)),
+    # tens of splits (long K over few tiles), summed in two levels: every memory path, uneven K ranges, a ragged
+    # K tail (pointers), a subtiled epilogue
+    (dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, split_k=24), (40, 48, 400)),
+    (dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, split_k=32, memory="descriptor"), (16, 64, 528)),
+    (dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=16, split_k=48, memory="host_descriptor"), (32, 40, 784)),
+    (dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, split_k=64, epilogue_subtile=True), (16, 45, 1100)),
+    (dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, split_k=96, raster="col"), (20, 16, 1600)),
+    (dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=32, split_k=128, memory="descriptor"), (16, 32, 4096)),
     # wide tiles (two column blocks: 64 + 32, 128 + 64) on every memory path, persistent or not
     (dict(BLOCK_M=32, BLOCK_N=96, BLOCK_K=32, persistent=True, loop_unroll=2), (67, 200, 93)),
     (dict(BLOCK_M=16, BLOCK_N=96, BLOCK_K=32, memory="descriptor"), (67, 200, 88)),

@@ -40,6 +40,11 @@ CASES = [
     (dict(memory="host_descriptor", persistent=True, BLOCK_N=192, num_warps=8, num_stages=4), (3000, 3000, 3000),
      "bf16"),
     (dict(memory="descriptor", BLOCK_N=96, BLOCK_M=64), (1000, 3000, 2000), "fp16"),
+    # tens of splits over long K (issue 44), summed in two levels beyond 16: each memory path, a subtiled epilogue
+    (dict(memory="host_descriptor", split_k=32, num_warps=8, num_stages=4), (512, 512, 131072), "bf16"),
+    (dict(memory="descriptor", split_k=128, BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, num_stages=4), (64, 64, 20000),
+     "fp16"),
+    (dict(split_k=24, num_warps=8, num_stages=4, epilogue_subtile=True), (256, 768, 200000), "bf16"),
     # padded rows: N odd (B padded, C stored by pointers), K odd (A padded, C by descriptor)
     (dict(memory="host_descriptor", pad_rows=True, BLOCK_N=192, num_warps=8), (1536, 3001, 5120), "bf16"),
     (dict(memory="host_descriptor", pad_rows=True, persistent=True, epilogue_subtile=True), (2048, 1024, 588),

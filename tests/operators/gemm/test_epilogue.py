@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from operators.gemm import kernel
+from operators.gemm import tile_store
 from operators.gemm.epilogue import ACTIVATIONS, PARTS, Epilogue
 
 CANONICAL = ["bias", "gelu", "bias+gelu", "gelu_tanh", "silu+residual", "scale+bias+relu+residual", "swiglu",
@@ -85,7 +85,7 @@ def test_text_and_the_kernel_follow_the_parts():
     assert ep.text == "scale, + bias, GELU (erf), + residual"
     assert set(ACTIVATIONS) == {"gelu", "gelu_tanh", "silu", "relu"}
     # the Triton kernel's epilogue: every activation, and the parts in the reference's order
-    epilogue = inspect.getsource(kernel._epilogue.fn)
+    epilogue = inspect.getsource(tile_store._epilogue.fn)
     assert all(f'ACTIVATION == "{name}"' in epilogue for name in ACTIVATIONS)
     steps = ("if SCALE:", "if BIAS:", 'if ACTIVATION == "gelu"', "if RESIDUAL:\n        ep_mask")
     order = [epilogue.index(s) for s in steps]
