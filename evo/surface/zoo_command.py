@@ -79,7 +79,8 @@ def zoo_command(args: argparse.Namespace) -> int:
         spec = load_model(args.model, name=args.name)
     except ModelError as e:
         raise usage_error(str(e)) from None
-    if spec.sliding_window and args.context + max(tokens) > spec.sliding_window:
+    # (a Gemma-2 layer's plan computes its window: attention+causal+...+window<W>, evo.zoo.gemma_problems)
+    if spec.sliding_window and not spec.post_norms and args.context + max(tokens) > spec.sliding_window:
         raise usage_error(f"--context {args.context} and --tokens up to {max(tokens)}: {spec.name} attends to a "
                           f"sliding window of its last {spec.sliding_window} tokens, and evo's plan is full causal "
                           "attention, the same only while context + T fits the window")

@@ -173,6 +173,9 @@ class DecoderLayer(_Routed):
         super().__init__()
         if spec.head_dim % 2:
             raise ValueError(f"{spec.name}: head_dim {spec.head_dim} is odd; rotary embedding pairs its halves")
+        if spec.post_norms:
+            raise ValueError(f"{spec.name}: a Gemma-2 layer (four norms, capped logits, a window on every other "
+                             "layer): the zoo's reference layer is Llama-style; evo zoo plans and searches its kernels")
         if spec.mlp not in ("swiglu", "gelu", "gelu_tanh"):
             raise ValueError(f"{spec.name}: unknown mlp {spec.mlp!r}; expected swiglu, gelu or gelu_tanh")
         if spec.num_experts:

@@ -17,31 +17,31 @@ import yaml
 
 from evo.experiment import limits
 from evo.experiment.bounded_read import TooLarge, read_text_bounded
-from evo.experiment.oneline import one_line
 from evo.experiment.yaml_reader import UniqueKeyLoader, describe
+from evo.zoo.gemma import GEMMA_KEYS, gemma2_fields, gemma_checked
+from evo.zoo.model_error import ModelError
 
 __all__ = ["ModelSpec", "ModelError", "load_model", "parse_model", "MLP_KINDS"]
 
-MLP_KINDS = ("swiglu", "gelu", "gelu_tanh")
-NORMS = ("rmsnorm",)
+MLP_KINDS = ("swiglu", "gelu", "gelu_tanh", "geglu")  # geglu: Gemma's gated GELU (tanh), evo.zoo.gemma
+NORMS = ("rmsnorm", "gemma_rmsnorm")  # gemma_rmsnorm: x * rsqrt(mean(x^2) + eps) * (1 + weight), in fp32
 MAX_SIZE = 1 << 24  # no real model has a dimension near 16 M; a bigger number is a typo
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # it names run directories, as an experiment's name does
 # Hugging Face's hidden_act -> the MLP evo builds: silu in the gated (Llama/Qwen/Mistral) MLP is SwiGLU; the GELUs
 # in a plain up -> act -> down MLP. gelu_new and gelu_pytorch_tanh are the tanh approximation.
 _HF_ACT = {"silu": "swiglu", "swish": "swiglu", "gelu": "gelu", "gelu_new": "gelu_tanh",
            "gelu_pytorch_tanh": "gelu_tanh"}
-_GATED_GELU = ("gemma", "gemma2", "gemma3", "gemma3_text")  # GELU in a gated MLP (GeGLU): no operator for it yet
+_GATED_GELU = ("gemma", "gemma3", "gemma3_text")  # Gemma 1 and 3: not planned (gemma2 is, evo.zoo.gemma)
 # Families whose MLP is gated, down(act(gate(x)) * up(x)), whatever hidden_act says (Hugging Face's *MLP classes),
 # and families whose MLP is plain, down(act(up(x))); a model_type in neither keeps the activation's usual MLP
 _GATED = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "phi3", "olmo", "olmo2",
-          "granite", "cohere", "internlm2", "stablelm", *_GATED_GELU)
+          "granite", "cohere", "internlm2", "stablelm", "gemma2", *_GATED_GELU)
 _PLAIN = ("gpt2", "gpt_neox", "gptj", "gpt_bigcode", "phi", "falcon", "starcoder2", "codegen", "bloom")
-# Keys of what the plan does not compute, found in a config whatever its model_type (a Gemma's without one)
+# Keys of what the plan computes only in Gemma 2's layer (model_type gemma2), found in another config
 _UNPLANNED = {
-    "hidden_activation": "Gemma's name for its activation: Gemma's MLP gates a GELU (GeGLU), which no evo operator "
-                         "runs yet",
-    "attn_logit_softcapping": "soft-capped attention logits (Gemma 2): evo's attention does not cap them",
-    "final_logit_softcapping": "soft-capped final logits (Gemma 2): evo's lm_head and softmax do not cap them",
+    "hidden_activation": "Gemma's name for its activation (a gated GELU) outside a gemma2 config",
+    "attn_logit_softcapping": "soft-capped attention logits (Gemma 2's) outside a gemma2 config",
+    "final_logit_softcapping": "soft-capped final logits (Gemma 2's) outside a gemma2 config",
 }
 _MOE_KEYS = ("num_local_experts", "num_experts")  # Mixtral's, Qwen-MoE's expert counts (what the plan reads)
 # MoE configs the plan does not compute: DeepSeek's routing (shared and grouped experts) and its attention (MLA)
@@ -52,16 +52,8 @@ _UNPLANNED_MOE = {
 }
 _YAML_KEYS = ("name", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
               "vocab_size", "norm", "mlp", "tie_word_embeddings", "attention_bias", "mlp_bias", "rms_norm_eps",
-              "rope_theta", "sliding_window", "num_experts", "experts_per_token", "shared_expert_size")
+              "rope_theta", "sliding_window", "num_experts", "experts_per_token", "shared_expert_size", *GEMMA_KEYS)
 _REQUIRED = ("hidden_size", "intermediate_size", "num_attention_heads", "vocab_size")
-
-
-class ModelError(ValueError):
-    """A bad model file. The message is one line: `FILE: FIELD: what was expected, got what`."""
-
-    def __init__(self, file: str, field: str, message: str) -> None:
-        self.file, self.field = file, field
-        super().__init__(one_line(f"{file}: {field}: {message}" if field else f"{file}: {message}"))
 
 
 @dataclass(frozen=True)
@@ -88,6 +80,13 @@ class ModelSpec:
     #                       intermediate_size wide, every token routed to experts_per_token of them
     experts_per_token: int = 0
     shared_expert_size: int = 0  # Qwen-MoE's shared expert beside the routed ones: a dense SwiGLU MLP this wide
+    # Gemma 2's layer (evo.zoo.gemma): four norms, capped logits (0: none), its query scale (0: head_dim) and the
+    # layers the window covers (1: all; 2: even layers, the odd ones see every key); the plan computes the window
+    post_norms: bool = False
+    attn_logit_softcapping: float = 0.0
+    final_logit_softcapping: float = 0.0
+    query_pre_attn_scalar: float = 0.0
+    sliding_window_pattern: int = 1
 
     @property
     def q_size(self) -> int:
@@ -229,7 +228,9 @@ def _from_hf(data: Any, file: str, default_name: str) -> ModelSpec:
     if not isinstance(act, str) or act not in _HF_ACT:
         raise ModelError(file, "hidden_act", f"expected one of {', '.join(_HF_ACT)}; got {describe(act)}")
     if model_type in _GATED_GELU:
-        raise ModelError(file, "model_type", f"{model_type!r} gates a GELU (GeGLU): no evo operator for it yet")
+        raise ModelError(file, "model_type", f"{model_type!r}: evo's zoo plans Gemma 2 (gemma2) of the Gemma family")
+    if model_type == "gemma2":
+        return _build(gemma2_fields(d, file), file, default_name)
     for key, what in _UNPLANNED.items():
         if d.get(key) is not None:
             raise ModelError(file, key, f"{what}; the plan would compute another model"
@@ -318,16 +319,17 @@ def _build(d: dict, file: str, default_name: str) -> ModelSpec:
         head_dim = sizes["hidden_size"] // heads
     flags = {k: _flag(d.get(k, False), k, file) for k in ("tie_word_embeddings", "attention_bias", "mlp_bias")}
     mlp = _choice(d.get("mlp", "swiglu"), "mlp", MLP_KINDS, file)
-    if flags["mlp_bias"] and mlp == "swiglu":  # gate and up would be biased: gemm+swiglu takes no bias
-        raise ModelError(file, "mlp_bias", "a SwiGLU MLP with biases: the fused gemm+swiglu takes no bias yet")
+    if flags["mlp_bias"] and mlp in ("swiglu", "geglu"):  # gate and up would be biased: the gated ops take no bias
+        raise ModelError(file, "mlp_bias", f"a gated MLP ({mlp}) with biases: the fused gated ops take no bias yet")
+    norm = _choice(d.get("norm", "rmsnorm"), "norm", NORMS, file)
+    gemma = gemma_checked(d, mlp, norm, d.get("num_experts", 0), file)
     eps = _positive(d.get("rms_norm_eps", 1e-6), "rms_norm_eps", 0.1, file)
     window = d.get("sliding_window", 0)
     window = 0 if window == 0 and not isinstance(window, bool) else _size(window, "sliding_window", file)
     theta = _positive(d.get("rope_theta", 10000.0), "rope_theta", 1e12, file)
     return ModelSpec(name=name, num_key_value_heads=kv_heads, head_dim=head_dim,
-                     norm=_choice(d.get("norm", "rmsnorm"), "norm", NORMS, file),
-                     mlp=mlp, rms_norm_eps=eps, rope_theta=theta, sliding_window=window, **sizes, **flags,
-                     **_experts(d, mlp, flags["mlp_bias"], file))
+                     norm=norm, mlp=mlp, **gemma, rms_norm_eps=eps, rope_theta=theta, sliding_window=window, **sizes,
+                     **flags, **_experts(d, mlp, flags["mlp_bias"], file))
 
 
 def _experts(d: dict, mlp: str, mlp_bias: bool, file: str) -> dict:

@@ -25,6 +25,7 @@ The plan per T (issue 40's decode operators):
   fixed capacity with a mask, as transformers' static cache and the zoo's decode loop run it (K and V read once per
   KV head; attention+causal serves the calls without a mask).
 - attention+causal and the sampling softmax at every T, as before.
+A Gemma-2 layer (four norms, capped logits, a window on every other layer) is planned by evo.zoo.gemma_problems.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from typing import Any
 
 from evo.experiment.spec import OBJECTIVES, Budget
 from evo.problem import operator_file_stem
+from evo.zoo.gemma_problems import gemma_layer_problems
 from evo.zoo.model import ModelSpec
 
 __all__ = ["KernelProblem", "layer_problems", "experiments_for", "run_name", "LINEAR_MAX_TOKENS", "LINEAR_ROLES"]
@@ -105,6 +107,8 @@ def _problems_at(spec: ModelSpec, t: int, dtype: str, context: int, attention_dt
                                                              f"{', '.join(attention_dtypes)}); torch runs it")
     rope = _rope(spec, t, dtype, context, room)
     head = [kp("sampling_softmax", "softmax", (t, spec.vocab_size), scope="model")]
+    if spec.post_norms:  # Gemma 2's layer
+        return gemma_layer_problems(spec, kp, t, dtype, context, attention_dtypes, rope, t <= linear_max_tokens) + head
     if t <= linear_max_tokens:
         return _linear_problems(spec, kp, attention, rope) + head
     if spec.mlp == "swiglu":  # B is the merged gate-up weight [hidden, 2 * intermediate]

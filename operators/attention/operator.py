@@ -23,6 +23,7 @@ from genomes.attention import AttentionFamily
 from genomes.base import Genome, GenomeFamily, InvalidGenome
 from operators.attention.model_baselines import model_baselines
 from operators.attention.module import render_module
+from operators.attention.names import cap_text, variant_name
 from operators.base import Baseline, Operator
 
 __all__ = ["AttentionOperator", "attention_variant", "TOLERANCE", "causal_pairs", "visible_pairs", "variant_name",
@@ -51,17 +52,6 @@ def visible_pairs(n_q: int, n_k: int, causal: bool, window: int) -> int:
     full_from = max(first, window - 1)  # positions from which a query sees a whole window
     ramp = sum(p + 1 for p in range(first, min(full_from, n_k)))
     return ramp + window * max(0, n_k - full_from)
-
-
-def cap_text(cap: float) -> str:
-    """A cap as a name spells it, exactly: 50.0 -> '50', 2.5 -> '2.5' (the shortest text that reads back as it)."""
-    return str(int(cap)) if float(cap).is_integer() and abs(cap) < 1e15 else repr(float(cap))
-
-
-def variant_name(causal: bool, softcap: float = 0.0, window: int = 0) -> str:
-    """The operator's name for these options, in their canonical order and spelling."""
-    return ("attention" + ("+causal" if causal else "") + (f"+softcap{cap_text(softcap)}" if softcap else "")
-            + (f"+window{window}" if window else ""))
 
 
 def _sdpa(causal: bool, backend: str | None) -> Any:
