@@ -169,6 +169,12 @@ class GenomeFamily:
     def descriptors(self) -> dict[str, Descriptor]:
         return {}
 
+    def problem_features(self, values: Mapping[str, Any], problem: Problem) -> list[float]:
+        """Numbers the search's surrogate (evo.search.surrogate) learns from beside the genes and the problem's
+        sizes: what the genome makes of the problem, which trees cannot compute from the two (a GEMM's grid of
+        tiles x splits against the SMs). The same length for every genome of the family; none by default."""
+        return []
+
     # -- shared machinery ---------------------------------------------------------------------------
     def make(self, values: Mapping[str, Any]) -> Genome:
         """A genome from a full {gene: value} mapping, each value checked against its domain."""

@@ -252,6 +252,14 @@ class GemmFamily(GenomeFamily):
                                  num_warps=8, split_k=split))
         return out
 
+    def problem_features(self, values: Mapping[str, Any], problem: Problem) -> list[float]:
+        """log2 of the output tiles, of the programs that share them (tiles x split_k: against the SMs, how full
+        the waves are) and of the K steps each program runs (what a split leaves it)."""
+        d = problem.dims
+        tiles = -(-d["M"] // values["BLOCK_M"]) * -(-d["N"] // values["BLOCK_N"])
+        steps = -(-d["K"] // values["BLOCK_K"]) / values["split_k"]
+        return [float(np.log2(tiles)), float(np.log2(tiles * values["split_k"])), float(np.log2(max(steps, 1.0)))]
+
     def descriptors(self) -> dict[str, Descriptor]:
         log2 = lambda x: float(np.log2(x))  # noqa: E731
         return {

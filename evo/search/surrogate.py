@@ -5,7 +5,8 @@ hand-written regressor): a classifier for the chance that a kernel fails (does n
 resources, is wrong, crashes, ...) and a regressor for how fast it is, relative to the fastest kernel measured
 for its problem (y = log(best median / median) <= 0, so rows of different problems share one scale). Features
 are the genome's genes (powers of two as log2, booleans as 0/1, categories by index), the problem's sizes
-(log2) and element width, and the compile-time resources (shared memory, registers, spills): known for stored
+(log2) and element width, what the family derives from both (GenomeFamily.problem_features: a GEMM's grid), and
+the compile-time resources (shared memory, registers, spills): known for stored
 rows, predicted for a candidate that is not compiled yet by a third ensemble trained on the rows that have them.
 
 The surrogate never gives a fitness: a fitness is always a GPU measurement. It only orders candidates, and the
@@ -25,7 +26,7 @@ from evo.problem import Problem
 from evo.store.record import Evaluation
 from genomes.base import Genome, GenomeFamily
 
-__all__ = ["Surrogate", "Prediction", "RESOURCE_KEYS", "genome_features", "problem_features"]
+__all__ = ["Surrogate", "Prediction", "RESOURCE_KEYS", "genome_features", "problem_features", "features"]
 
 RESOURCE_KEYS = ("shared", "registers", "spills")
 _DTYPE_BYTES = {"fp16": 2.0, "bf16": 2.0, "fp32": 4.0}
@@ -48,6 +49,13 @@ def genome_features(family: GenomeFamily, genome: Genome | dict) -> list[float]:
 
 def problem_features(problem: Problem) -> list[float]:
     return [math.log2(s) for s in problem.sizes] + [_DTYPE_BYTES.get(problem.dtype, 0.0)]
+
+
+def features(family: GenomeFamily, genome: Genome | dict, problem: Problem) -> list[float]:
+    """A row of the surrogate: the genes, the problem's sizes, and what the family derives from both (its
+    problem_features: a GEMM's tiles, programs and K steps per program)."""
+    values = family.complete(genome.as_dict() if isinstance(genome, Genome) else genome)
+    return genome_features(family, values) + problem_features(problem) + family.problem_features(values, problem)
 
 
 def _resources(ev: Evaluation) -> list[float] | None:
@@ -94,7 +102,7 @@ class Surrogate:
                 continue
             if set(values) != genes:
                 continue
-            out.append((ev, problem, genome_features(self.family, values) + problem_features(problem)))
+            out.append((ev, problem, features(self.family, values, problem)))
         return out
 
     def fit(self, rows: Sequence[Evaluation]) -> bool:
@@ -145,7 +153,7 @@ class Surrogate:
     def predict(self, genomes: Sequence[Genome], problem: Problem) -> Prediction:
         if not self.ready:
             raise RuntimeError("surrogate is not trained yet (see `ready`)")
-        base = np.array([genome_features(self.family, g) + problem_features(problem) for g in genomes])
+        base = np.array([features(self.family, g, problem) for g in genomes])
         X = self._with_resources(base)
         per_tree = np.stack([t.predict(X) for t in self._speed.estimators_])
         if self._fail is None:

@@ -57,3 +57,14 @@ def test_the_split_gene_reaches_128_and_its_descriptor_tells_the_tens_apart():
     d = FAMILY.descriptors()["split_k"]
     cells = {np.searchsorted(d.edges, d(FAMILY.make(FAMILY.base(split_k=s))), side="right") for s in SPLIT_VALUES}
     assert len(cells) == 8
+
+
+def test_the_surrogate_sees_the_grid_a_split_makes():
+    from evo.search.surrogate import features, genome_features, problem_features
+
+    problem = _problem((512, 512, 131072))
+    genome = FAMILY.make(FAMILY.base(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, split_k=8))
+    row = features(FAMILY, genome, problem)
+    assert row[:len(FAMILY.genes)] == genome_features(FAMILY, genome)
+    assert row[len(FAMILY.genes):-3] == problem_features(problem)
+    assert row[-3:] == [4.0, 7.0, 8.0]  # 16 tiles, 128 programs, 256 K steps each
