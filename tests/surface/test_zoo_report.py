@@ -30,7 +30,8 @@ def test_the_report_holds_every_role_its_layer_and_its_roofline(tmp_path, capsys
     assert page.startswith("<!DOCTYPE html>") and not re.search(r"<script[^>]+src=", page)
     assert "&lt;b&gt;why&lt;/b&gt;" in page and "<b>why</b>" not in page.split('id="evo-data"')[0]
     data = _data(page)
-    assert not data["smoke"] and len(data["kernels"]) == 2 * 8  # eight roles at two token counts (the decode plan)
+    # nine roles at two token counts (the decode plan: cache_attention beside attention+causal)
+    assert not data["smoke"] and len(data["kernels"]) == 2 * 9
     for row in data["kernels"]:
         assert row["status"] == "measured", row
         # the fixture's baseline takes 0.05 ms and its elites 0.03-0.13 ms: the ratio is the one of the store
@@ -44,7 +45,7 @@ def test_the_report_holds_every_role_its_layer_and_its_roofline(tmp_path, capsys
     qkv = next(r for r in data["kernels"] if r["role"] == "linear_qkv" and r["tokens"] == 4)
     assert b["evo"]["linear_qkv"][1] == pytest.approx(qkv["ms"], rel=1e-3)
     rf = data["overview"]["roofline"]
-    assert len(rf["points"]) == 16 and rf["peak_tflops"] >= max(p["y"] for p in rf["points"]) * 0.999
+    assert len(rf["points"]) == 2 * 9 and rf["peak_tflops"] >= max(p["y"] for p in rf["points"]) * 0.999
     # the layer's goals: vs compile under graphs 0.1 / 0.09 = 1.11x met at T=1, 0.1 / 0.2 = 0.5x not met at T=4
     assert page.count('class="num met"') == 1 + 2 and page.count('class="num miss"') == 1
     assert 'id="layer-plot"' in page and 'id="roofline"' in page and 'id="breakdown-plot"' in page
