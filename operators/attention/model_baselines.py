@@ -52,7 +52,8 @@ def eager_attention(q: Any, k: Any, v: Any, scale: float, softcap: float, mask: 
 
 
 def _per_device(build: Any) -> Any:
-    """build(device), made once per device the inputs arrive on (a mask is set up once, as a model's forward does)."""
+    """build(key), made once per key (the inputs' device, and dtype where it matters): a mask is set up once, as a
+    model's forward does."""
     made: dict[Any, Any] = {}
 
     def get(device: Any) -> Any:
@@ -63,13 +64,14 @@ def _per_device(build: Any) -> Any:
     return get
 
 
-def _additive_mask(problem: Problem, causal: bool, window: int, device: Any) -> Any:
+def _additive_mask(problem: Problem, causal: bool, window: int, where: tuple[Any, Any]) -> Any:
+    """The mask Gemma 2's eager path adds to the scores: 0 where a key is seen, the dtype's lowest value elsewhere."""
     import torch
 
     d = problem.dims
     if not causal and not window:
         return None
-    dtype = torch.float16 if problem.dtype == "fp16" else torch.bfloat16
+    device, dtype = where
     seen = visible_keys(d["q_len"], d["kv_len"], causal, window, device)
     return torch.zeros(seen.shape, dtype=dtype, device=device).masked_fill(~seen, torch.finfo(dtype).min)
 
@@ -78,14 +80,14 @@ def _eager(causal: bool, softcap: float, window: int, compiled: bool) -> Any:
     def make(problem: Problem) -> Any:
         import torch
 
-        mask = _per_device(lambda device: _additive_mask(problem, causal, window, device))
+        mask = _per_device(lambda where: _additive_mask(problem, causal, window, where))
         fn = eager_attention
         if compiled:
             fn = torch.compile(eager_attention, mode="max-autotune-no-cudagraphs", dynamic=False, fullgraph=True)
         scale_default = 1.0 / math.sqrt(problem.dims["head_dim"])
 
         def call(q: Any, k: Any, v: Any, scale: float | None = None) -> Any:
-            return fn(q, k, v, scale_default if scale is None else scale, softcap, mask(q.device))
+            return fn(q, k, v, scale_default if scale is None else scale, softcap, mask((q.device, q.dtype)))
 
         return call
 
