@@ -11,10 +11,16 @@ over a static cache, whose keys are the whole fixed-size cache), dropout, soft-c
 A boolean mask [B, 1, Tq, L] (transformers' SDPA masks: every decode step over a static cache, padding, a sliding
 window) goes to the zoo's `cache_attention` op where the patch bound one for that query length: it reads the cache in
 place, K and V once per KV head, and skips the blocks the mask hides; other masks run SDPA.
+
+Gemma 2 passes its logit cap and its layer's window (`softcap`, `sliding_window`): an op runs only where its variant
+computes exactly that (`attention+causal+softcap50` where the call caps at 50 and, the mask being None, the window
+hides no key; `...+window4096` on the layers of that window), and every other call of a capped model runs the
+family's own eager attention (SDPA cannot cap), its boolean mask made additive as eager's masks are.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import torch
@@ -43,15 +49,19 @@ def evo_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tenso
     None). The zoo's op where it is exact (see the module docstring), else `sdpa_attention_forward`."""
     q_len, kv_len = query.shape[2], key.shape[2]
     ops = getattr(module, "_evo_attention", ())
-    plain = not dropout and kwargs.get("softcap") is None and not kwargs.get("output_attentions") \
-        and kwargs.get("position_bias") is None
+    cap = kwargs.get("softcap")
+    plain = not dropout and not kwargs.get("output_attentions") and kwargs.get("position_bias") is None
     if plain and attention_mask is None and is_causal is not False and getattr(module, "is_causal", True):
-        bound = pick(tuple(b for b in ops if b.operator != CACHED), q_len, query.dtype)
+        window = kwargs.get("sliding_window") or 0
+        bound = pick(tuple(b for b in ops if b.operator != CACHED and _fits(b.operator, cap or 0.0, window)), q_len,
+                     query.dtype)
         if bound is not None:
             if 1 < q_len < kv_len:  # a prefill into an empty static cache: the keys after the prompt are empty slots
                 key, value = key[:, :, :q_len], value[:, :, :q_len]
             out = bound.op(query, key, value, scaling)
             return out.transpose(1, 2).contiguous(), None
+    if cap is not None:
+        return _eager(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
     if (plain and isinstance(attention_mask, torch.Tensor) and attention_mask.dtype == torch.bool
             and tuple(attention_mask.shape) == (query.shape[0], 1, q_len, kv_len)):
         bound = pick(tuple(b for b in ops if b.operator == CACHED), q_len, query.dtype)
@@ -61,3 +71,38 @@ def evo_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tenso
 
     return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                   is_causal=is_causal, **kwargs)
+
+
+def model_switches(operator: str) -> tuple[float, int]:
+    """The logit cap and window an attention operator's name carries (0: none): attention+causal+softcap50+window4096
+    -> (50.0, 4096)."""
+    cap, window = 0.0, 0
+    for option in operator.split("+")[1:]:
+        if option.startswith("softcap"):
+            cap = float(option.removeprefix("softcap"))
+        elif option.startswith("window"):
+            window = int(option.removeprefix("window"))
+    return cap, window
+
+
+def _fits(operator: str, cap: float, window: int) -> bool:
+    """Whether an op of `operator` computes a call that caps at `cap` in a layer of window `window` (0: none) where
+    transformers needs no mask (so the layer's window hides no key): the same cap, and no window or the layer's."""
+    op_cap, op_window = model_switches(operator)
+    return op_cap == cap and op_window in (0, window)
+
+
+def _eager(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+           attention_mask: torch.Tensor | None, **kwargs: Any) -> tuple[torch.Tensor, Any]:
+    """The family's own eager attention (it caps logits; SDPA cannot), with the additive mask it expects: the
+    boolean mask of evo's mask interface made additive, or for None the bottom-right causal mask it stands for."""
+    eager = sys.modules[type(module).__module__].eager_attention_forward
+    lowest = torch.finfo(query.dtype).min
+    if attention_mask is None:
+        q_len, kv_len = query.shape[2], key.shape[2]
+        seen = torch.ones(q_len, kv_len, dtype=torch.bool, device=query.device).tril(kv_len - q_len)
+        attention_mask = seen[None, None]
+    if attention_mask.dtype == torch.bool:
+        zeros = torch.zeros(attention_mask.shape, dtype=query.dtype, device=query.device)
+        attention_mask = zeros.masked_fill(~attention_mask, lowest)
+    return eager(module, query, key, value, attention_mask, **kwargs)

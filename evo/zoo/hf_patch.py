@@ -1,4 +1,5 @@
-"""Patch a Hugging Face `transformers` model (Llama, Qwen2, Mistral, Phi-3) to run a zoo's kernels, and unpatch it.
+"""Patch a Hugging Face `transformers` model (Llama, Qwen2, Mistral, Phi-3; Gemma 2's attention) to run a zoo's
+kernels, and unpatch it.
 
     from evo.api import patch_model, unpatch_model
     report = patch_model(model, "runs/zoo/llama-3-8b/llama-3-8b_kernels.py")   # prints one line: what runs where
@@ -31,6 +32,11 @@ has no kernel for, or none for this model, keeps torch's code, and the report's 
 sampling softmax (transformers samples in its own code), `rope` (transformers' own RoPE and cache update),
 `linear_lm_head` (its fused norm is the final norm, which transformers runs over every row before lm_head takes the
 last one).
+
+Gemma 2 (ATTENTION_ONLY): its layers keep transformers' forward (four norms with (1 + weight), GeGLU, the residual
+adds after the post norms: evo's decoder forward is Llama's), and only its attention runs the zoo's
+`attention+causal+softcap<cap>` ops (and `...+window<W>` on its sliding layers) through the attention interface
+(evo.zoo.hf_attention), every other call the family's eager attention; the report names the roles torch keeps.
 """
 
 from __future__ import annotations
@@ -61,7 +67,8 @@ from evo.zoo.uses import baseline_tokens
 
 __all__ = ["patch_model", "unpatch_model", "PatchReport", "FAMILIES"]
 
-FAMILIES = ("llama", "qwen2", "mistral", "phi3")
+FAMILIES = ("llama", "qwen2", "mistral", "phi3", "gemma2")
+ATTENTION_ONLY = ("gemma2",)  # families whose layers keep their own forward: only attention is routed
 _GEMMS = ("qkv", "o_proj", "gate_up", "down")
 _NOT_ROUTED = {"sampling_softmax": "transformers samples in its own code",
                "up": "a GELU MLP's role; these families gate theirs (gate_up)",
@@ -113,8 +120,9 @@ def _check_model(model: Any) -> str:
     if not isinstance(model, nn.Module) or kind is None:
         raise ValueError(f"patch_model takes a transformers model; got {type(model).__name__}")
     if kind not in FAMILIES:
-        raise ValueError(f"patch_model serves the {', '.join(FAMILIES)} families; {type(model).__name__} is "
-                         f"{kind!r}")
+        whole = ", ".join(f for f in FAMILIES if f not in ATTENTION_ONLY)
+        raise ValueError(f"patch_model serves the {whole} families and the attention of "
+                         f"{', '.join(ATTENTION_ONLY)}; {type(model).__name__} is {kind!r}")
     layers = getattr(_base(model), "layers", None)
     if not isinstance(layers, nn.ModuleList) or not len(layers):
         raise ValueError(f"{type(model).__name__} has no decoder layers (model.layers) to patch")
@@ -127,6 +135,8 @@ def _dims(model: nn.Module) -> dict[str, tuple[int, ...]]:
     attn, mlp = layer.self_attn, layer.mlp
     heads, kv_heads = model.config.num_attention_heads, model.config.num_key_value_heads
     q, kv, d = heads * attn.head_dim, kv_heads * attn.head_dim, attn.head_dim
+    if model.config.model_type in ATTENTION_ONLY:
+        return {"attention": (heads, kv_heads, d)}
     hidden, inter = mlp.down_proj.out_features, mlp.down_proj.in_features
     dims = {"norm": (hidden,), "attention": (heads, kv_heads, d), "qkv": (q + 2 * kv, hidden),
             "o_proj": (hidden, q), "gate_up": (inter, hidden), "down": (hidden, inter)}
@@ -149,10 +159,13 @@ def _bind(model: nn.Module, ops: Mapping[str, Callable[..., Any]], dtype: torch.
             raise ValueError(f"the op for role {key!r} is not callable: {op!r}")
         role = base_role(key)
         if role not in dims:
-            kept[key] = _NOT_ROUTED.get(key, "not a role of this model")
+            kept[key] = _NOT_ROUTED.get(key, "not a role of this model") if model.config.model_type not in \
+                ATTENTION_ONLY else f"{model.config.model_type}'s layers keep their own forward (attention only)"
             continue
         operator = getattr(op, "operator", None) or DEFAULT_OPERATORS[role]
-        if operator not in ROLE_OPERATORS[role]:
+        # attention's model variants (a logit cap, a window: Gemma 2's) serve the calls that pass the same
+        variant = role == "attention" and operator.startswith("attention+causal+")
+        if operator not in ROLE_OPERATORS[role] and not variant:
             kept[key] = f"its operator {operator} cannot serve it"
             continue
         if role == "gate_up" and _gate_up_bias(layer.mlp):
@@ -229,6 +242,10 @@ def _bias(layer: nn.Module, role: str) -> tuple[str, ...] | None:
 def _patch_layer(layer: nn.Module, bound: dict[str, tuple[Bound, ...]]) -> int:
     """Install the layer's forward and its weight buffers; returns the bytes copied."""
     attn, mlp = layer.self_attn, layer.mlp
+    if attn.config.model_type in ATTENTION_ONLY:  # the layer's own forward: its attention interface calls evo's
+        if "attention" in bound:
+            attn._evo_attention = bound["attention"]
+        return 0
     family = sys.modules[type(attn).__module__]
     weights, biases, copied = {}, {}, 0
     for role in _GEMMS:

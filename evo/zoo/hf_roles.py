@@ -88,8 +88,9 @@ def measured(op: Callable[..., Any]) -> list[tuple[tuple[int, ...], str]] | None
 
 def base_role(key: str) -> str:
     """The layer role a zoo's role name serves: `linear_qkv` (the decode plan's linear operator) serves qkv,
-    `cache_attention` (attention over a static cache, with its mask) serves attention."""
-    return "attention" if key == "cache_attention" else key.removeprefix("linear_")
+    `cache_attention` (attention over a static cache, with its mask) and `attention_local` (Gemma 2's sliding-window
+    layers) serve attention."""
+    return "attention" if key in ("cache_attention", "attention_local") else key.removeprefix("linear_")
 
 
 @dataclass(frozen=True)
