@@ -117,8 +117,8 @@ class GemmFamily(GenomeFamily):
         return [
             IntChoice("BLOCK_M", (16, 32, 64, 128, 192, 256), group="tile",
                       doc="rows of C per program (192: three Gluon consumers of 64 rows each)"),
-            IntChoice("BLOCK_N", (16, 32, 64, 96, 128, 192, 256), group="tile",
-                      doc="columns of C per program (96 and 192 as two power-of-two blocks)"),
+            IntChoice("BLOCK_N", (16, 32, 64, 96, 128, 192, 256, 320), group="tile",
+                      doc="columns of C per program (96, 192 and 320 as two power-of-two blocks)"),
             PowerOfTwo("BLOCK_K", 16, 256, group="tile", doc="depth of one K step"),
             IntChoice("num_warps", (2, 4, 8), group="launch", doc="warps per program"),
             IntChoice("num_stages", (2, 3, 4, 5), group="launch", doc="software pipeline depth of tl.dot loads"),
@@ -188,6 +188,8 @@ class GemmFamily(GenomeFamily):
             self.base(BLOCK_M=128, BLOCK_N=192, BLOCK_K=64, num_stages=4, num_warps=8, memory="host_descriptor"),
             self.base(BLOCK_M=128, BLOCK_N=192, BLOCK_K=64, num_stages=4, num_warps=8, persistent=True,
                       memory="host_descriptor"),
+            # 320-wide (256 + 64 columns): 64 rows keep the accumulator at 80 registers per thread of 8 warps
+            self.base(BLOCK_M=64, BLOCK_N=320, BLOCK_K=64, num_stages=3, num_warps=8, memory="host_descriptor"),
             self.base(BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, num_stages=4, num_warps=4, split_k=4),
             # three-way split-K: measured on an H100 at 768x768x49152 (0.86x cuBLAS against 0.58x for four ways:
             # 36 tiles x 3 = 108 programs fill one wave, x 4 = 144 spill into a second) and at 1024x1024x32768
@@ -217,6 +219,10 @@ class GemmFamily(GenomeFamily):
             self.base(**gluon, BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_stages=3, num_warps=4, consumers=2,
                       consumer_split="rows"),
             self.base(**gluon, BLOCK_M=128, BLOCK_N=192, BLOCK_K=64, num_stages=4, num_warps=4, consumers=2,
+                      consumer_split="rows"),
+            # cuBLAS's 128x320 (256 + 64 columns) at 1152x4352x4096: 9 x 14 = 126 tiles, one wave of 132 SMs; two
+            # stages and the whole-tile staging fill 194 KiB of shared memory
+            self.base(**gluon, BLOCK_M=128, BLOCK_N=320, BLOCK_K=64, num_stages=2, num_warps=4, consumers=2,
                       consumer_split="rows"),
             # (no stream-K seed: on an H200 the Gluon stream-K ran at 0.58-0.81x the plain Gluon kernel's speed
             # at 1000x3000x2000 and 4096^3, reports/gpu/gemm-stream-k-h200-2026-11-26; mutation still reaches it)

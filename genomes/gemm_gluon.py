@@ -20,8 +20,8 @@ launch and swizzle genes keep their meaning. Rows that are not 16-byte multiples
 rows of the Triton rendering's launcher (pad_rows: A copied every call, B once per B tensor, C computed into
 padded rows), without split-K (its reduction writes C's rows unpadded). Not rendered with Gluon (refused, named):
 other targets than sm_90 (wgmma is Hopper's), fp32 (tf32 wgmma), SwiGLU (two accumulators per tile). The wide
-tiles (BLOCK_N 96 and 192, which quantise better on 132 SMs) are two column blocks (64 + 32, 128 + 64: Gluon
-tensors have power-of-two shapes), each its own accumulator, wgmma and TMA store on one A tile.
+tiles (BLOCK_N 96, 192 and 320, which quantise better on 132 SMs) are two column blocks (64 + 32, 128 + 64,
+256 + 64: Gluon tensors have power-of-two shapes), each its own accumulator, wgmma and TMA store on one A tile.
 Other fused epilogues (scale, bias, activation, residual) are applied to the accumulator in registers.
 
 The rendering's rules are a table (genomes/rule_table.py), each a check and its fix; a genome moves into them in

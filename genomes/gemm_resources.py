@@ -9,13 +9,17 @@ from typing import Any
 
 from evo.problem import Problem, Target
 
-__all__ = ["ELEM_BYTES", "DESCRIPTOR_MEMORY", "MAX_ACC_REGS", "next_pow2", "column_blocks", "unaligned_rows",
-           "smem_estimate", "acc_regs_per_thread", "descriptor_ok"]
+__all__ = ["ELEM_BYTES", "DESCRIPTOR_MEMORY", "MAX_ACC_REGS", "MAX_ACC_REGS_TWO_CONSUMERS", "max_acc_regs", "next_pow2",
+           "column_blocks", "unaligned_rows", "smem_estimate", "acc_regs_per_thread", "descriptor_ok"]
 
 ELEM_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
 # memory values that go through tensor descriptors (TMA): built in the kernel, or on the host by the launcher
 DESCRIPTOR_MEMORY = ("descriptor", "host_descriptor")
 MAX_ACC_REGS = 128  # fp32 accumulator registers per thread beyond which spills are near certain
+# ... except in the Gluon rendering's two consumer warp groups, which take 232 registers each from the producer
+# (setmaxnreg; operators/gemm/gluon_kernel.py): a 64x320 accumulator per consumer (cuBLAS's 128x320 tile split by
+# rows) is 160
+MAX_ACC_REGS_TWO_CONSUMERS = 160
 
 
 def next_pow2(n: int) -> int:
@@ -24,14 +28,16 @@ def next_pow2(n: int) -> int:
 
 def column_blocks(block_n: int) -> tuple[int, ...]:
     """The power-of-two column blocks a tile of `block_n` columns is computed as (tl.dot and tl.arange need
-    powers of two): one block, or for the wide widths 96 and 192 a block and its half (64 + 32, 128 + 64).
-    Widths that are not powers of two quantise better on 132 SMs (cuBLAS picks 192-wide tiles on such shapes)."""
+    powers of two): one block, or for a wide width the largest power of two below it and the rest, itself a power
+    of two (96 = 64 + 32, 192 = 128 + 64, 320 = 256 + 64). Widths that are not powers of two quantise better on
+    132 SMs (cuBLAS picks 192-wide tiles on such shapes, and 128x320 at 1152x4352x4096: 126 tiles)."""
     if block_n & (block_n - 1) == 0:
         return (block_n,)
     high = 1 << (block_n.bit_length() - 1)
-    if block_n != high + high // 2:
-        raise ValueError(f"BLOCK_N={block_n} is neither a power of two nor one and a half times one")
-    return high, high // 2
+    low = block_n - high
+    if low & (low - 1):
+        raise ValueError(f"BLOCK_N={block_n} is neither a power of two nor the sum of two")
+    return high, low
 
 
 def unaligned_rows(problem: Problem) -> tuple[str, ...]:
@@ -66,6 +72,14 @@ def smem_estimate(g: Mapping[str, Any], dtype: str, b_tiles: int = 1, reads_tile
         return operands + epilogue  # the next tile's loads are in flight while this one is stored
     # a plain TMA kernel stages its output in the operand buffers, free once its K loop is done (sm_90 compiles)
     return max(operands, epilogue)
+
+
+def max_acc_regs(g: Mapping[str, Any]) -> int:
+    """The accumulator registers per thread a genome's consumers may hold (MAX_ACC_REGS, or more for two Gluon
+    consumers)."""
+    if g["backend"] == "gluon" and g["consumers"] == 2:
+        return MAX_ACC_REGS_TWO_CONSUMERS
+    return MAX_ACC_REGS
 
 
 def acc_regs_per_thread(g: Mapping[str, Any], b_tiles: int = 1) -> int:

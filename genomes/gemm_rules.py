@@ -29,10 +29,10 @@ from genomes.gemm_gluon import (
 )
 from genomes.gemm_resources import (
     DESCRIPTOR_MEMORY,
-    MAX_ACC_REGS,
     acc_regs_per_thread,
     column_blocks,
     descriptor_ok,
+    max_acc_regs,
     next_pow2,
     smem_estimate,
     unaligned_rows,
@@ -51,7 +51,7 @@ MAX_WS_STAGES = 4
 TWO_TILE_REFUSALS = (("split_k", 1, "split-K (partials of two accumulators)"), ("stream_k", False, "stream-K"),
                      ("warp_specialize", False, "warp specialization"), ("pad_rows", False, "padded rows"))
 
-# what a wide tile (two column blocks: BLOCK_N 96 or 192) is not combined with: (name, gene, its off value)
+# what a wide tile (two column blocks: BLOCK_N 96, 192 or 320) is not combined with: (name, gene, its off value)
 _WIDE_REFUSALS = (("split-K", "split_k", 1), ("stream-K", "stream_k", False),
                   ("warp specialization", "warp_specialize", False), ("a subtiled epilogue", "epilogue_subtile", False))
 
@@ -307,13 +307,17 @@ def _two_tiles_wide(g, p, t, b_tiles):
 
 
 def _registers(g, p, t, b_tiles):
-    regs = acc_regs_per_thread(g, b_tiles)
-    return f"accumulator needs {regs} registers per thread (> {MAX_ACC_REGS})" if regs > MAX_ACC_REGS else None
+    regs, most = acc_regs_per_thread(g, b_tiles), max_acc_regs(g)
+    return f"accumulator needs {regs} registers per thread (> {most})" if regs > most else None
 
 
 def _fix_registers(fam, g, p, t):
-    """More warps (one consumer, no warp specialization), else a smaller tile, its longer side first."""
-    if not g["warp_specialize"] and g["consumers"] == 1 and fam._step_up(g, "num_warps"):
+    """More warps (one consumer, no warp specialization; in Gluon only where the rows hold 16 a warp), else a smaller
+    tile, its longer side first."""
+    more_warps = not g["warp_specialize"] and g["consumers"] == 1
+    if g["backend"] == "gluon":  # (a 64x320 Gluon tile: 8 warps would own 128 rows; it narrows instead)
+        more_warps = more_warps and g["BLOCK_M"] >= 16 * 2 * g["num_warps"]
+    if more_warps and fam._step_up(g, "num_warps"):
         return True
     big = "BLOCK_M" if g["BLOCK_M"] >= g["BLOCK_N"] else "BLOCK_N"
     return fam._step_down(g, big) or fam._step_down(g, "BLOCK_M" if big == "BLOCK_N" else "BLOCK_N")

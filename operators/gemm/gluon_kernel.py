@@ -21,7 +21,7 @@ switches; a branch that a genome turns off is never compiled.
   and accumulator are its own). The producer loads one A box per consumer into the slot; a slot's `empty` barrier
   counts one arrival per consumer; no turns are needed, since every consumer reads every slot in ring order. Each
   warp group then synchronises only with itself (Triton puts a warp-group barrier before every mbarrier arrive).
-- A wide tile (BLOCK_N 96 or 192; BLOCK_N1 > 0) is two column blocks, BLOCK_N0 + BLOCK_N1 (powers of two: wgmma
+- A wide tile (BLOCK_N 96, 192 or 320; BLOCK_N1 > 0) is two column blocks, BLOCK_N0 + BLOCK_N1 (powers of two: wgmma
   takes such widths, Gluon tensors do not): the producer loads a B tile of each per K step, the consumer issues a
   wgmma on each into an accumulator of its own and stores each through its own staging buffer and descriptor.
 - SPLIT_K > 1 and STREAM_K share a tile's K steps among programs (operators/gemm/gluon_split.py).

@@ -12,7 +12,7 @@ turns on:
   current tile's epilogue); with STREAM_K the tiles of the last partial wave are shared by K steps;
 - SPLIT_K > 1: programs share each tile along K, publish fp32 partials, and the last to arrive sums them in order
   (in two levels beyond 2 * SPLIT_GROUP splits: long K over few tiles, where tens of splits fill the GPU);
-- WIDE: a tile of two power-of-two column blocks (BLOCK_N0 + BLOCK_N1 = 96 or 192 columns);
+- WIDE: a tile of two power-of-two column blocks (BLOCK_N0 + BLOCK_N1 = 96, 192 or 320 columns);
 - SUBTILE: the tile leaves in two halves along N (half the staging buffer);
 - GROUP_M, COLUMN_MAJOR: the program-id swizzle; LOOP_STAGES, LOOP_UNROLL, WARP_SPECIALIZE: the K loop's hints;
 - ALIGN_K, ALIGN_N: K or N is a multiple of ROW_ALIGN though not of 16, stated so that loads vectorize;

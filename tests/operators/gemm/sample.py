@@ -62,6 +62,9 @@ TARGETED: list[tuple[dict[str, Any], tuple[int, int, int]]] = [
     (dict(BLOCK_M=32, BLOCK_N=96, BLOCK_K=32, persistent=True, loop_unroll=2), (67, 200, 93)),
     (dict(BLOCK_M=16, BLOCK_N=96, BLOCK_K=32, memory="descriptor"), (67, 200, 88)),
     (dict(BLOCK_M=32, BLOCK_N=192, BLOCK_K=16, memory="host_descriptor", persistent=True), (40, 200, 88)),
+    # 256 + 64 columns: pointer loads past N (ragged), and host descriptors
+    (dict(BLOCK_M=16, BLOCK_N=320, BLOCK_K=32, num_warps=8), (40, 700, 93)),
+    (dict(BLOCK_M=16, BLOCK_N=320, BLOCK_K=32, memory="host_descriptor", persistent=True), (20, 680, 88)),
     # padded rows: K and N unaligned (A and B copied, C stored by pointers, wide), K alone (C by descriptor)
     (dict(BLOCK_M=32, BLOCK_N=192, BLOCK_K=32, memory="host_descriptor", pad_rows=True), (67, 201, 93)),
     (dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, memory="host_descriptor", pad_rows=True, persistent=True,

@@ -45,6 +45,12 @@ CASES = [
     (dict(memory="descriptor", split_k=128, BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, num_stages=4), (64, 64, 20000),
      "fp16"),
     (dict(split_k=24, num_warps=8, num_stages=4, epilogue_subtile=True), (256, 768, 200000), "bf16"),
+    # 320-wide tiles (256 + 64 columns) on every memory path, persistent or not
+    (dict(memory="host_descriptor", BLOCK_M=64, BLOCK_N=320, num_warps=8), (1152, 4352, 4096), "bf16"),
+    (dict(memory="host_descriptor", persistent=True, BLOCK_M=64, BLOCK_N=320, num_warps=8), (1152, 4352, 4096),
+     "bf16"),
+    (dict(memory="descriptor", BLOCK_M=64, BLOCK_N=320, num_warps=8), (1152, 4352, 4096), "fp16"),
+    (dict(BLOCK_M=64, BLOCK_N=320, num_warps=8), (1000, 3000, 2000), "bf16"),
     # padded rows: N odd (B padded, C stored by pointers), K odd (A padded, C by descriptor)
     (dict(memory="host_descriptor", pad_rows=True, BLOCK_N=192, num_warps=8), (1536, 3001, 5120), "bf16"),
     (dict(memory="host_descriptor", pad_rows=True, persistent=True, epilogue_subtile=True), (2048, 1024, 588),

@@ -176,8 +176,9 @@ def test_every_gluon_seed_compiles_for_hopper_within_its_shared_memory_estimate(
         for g in (g for g in family.seeds(SQUARE, HOPPER) if g["backend"] == "gluon"):
             cases.append((name, g.as_dict(), SQUARE.sizes, "bf16"))
             estimates.append(gluon_smem(g.as_dict(), "bf16"))
-    assert len(cases) == 33 and sum(c[1]["split_k"] > 1 for c in cases) == 6
+    assert len(cases) == 36 and sum(c[1]["split_k"] > 1 for c in cases) == 6
     assert sum(c[1]["BLOCK_N"] == 192 for c in cases) == 12 and sum(c[1]["consumers"] == 3 for c in cases) == 3
+    assert sum(c[1]["BLOCK_N"] == 320 for c in cases) == 3  # cuBLAS's 128x320 (256 + 64), split by rows
     results = compile_for_hopper(cases, tmp_path, timeout_s=900)
     for estimate, r in zip(estimates, results, strict=True):
         assert r["status"] == "ok", (r["name"], r["genome"], r["reason"])
@@ -271,3 +272,16 @@ def test_gluon_kernels_on_padded_rows_compile_for_hopper(tmp_path):
     results = compile_for_hopper(cases, tmp_path, timeout_s=900)
     assert all(r["status"] == "ok" for r in results), results
     assert len(list((tmp_path / "cache").rglob("copy_rows_kernel.ptx"))) >= 1
+
+
+def test_a_320_wide_tile_is_256_and_64_columns_with_two_consumers_of_64_rows():
+    """cuBLAS's 128x320 tile at 1152x4352x4096 (126 tiles: one wave of 132 SMs): valid only as two Gluon consumers
+    that split the rows (each holds a 64x320 accumulator: 160 registers of its 232), rendered as two blocks."""
+    problem = OP.problem((1152, 4352, 4096), "bf16")
+    rows = gluon(BLOCK_M=128, BLOCK_N=320, num_warps=4, num_stages=2, consumers=2, consumer_split="rows")
+    assert OP.family.violations(rows, problem, HOPPER) == []
+    source = OP.render(rows, problem, HOPPER)
+    compile(source, "gluon_gemm_320.py", "exec")
+    assert "BLOCK_N0, BLOCK_N1 = 256, 64" in source
+    whole = gluon(BLOCK_M=128, BLOCK_N=320, num_warps=8, num_stages=2)  # one consumer: 160 of 128 registers
+    assert any("registers per thread" in v for v in OP.family.violations(whole, problem, HOPPER))
