@@ -88,11 +88,12 @@ def run_cases() -> dict[str, Any]:
                     break
             if row["status"] != "correct":
                 continue
-            (run,) = module._PLANS.values()
             eager = module.matmul(*inputs)
             replayed = _graph_replay(module.matmul, inputs)
+            # every plan of the module (the check's calls with out= are a signature of their own)
+            counters = [run.workspace[1] for run in module._PLANS.values() if run.workspace is not None]
             row.update(graph_equal=bool(torch.equal(eager, replayed)),
-                       counters_zero=not bool(run.workspace[1].any()))
+                       counters_zero=bool(counters) and not any(bool(c.any()) for c in counters))
             ms = bench(lambda m=module, x=inputs: m.matmul(*x))
             row.update(ms=ms, tflops=op.throughput(problem, ms), vs_cublas=cublas_ms / ms)
             m, n, k = shape
