@@ -24,9 +24,6 @@ from genomes.cache_attention import CacheAttentionFamily
 from genomes.rowwise import ELEM_BYTES
 from operators._paste import pasted_source
 from operators.base import Baseline, Operator
-from operators.cache_attention.selfcheck import cache_inputs
-from operators.cache_attention.selfcheck import selfcheck_baseline as eager
-from operators.cache_attention.selfcheck import selfcheck_reference as reference
 
 __all__ = ["CacheAttentionOperator", "KERNEL_FILE", "SELFCHECK_FILE", "FILLED", "reference", "eager", "sdpa_gqa"]
 
@@ -61,6 +58,20 @@ def cache_attention(q, k, v, mask, scale=None, out=None):
 
 
 '''
+
+
+def reference(*inputs: Any) -> Any:
+    """The exact result in fp32, [B, Tq, H, D] (selfcheck.py, imported on use: it imports torch)."""
+    from operators.cache_attention.selfcheck import selfcheck_reference
+
+    return selfcheck_reference(*inputs)
+
+
+def eager(*inputs: Any) -> Any:
+    """transformers' SDPA path with a mask (selfcheck.py's baseline)."""
+    from operators.cache_attention.selfcheck import selfcheck_baseline
+
+    return selfcheck_baseline(*inputs)
 
 
 def sdpa_gqa(q: Any, k: Any, v: Any, mask: Any, scale: float | None = None) -> Any:
@@ -137,6 +148,8 @@ class CacheAttentionOperator(Operator):
             shapes = self.tensor_shapes(problem)
             return (*(torch.empty(s, device=device, dtype=dtype) for s in shapes[:3]),
                     torch.empty(shapes[3], device=device, dtype=torch.bool))
+        from operators.cache_attention.selfcheck import cache_inputs
+
         return cache_inputs(sizes, dtype, FILLED, device, seed)
 
     def tensor_shapes(self, problem: Problem) -> list[tuple[int, ...]]:

@@ -15,10 +15,8 @@ from typing import Any
 from genomes.gemm import column_blocks
 from operators._paste import MARKER, pasted_source
 from operators._template import render_template
-from operators.gemm import padding
-from operators.gemm.plan import CPU_NUM_SMS, SK_MAX_PARTS
 
-__all__ = ["gluon_launcher_source", "GluonLaunch", "KERNEL_NAME", "ENTRY_NAME", "CPU_NUM_SMS", "SK_MAX_PARTS"]
+__all__ = ["gluon_launcher_source", "GluonLaunch", "KERNEL_NAME", "ENTRY_NAME"]
 
 KERNEL_NAME = "matmul_kernel"
 ENTRY_NAME = "matmul"
@@ -49,9 +47,9 @@ class GluonLaunch:
     tail: str  # the kernel's last arguments after its constexprs (stream-K's, the row split's ROWS)
     strides: tuple[str, str, str]  # the plan's names of the row strides of A, B and C
     padding: str
-    pad_elements: int = padding.PAD_ELEMENTS
-    sk_max_parts: int = SK_MAX_PARTS
-    cpu_num_sms: int = CPU_NUM_SMS
+    pad_elements: int
+    sk_max_parts: int
+    cpu_num_sms: int
     kernel_name: str = KERNEL_NAME
     entry: str = ENTRY_NAME
 
@@ -62,6 +60,9 @@ def gluon_launch(g: Mapping[str, Any]) -> GluonLaunch:
     operands = tuple(ep.operands) if ep else ()
     rows = g["consumer_split"] == "rows"
     tail = (", partials, counters, sk_share, sk_slots" if g["stream_k"] else "") + (", ROWS" if rows else "")
+    # imported here, not at the top: they import torch and triton, which validating an experiment must not
+    from operators.gemm import padding, plan
+
     helpers = pasted_source(padding.__file__).removeprefix(MARKER + "\n").lstrip("\n") if g["pad_rows"] else ""
     return GluonLaunch(
         pad=g["pad_rows"], stream_k=g["stream_k"], split=g["split_k"] > 1, wide=len(column_blocks(g["BLOCK_N"])) > 1,
@@ -70,7 +71,8 @@ def gluon_launch(g: Mapping[str, Any]) -> GluonLaunch:
         keyed=tuple(n for n in operands if n != "scale"), bias=bool(ep and ep.bias),
         residual=bool(ep and ep.residual), scale=bool(ep and ep.scale), epilogue=ep is not None,
         what=f"A @ B with the fused epilogue {ep.name}" if ep else "A @ B", tail=tail,
-        strides=("a_stride", "b_stride", "c_stride") if g["pad_rows"] else ("K", "N", "N"), padding=helpers)
+        strides=("a_stride", "b_stride", "c_stride") if g["pad_rows"] else ("K", "N", "N"), padding=helpers,
+        pad_elements=padding.PAD_ELEMENTS, sk_max_parts=plan.SK_MAX_PARTS, cpu_num_sms=plan.CPU_NUM_SMS)
 
 
 def gluon_launcher_source(g: Mapping[str, Any]) -> str:

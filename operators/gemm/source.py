@@ -14,7 +14,6 @@ from typing import Any
 from evo.launch import runtime_source
 from operators._paste import pasted_source
 from operators._template import render_template
-from operators.gemm import padding
 from operators.gemm.header import config as _config
 from operators.gemm.header import config_lines
 from operators.gemm.header import summary as _summary
@@ -44,6 +43,8 @@ def gemm_source(g: Mapping[str, Any], title: str, row_align: int = 1, aligned_di
     product = "silu(A @ B[:, :N]) * (A @ B[:, N:]) for A[M, K], B[K, 2N]" if swiglu else "A[M, K] @ B[K, N]"
     operands = tuple(epilogue.operands) if epilogue else ()
     config = config_lines(_config(g))
+    from operators.gemm import padding  # here: it imports torch and triton, which validating an experiment must not
+
     return render_template(
         TEMPLATE, title=title, entry=ENTRY_NAME, operands=operands,
         what=textwrap.fill(f"C[M, N] = {product}, row-major, fp32 accumulation: {_summary(g)}.", 100),

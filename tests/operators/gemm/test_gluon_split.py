@@ -17,7 +17,8 @@ from evo.problem import HOPPER
 from genomes.gemm_gluon import GLUON_FIXED
 from operators._paste import pasted_source
 from operators.gemm.gluon_source import SPLIT_FILE
-from operators.gemm.launcher import _GLUON_STREAM_K_PLAN, SK_MAX_PARTS
+from operators.gemm.launcher import _GLUON_STREAM_K_PLAN
+from operators.gemm.plan import SK_MAX_PARTS
 
 OP = operators.get("gemm")
 FAMILY = OP.family
