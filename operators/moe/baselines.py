@@ -42,6 +42,8 @@ class MoEMath:
         else:
             a = a.reshape(tokens, top_k, -1)
             out = torch.zeros(tokens, top_k, w.shape[1], dtype=torch.float32, device=a.device)
+        if a.device.type == "meta":  # shapes only: the gather by expert is data-dependent (no meta form)
+            return out if self.gate_up else out.sum(dim=1)
         for e in range(experts):
             tok, pos = torch.where(ids == e)
             if self.gate_up:
