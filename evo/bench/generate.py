@@ -46,7 +46,8 @@ WARMUP = {"eager": 1, "compile": 3, "zoo_eager": 1, "zoo_compile": 3}  # compile
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m evo.bench.generate", description=__doc__.split("\n\n")[0])
     p.add_argument("zoo_module", metavar="ZOO_MODULE", help="the module `evo zoo MODEL --collect` wrote")
-    p.add_argument("model", metavar="MODEL_CONFIG", help="a Hugging Face config.json (llama, qwen2, mistral, phi3)")
+    p.add_argument("model", metavar="MODEL_CONFIG",
+                   help="a Hugging Face config.json (llama, qwen2, mistral, phi3; gemma2: its attention patched)")
     p.add_argument("--prompt", type=int, default=2048, help="prompt tokens: the prefill [2048]")
     p.add_argument("--new-tokens", type=int, default=128, help="decode steps after the prefill [128]")
     p.add_argument("--layers", type=int, default=None, help="keep the first N decoder layers [the config's]")
