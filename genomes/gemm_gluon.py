@@ -10,7 +10,8 @@ consumers of one warp group that split every tile's rows, 64 each (consumer_spli
 L2 traffic was the limit in an ncu profile on an H200; each warp group also synchronises alone). Register budgets
 move between the roles (setmaxnreg). What Triton's `tl` cannot express on Hopper; see operators/gemm/gluon_source.py.
 With `split_k` > 1 a work item is one K range of one tile (long K, few tiles): its fp32 partial leaves from
-registers and a second launch sums the partials (and applies the fused epilogue). With `stream_k` one program per
+registers (under a row split each consumer its rows: cuBLAS's 192x192 split-K at 768x768x49152) and a second
+launch sums the partials (and applies the fused epilogue). With `stream_k` one program per
 SM takes whole tiles for every full wave, then an even run of the remaining tiles' K steps, the last run to reach a
 shared tile summing its partials (operators/gemm/gluon_split.py); one consumer or a row split, not ping-pong.
 
@@ -108,16 +109,14 @@ def _no_stream(family: Any, g: dict[str, Any], p: Problem, t: Target) -> bool:
 
 
 def _rows(g: Mapping[str, Any], p: Problem, t: Target) -> list[str]:
-    """The row split: 2 or 3 consumers of one warp group, 64 rows each of every tile (BLOCK_M 128 or 192), one
-    column range per tile (no split-K); three consumers only split rows."""
+    """The row split: 2 or 3 consumers of one warp group, 64 rows each of every tile (BLOCK_M 128 or 192; under
+    split-K each stores its rows of every partial); three consumers only split rows."""
     if g["consumer_split"] != "rows":
         return ["three Gluon consumers split a tile's rows (consumer_split=rows)"] if g["consumers"] == 3 else []
     out = []
     if g["BLOCK_M"] != ROWS_PER_CONSUMER * g["consumers"]:
         out.append(f"row-split consumers take {ROWS_PER_CONSUMER} rows each: BLOCK_M = {ROWS_PER_CONSUMER} x "
                    f"consumers, not {g['BLOCK_M']} for {g['consumers']}")
-    if g["split_k"] > 1:
-        out.append("row-split consumers are not combined with split-K")
     return out
 
 
@@ -125,10 +124,8 @@ def _rows_steer(g: Mapping[str, Any], p: Problem, t: Target) -> list[str]:
     """The row split's sensible forms: a 192-row tile is three row-split consumers; one consumer, or a tile of other
     than 128 or 192 rows, takes whole tiles (and row-split consumers are one warp group each)."""
     out = []
-    if g["BLOCK_M"] == 192 and g["split_k"] == 1 and g["consumer_split"] == "tiles":
+    if g["BLOCK_M"] == 192 and g["consumer_split"] == "tiles":
         out.append("BLOCK_M=192 is three consumers of 64 rows (consumer_split=rows)")
-    if g["consumer_split"] == "tiles" and g["BLOCK_M"] == 192 and g["split_k"] > 1:
-        out.append("BLOCK_M=192 is a row split, which split-K does not combine with")
     if g["consumer_split"] == "rows" and g["BLOCK_M"] not in (128, 192):
         out.append(f"a row split takes BLOCK_M 128 or 192 ({ROWS_PER_CONSUMER} rows a consumer), not {g['BLOCK_M']}")
     if g["consumer_split"] == "rows" and g["num_warps"] != 4:
@@ -139,10 +136,10 @@ def _rows_steer(g: Mapping[str, Any], p: Problem, t: Target) -> list[str]:
 def _settle_rows(family: Any, g: dict[str, Any], p: Problem, t: Target) -> bool:
     """Make the consumers' split agree with the tile: BLOCK_M 192 is three row-split consumers, a row split takes
     BLOCK_M / 64 consumers (128: two), and a split that cannot hold goes back to alternate tiles."""
-    if g["BLOCK_M"] == 192 and g["split_k"] == 1:
+    if g["BLOCK_M"] == 192:
         family._set(g, "consumer_split", "rows")
     if g["consumer_split"] == "rows":
-        fits = (g["BLOCK_M"] in (128, 192) and g["split_k"] == 1 and family._set(g, "num_warps", 4)
+        fits = (g["BLOCK_M"] in (128, 192) and family._set(g, "num_warps", 4)
                 and family._set(g, "consumers", g["BLOCK_M"] // ROWS_PER_CONSUMER))
         if not fits:
             family._set(g, "consumer_split", "tiles")

@@ -288,9 +288,10 @@ def mma_partition(c_desc, c1_desc, bias_ptr, residual_ptr, scale, partials, coun
                                 NUM_STAGES, READERS, BOX, CONSUMER, TURNS)
             mine += 1
             if SPLIT_K > 1:
-                # the item's fp32 partial leaves from registers for the workspace (no staging buffer); the second
-                # launch (sum_partials) sums the partials, applies the epilogue and writes C
-                rows = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, acc_layout))
+                # the item's fp32 partial (this consumer's ROWS rows of it) leaves from registers for the workspace
+                # (no staging buffer); the second launch (sum_partials) sums the partials, applies the epilogue and
+                # writes C
+                rows = pid_m * BLOCK_M + BOX * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, acc_layout))
                 cols = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, acc_layout))
                 inside = (gl.expand_dims(rows, 1) < M) & (gl.expand_dims(cols, 0) < N)
                 at = (work % SPLIT_K * M + gl.expand_dims(rows, 1)) * N + gl.expand_dims(cols, 0)

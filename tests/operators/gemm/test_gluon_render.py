@@ -285,3 +285,18 @@ def test_a_320_wide_tile_is_256_and_64_columns_with_two_consumers_of_64_rows():
     assert "BLOCK_N0, BLOCK_N1 = 256, 64" in source
     whole = gluon(BLOCK_M=128, BLOCK_N=320, num_warps=8, num_stages=2)  # one consumer: 160 of 128 registers
     assert any("registers per thread" in v for v in OP.family.violations(whole, problem, HOPPER))
+
+
+def test_row_split_consumers_take_split_k_each_storing_its_rows_of_the_partials():
+    """Long K over few tiles with 64-row consumers (issue 44): valid, rendered with both switches, and each
+    consumer's partial store covers its own ROWS rows from BOX * ROWS on (compiled for sm_90 without spills:
+    reports/gpu/gemm-long-k/README.md; run on a GPU by tests/gpu/test_gemm_long_k_gpu.py)."""
+    problem = OP.problem((768, 768, 49152), "bf16")
+    g = gluon(BLOCK_M=192, BLOCK_N=128, num_warps=4, num_stages=4, consumers=3, consumer_split="rows", split_k=4)
+    assert OP.family.violations(g, problem, HOPPER) == []
+    source = OP.render(g, problem, HOPPER)
+    compile(source, "gluon_gemm_rows_split.py", "exec")
+    call = entry(source)
+    assert "ROW_SPLIT=True" in call and "SPLIT_K=SPLIT_K" in call
+    assert "rows = pid_m * BLOCK_M + BOX * ROWS + gl.arange(0, ROWS," in source
+    assert "def split_k_reduce(" in source
