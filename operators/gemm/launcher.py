@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from genomes.gemm import column_blocks
-from operators._paste import MARKER, pasted_source
+from operators._paste import MARKER, constant, pasted_source
 from operators._template import render_template
 
 __all__ = ["gluon_launcher_source", "GluonLaunch", "KERNEL_NAME", "ENTRY_NAME"]
@@ -21,6 +21,9 @@ __all__ = ["gluon_launcher_source", "GluonLaunch", "KERNEL_NAME", "ENTRY_NAME"]
 KERNEL_NAME = "matmul_kernel"
 ENTRY_NAME = "matmul"
 TEMPLATES = Path(__file__).with_name("templates")
+# the real modules whose text a Gluon rendering pastes or reads constants from (they import torch and triton)
+PADDING_FILE = Path(__file__).with_name("padding.py")
+PLAN_FILE = Path(__file__).with_name("plan.py")
 # a stream-K plan's grid, shares and workspace, as the Gluon launcher writes them (its consumers of a row split
 # count their arrivals apiece); operators/gemm/plan.py's stream_k_shares is the Triton launcher's
 _GLUON_STREAM_K_PLAN = "\n" + (TEMPLATES / "stream_k_plan.py.jinja").read_text()
@@ -60,10 +63,7 @@ def gluon_launch(g: Mapping[str, Any]) -> GluonLaunch:
     operands = tuple(ep.operands) if ep else ()
     rows = g["consumer_split"] == "rows"
     tail = (", partials, counters, sk_share, sk_slots" if g["stream_k"] else "") + (", ROWS" if rows else "")
-    # imported here, not at the top: they import torch and triton, which validating an experiment must not
-    from operators.gemm import padding, plan
-
-    helpers = pasted_source(padding.__file__).removeprefix(MARKER + "\n").lstrip("\n") if g["pad_rows"] else ""
+    helpers = pasted_source(PADDING_FILE).removeprefix(MARKER + "\n").lstrip("\n") if g["pad_rows"] else ""
     return GluonLaunch(
         pad=g["pad_rows"], stream_k=g["stream_k"], split=g["split_k"] > 1, wide=len(column_blocks(g["BLOCK_N"])) > 1,
         rows="ROWS" if rows else "BLOCK_M", operands=operands,
@@ -72,7 +72,8 @@ def gluon_launch(g: Mapping[str, Any]) -> GluonLaunch:
         residual=bool(ep and ep.residual), scale=bool(ep and ep.scale), epilogue=ep is not None,
         what=f"A @ B with the fused epilogue {ep.name}" if ep else "A @ B", tail=tail,
         strides=("a_stride", "b_stride", "c_stride") if g["pad_rows"] else ("K", "N", "N"), padding=helpers,
-        pad_elements=padding.PAD_ELEMENTS, sk_max_parts=plan.SK_MAX_PARTS, cpu_num_sms=plan.CPU_NUM_SMS)
+        pad_elements=constant(PADDING_FILE, "PAD_ELEMENTS"), sk_max_parts=constant(PLAN_FILE, "SK_MAX_PARTS"),
+        cpu_num_sms=constant(PLAN_FILE, "CPU_NUM_SMS"))
 
 
 def gluon_launcher_source(g: Mapping[str, Any]) -> str:

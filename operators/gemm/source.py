@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from evo.launch import runtime_source
-from operators._paste import pasted_source
+from operators._paste import constant, pasted_source
 from operators._template import render_template
 from operators.gemm.header import config as _config
 from operators.gemm.header import config_lines
@@ -25,6 +25,7 @@ HERE = Path(__file__).parent
 STORE_FILE = HERE / "tile_store.py"  # pasted before the kernel, which calls it
 KERNEL_FILE = HERE / "kernel.py"
 PLAN_FILE = HERE / "plan.py"
+PADDING_FILE = HERE / "padding.py"  # pasted for pad_rows (read as text: the module imports torch and triton)
 TEMPLATE = HERE / "templates" / "module.py.jinja"
 
 
@@ -43,16 +44,14 @@ def gemm_source(g: Mapping[str, Any], title: str, row_align: int = 1, aligned_di
     product = "silu(A @ B[:, :N]) * (A @ B[:, N:]) for A[M, K], B[K, 2N]" if swiglu else "A[M, K] @ B[K, N]"
     operands = tuple(epilogue.operands) if epilogue else ()
     config = config_lines(_config(g))
-    from operators.gemm import padding  # here: it imports torch and triton, which validating an experiment must not
-
     return render_template(
         TEMPLATE, title=title, entry=ENTRY_NAME, operands=operands,
         what=textwrap.fill(f"C[M, N] = {product}, row-major, fp32 accumulation: {_summary(g)}.", 100),
         product=f"A @ B with the fused epilogue {epilogue.name}" if epilogue else "A @ B",
         runtime=runtime_source().rstrip("\n"), config=config, config_width=max(len(text) for text, _ in config),
-        pad_elements=padding.PAD_ELEMENTS if g["pad_rows"] else None,
+        pad_elements=constant(PADDING_FILE, "PAD_ELEMENTS") if g["pad_rows"] else None,
         tensor_operands=[n for n in operands if n != "scale"],
         epilogue_args=", ".join(n if n in operands else "None" for n in ("bias", "residual", "scale")),
         kernel=pasted_source(STORE_FILE) + "\n\n" + pasted_source(KERNEL_FILE).rstrip("\n"),
         plan=pasted_source(PLAN_FILE).rstrip("\n"),
-        padding=pasted_source(padding.__file__).rstrip("\n") if g["pad_rows"] else "")
+        padding=pasted_source(PADDING_FILE).rstrip("\n") if g["pad_rows"] else "")
