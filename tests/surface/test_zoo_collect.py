@@ -33,7 +33,8 @@ def test_the_collected_module_serves_every_planned_role(zoo, capsys):
     layer_roles = {p.role for p in plan if p.scope == "layer"}
     head_roles = {p.role for p in plan if p.scope == "model"}
     # the decode plan: the linear roles (norms fused) and rope_cache
-    assert layer_roles == {"linear_qkv", "rope", "attention", "linear_o_proj", "linear_gate_up", "linear_down"}
+    assert layer_roles == {"linear_qkv", "rope", "attention", "cache_attention", "linear_o_proj", "linear_gate_up",
+                           "linear_down"}
     assert head_roles == {"linear_lm_head", "sampling_softmax"} and set(ops) == layer_roles | head_roles
     for tokens in (1, 4, 2):  # 2 was not measured: the nearest count's elites serve it, with a warning
         x = torch.randn(tokens, spec.hidden_size, generator=torch.Generator().manual_seed(tokens)).half()
