@@ -242,8 +242,8 @@ class GemmFamily(GenomeFamily):
     def _long_k_seeds(self, problem: Problem, target: Target) -> list[dict[str, Any]]:
         """Split-K that fills the GPU where the output has fewer tiles than SMs (long K over a small output): each
         tile shape with the split that makes one wave of it (wave_split), and Gluon ones (their second launch sums):
-        cooperative, and consumers that split the rows (192 rows: cuBLAS's 192x192 x 8 splits at 768x768x49152 is a
-        wide tile, which split-K does not take yet)."""
+        cooperative, and consumers that split the rows (cuBLAS's 192x192 x 8 splits at 768x768x49152: three
+        consumers of 64 rows, two column blocks)."""
         out = []
         for bm, bn, bk, warps, stages, memory in ((128, 128, 64, 8, 4, "host_descriptor"),
                                                   (128, 256, 64, 8, 3, "host_descriptor"),
@@ -254,7 +254,7 @@ class GemmFamily(GenomeFamily):
             if split > 1:
                 out.append(self.base(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages,
                                      memory=memory, split_k=split))
-        for bm, bn, stages, warps, consumers, rows in ((128, 128, 4, 8, 1, "tiles"), (192, 128, 4, 4, 3, "rows"),
+        for bm, bn, stages, warps, consumers, rows in ((128, 128, 4, 8, 1, "tiles"), (192, 192, 3, 4, 3, "rows"),
                                                        (128, 256, 3, 4, 2, "rows")):
             split = wave_split(problem, target, bm, bn, 64)
             if split > 1:

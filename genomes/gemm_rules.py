@@ -51,7 +51,8 @@ MAX_WS_STAGES = 4
 TWO_TILE_REFUSALS = (("split_k", 1, "split-K (partials of two accumulators)"), ("stream_k", False, "stream-K"),
                      ("warp_specialize", False, "warp specialization"), ("pad_rows", False, "padded rows"))
 
-# what a wide tile (two column blocks: BLOCK_N 96, 192 or 320) is not combined with: (name, gene, its off value)
+# what a wide tile (two column blocks: BLOCK_N 96, 192 or 320) is not combined with: (name, gene, its off value);
+# split-K only in the Triton kernel (its reduction sums one accumulator), not in Gluon's (_wide_refusals)
 _WIDE_REFUSALS = (("split-K", "split_k", 1), ("stream-K", "stream_k", False),
                   ("warp specialization", "warp_specialize", False), ("a subtiled epilogue", "epilogue_subtile", False))
 
@@ -106,11 +107,16 @@ def _wide(g: Mapping[str, Any]) -> bool:
     return len(column_blocks(g["BLOCK_N"])) > 1
 
 
+def _wide_refusals(g: Mapping[str, Any]) -> tuple[tuple[str, str, Any], ...]:
+    # the Gluon rendering's split-K stores each column block's partial from its own accumulator
+    return tuple(r for r in _WIDE_REFUSALS if not (r[1] == "split_k" and g["backend"] == "gluon"))
+
+
 def _wide_refused(g: Mapping[str, Any]) -> list[str]:
     if not _wide(g):
         return []
     return [f"BLOCK_N={g['BLOCK_N']} (two column blocks) is not combined with {what}"
-            for what, gene, off in _WIDE_REFUSALS if g[gene] != off]
+            for what, gene, off in _wide_refusals(g) if g[gene] != off]
 
 
 class Moves:
@@ -252,7 +258,7 @@ def _pad_rows(g, p, t):
 
 def _fix_wide_alone(fam, g, p, t):
     # a wide tile and a feature it is not combined with: the coin keeps one of the two
-    keep_wide = fam.coin() < 0.5 and all(fam._set(g, gene, off) for _, gene, off in _WIDE_REFUSALS)
+    keep_wide = fam.coin() < 0.5 and all(fam._set(g, gene, off) for _, gene, off in _wide_refusals(g))
     while not keep_wide and _wide(g) and fam._step_down(g, "BLOCK_N"):
         pass
     return False

@@ -292,10 +292,16 @@ def mma_partition(c_desc, c1_desc, bias_ptr, residual_ptr, scale, partials, coun
                 # (no staging buffer); the second launch (sum_partials) sums the partials, applies the epilogue and
                 # writes C
                 rows = pid_m * BLOCK_M + BOX * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, acc_layout))
-                cols = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, acc_layout))
+                cols = pid_n * BLOCK_N + gl.arange(0, BLOCK_N0, layout=gl.SliceLayout(0, acc_layout))
                 inside = (gl.expand_dims(rows, 1) < M) & (gl.expand_dims(cols, 0) < N)
                 at = (work % SPLIT_K * M + gl.expand_dims(rows, 1)) * N + gl.expand_dims(cols, 0)
                 gl.store(partials + at, acc, mask=inside)
+                if BLOCK_N1 > 0:  # a wide tile's second column block, from its own accumulator
+                    rows1 = pid_m * BLOCK_M + BOX * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, acc1_layout))
+                    cols1 = pid_n * BLOCK_N + BLOCK_N0 + gl.arange(0, BLOCK_N1, layout=gl.SliceLayout(0, acc1_layout))
+                    inside1 = (gl.expand_dims(rows1, 1) < M) & (gl.expand_dims(cols1, 0) < N)
+                    at1 = (work % SPLIT_K * M + gl.expand_dims(rows1, 1)) * N + gl.expand_dims(cols1, 0)
+                    gl.store(partials + at1, acc1, mask=inside1)
             else:
                 row0 = pid_m * BLOCK_M + BOX * ROWS
                 acc = apply_epilogue(acc, bias_ptr, residual_ptr, scale, row0, pid_n * BLOCK_N, M, N, acc_layout,

@@ -90,7 +90,7 @@ def _entries(g: Mapping[str, Any], epilogue: Any) -> str:
               + (["partials"] if split else operands) + ["M", "N", "K"]
               + [n + const for n in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "NUM_STAGES", "CONSUMERS",
                                      "CONSUMER_WARPS")]
-              + ([f"SPLIT_K{const}"] if split else [f"BLOCK_N0{const}", f"BLOCK_N1{const}"] if wide else [])
+              + ([f"SPLIT_K{const}"] if split else []) + ([f"BLOCK_N0{const}", f"BLOCK_N1{const}"] if wide else [])
               + (["partials", "counters", "sk_share", "sk_slots"] if g["stream_k"] else [])
               + ([f"ROWS{const}"] if g["consumer_split"] == "rows" else []))
 

@@ -43,7 +43,10 @@ def test_gluon_is_valid_on_hopper_for_fp16_and_bf16_with_aligned_rows_only():
     assert any("16-byte" in r for r in FAMILY.violations(g, OP.problem((4096, 4095, 4096), "bf16"), HOPPER))
     assert any("holds persistent=True" in r for r in FAMILY.violations(g.replace(persistent=False), SQUARE, HOPPER))
     assert FAMILY.violations(g.replace(BLOCK_N=192, num_stages=4), SQUARE, HOPPER) == []  # two column blocks
-    assert any("split-K" in r for r in FAMILY.violations(g.replace(BLOCK_N=192, split_k=3), SQUARE, HOPPER))
+    # two column blocks take split-K in Gluon (each block stores its partial), not in the Triton kernel
+    assert FAMILY.violations(g.replace(BLOCK_N=192, num_stages=4, split_k=3), SQUARE, HOPPER) == []
+    triton_wide = FAMILY.make(FAMILY.base(BLOCK_N=192, split_k=3))
+    assert any("split-K" in r for r in FAMILY.violations(triton_wide, SQUARE, HOPPER))
     assert any("num_warps=4" in r for r in FAMILY.violations(g.replace(consumers=2), SQUARE, HOPPER))
     assert FAMILY.violations(g.replace(consumers=2, num_warps=4, BLOCK_N=128, num_stages=4), SQUARE, HOPPER) == []
     assert any("shared memory" in r for r in FAMILY.violations(g.replace(num_stages=5), SQUARE, HOPPER))
@@ -300,3 +303,11 @@ def test_row_split_consumers_take_split_k_each_storing_its_rows_of_the_partials(
     assert "ROW_SPLIT=True" in call and "SPLIT_K=SPLIT_K" in call
     assert "rows = pid_m * BLOCK_M + BOX * ROWS + gl.arange(0, ROWS," in source
     assert "def split_k_reduce(" in source
+    # cuBLAS's 192x192 x 8 splits: a wide tile (128 + 64 columns) whose blocks each store their partial columns
+    wide = gluon(BLOCK_M=192, BLOCK_N=192, num_warps=4, num_stages=3, consumers=3, consumer_split="rows", split_k=8)
+    assert OP.family.violations(wide, problem, HOPPER) == []
+    source = OP.render(wide, problem, HOPPER)
+    compile(source, "gluon_gemm_wide_split.py", "exec")
+    assert "kernel(a, b, b, c, c, partials, M, N, K," in source and "SPLIT_K, BLOCK_N0, BLOCK_N1, ROWS)" in source
+    triton = OP.family.make(OP.family.base(BLOCK_M=128, BLOCK_N=192, split_k=8))  # its partials are one block
+    assert any("not combined with split-K" in v for v in OP.family.violations(triton, problem, HOPPER))
