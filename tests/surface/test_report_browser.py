@@ -149,4 +149,4 @@ def test_the_zoo_page_draws_its_plots(tmp_path):
         b.wait_for("window.evoZooReport && (window.evoZooReport.ready || window.evoZooReport.error)", timeout=90)
         assert b.eval("window.evoZooReport.error || ''") == ""
         assert b.eval("document.querySelectorAll('.js-plotly-plot').length") == 3  # roofline, layer, breakdown
-        assert b.eval("document.getElementById('breakdown-plot').data.length") == 2 * 6  # six layer roles, twice
+        assert b.eval("document.getElementById('breakdown-plot').data.length") == 2 * 7  # seven layer roles, twice
