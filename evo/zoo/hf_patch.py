@@ -58,12 +58,11 @@ from evo.zoo.hf_roles import (
     ROLE_OPERATORS,
     Bound,
     OpForm,
-    base_role,
     measured,
     op_form,
     served_tokens,
 )
-from evo.zoo.uses import baseline_tokens
+from evo.zoo.uses import base_role, baseline_tokens
 
 __all__ = ["patch_model", "unpatch_model", "PatchReport", "FAMILIES"]
 

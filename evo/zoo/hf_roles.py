@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["OpForm", "op_form", "measured", "served_tokens", "Bound", "pick", "base_role", "DEFAULT_OPERATORS",
+__all__ = ["OpForm", "op_form", "measured", "served_tokens", "Bound", "pick", "DEFAULT_OPERATORS",
            "ROLE_OPERATORS", "TORCH_DTYPES", "DTYPE_NAMES"]
 
 TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
@@ -84,13 +84,6 @@ def measured(op: Callable[..., Any]) -> list[tuple[tuple[int, ...], str]] | None
     if isinstance(sizes, tuple) and isinstance(dtype, str):
         return [(tuple(int(s) for s in sizes), dtype)]
     return None
-
-
-def base_role(key: str) -> str:
-    """The layer role a zoo's role name serves: `linear_qkv` (the decode plan's linear operator) serves qkv,
-    `cache_attention` (attention over a static cache, with its mask) and `attention_local` (Gemma 2's sliding-window
-    layers) serve attention."""
-    return "attention" if key in ("cache_attention", "attention_local") else key.removeprefix("linear_")
 
 
 @dataclass(frozen=True)

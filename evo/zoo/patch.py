@@ -58,7 +58,7 @@ from collections.abc import Callable, Mapping
 from evo.zoo.hf_roles import DTYPE_NAMES
 from evo.zoo.layer import DecoderLayer, LMHead, linears
 from evo.zoo.problems import LINEAR_ROLES
-from evo.zoo.uses import baseline_tokens
+from evo.zoo.uses import base_role, baseline_tokens
 
 __all__ = ["patch", "unpatch", "roles_of", "torch_tokens"]
 
@@ -114,8 +114,8 @@ def patch(module: DecoderLayer | LMHead, ops: Mapping[str, Callable[..., object]
 
 def _dims(module: DecoderLayer | LMHead, role: str) -> tuple[int, ...] | None:
     """The sizes besides the token count that `role`'s problems have in this module (evo.zoo.uses.split_tokens)."""
-    s, base = module.spec, role.removeprefix("linear_")
-    if base in ("attention", "cache_attention", "rope"):
+    s, base = module.spec, base_role(role)
+    if base in ("attention", "rope"):
         return (s.num_attention_heads, s.num_key_value_heads, s.head_dim)
     if base == "norm":
         return (s.hidden_size,)

@@ -16,7 +16,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["uses", "split_tokens", "baseline_tokens"]
+__all__ = ["uses", "base_role", "split_tokens", "baseline_tokens"]
 
 
 def uses(op: Callable[..., Any]) -> list[tuple[tuple[int, ...], str, str]] | None:
@@ -35,13 +35,20 @@ def uses(op: Callable[..., Any]) -> list[tuple[tuple[int, ...], str, str]] | Non
     return out
 
 
+def base_role(key: str) -> str:
+    """The layer role a zoo's role name serves: `linear_qkv` (the decode plan's linear operator) serves qkv,
+    `cache_attention` (attention over a static cache, with its mask) and `attention_local` (Gemma 2's sliding-window
+    layers) serve attention."""
+    return "attention" if key in ("cache_attention", "attention_local") else key.removeprefix("linear_")
+
+
 def split_tokens(role: str, sizes: tuple[int, ...]) -> tuple[int, tuple[int, ...]] | None:
     """A role's problem sizes as (token count, the other sizes a layer fixes), or None where they have another
-    length: attention and cache_attention (batch, heads, kv_heads, q_len, kv_len, head_dim) by the query length (the
-    key length grows with the cache and is left out); rope_cache (tokens, heads, kv_heads, head_dim, context)
+    length: the attention roles (batch, heads, kv_heads, q_len, kv_len, head_dim) by the query length (the key length
+    grows with the cache and is left out); rope_cache (tokens, heads, kv_heads, head_dim, context)
     without the cache's length; norm and the sampling softmax (rows, cols); the GEMM roles (M, N, K)."""
-    role = role.removeprefix("linear_")
-    if role in ("attention", "cache_attention"):
+    role = base_role(role)
+    if role == "attention":
         return (sizes[3], (sizes[1], sizes[2], sizes[5])) if len(sizes) == 6 else None
     if role == "rope":
         return (sizes[0], tuple(sizes[1:4])) if len(sizes) == 5 else None

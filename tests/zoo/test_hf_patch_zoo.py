@@ -15,7 +15,7 @@ from tests.zoo._hf_models import FAMILIES, prompt, recording, rel, tiny_model
 pytest.importorskip("transformers")
 
 from evo.api import load_zoo, patch_model, unpatch_model  # noqa: E402
-from evo.zoo.hf_roles import base_role  # noqa: E402
+from evo.zoo.uses import base_role  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

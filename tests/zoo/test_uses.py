@@ -55,6 +55,9 @@ def test_uses_reads_the_module_and_a_module_without_uses_runs_evo_everywhere(mon
                     calls, "linear_down")
     assert uses(old) is None and baseline_tokens(old, "linear_down", (64, 128), "fp32") == frozenset()
     assert split_tokens("attention", (1, 4, 2, 16, 4112, 128)) == (16, (4, 2, 128))
+    # every role that serves attention splits as attention (base_role: one table for the patch and USES)
+    for role in ("cache_attention", "attention_local"):
+        assert split_tokens(role, (1, 4, 2, 1, 4097, 128)) == (1, (4, 2, 128))
     assert split_tokens("rope", (16, 28, 4, 128, 6128)) == (16, (28, 4, 128))
 
 
