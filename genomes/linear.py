@@ -23,7 +23,7 @@ from genomes import labels
 from genomes.base import Descriptor, Genome, GenomeFamily
 from genomes.genes import Categorical, Gene, IntChoice, PowerOfTwo
 from genomes.rowwise import ELEM_BYTES, next_pow2
-from genomes.rule_table import Rule, table_repair, table_violations
+from genomes.rule_table import FromTable, Rule
 
 __all__ = ["LinearFamily", "block_m", "registers", "rules", "MAX_REGISTERS", "DOT_ROWS"]
 
@@ -158,7 +158,7 @@ def rules(tiles: int = 1, norm: bool = False) -> tuple[Rule, ...]:
     )
 
 
-class LinearFamily(GenomeFamily):
+class LinearFamily(FromTable, GenomeFamily):
     name = "linear"
 
     def __init__(self, overrides: Mapping[str, list[Any]] | None = None, tiles: int = 1, norm: bool = False) -> None:
@@ -189,13 +189,6 @@ class LinearFamily(GenomeFamily):
             Categorical("evict_w", ("none", "evict_first"), group="cache",
                         doc="eviction hint on W (each byte read once)"),
         ]
-
-    def violations(self, genome: Genome, problem: Problem, target: Target) -> list[str]:
-        return table_violations(self.rules, genome.as_dict(), problem, target)
-
-    def repair(self, genome: Genome, problem: Problem, target: Target, rng: np.random.Generator) -> Genome:
-        return self._repaired(table_repair(self, self.rules, genome.as_dict(), problem, target), genome, problem,
-                              target)
 
     def base(self, **values: Any) -> dict[str, Any]:
         """FMAs over 32x256 W tiles at 4 warps, no split; updated by `values`."""
