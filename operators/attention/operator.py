@@ -10,17 +10,20 @@ Problem dims: batch, heads (query heads), kv_heads, q_len, kv_len, head_dim; inp
 k, v[B, Hkv, Lk, D] as `torch.nn.functional.scaled_dot_product_attention` takes them. Decode is q_len 1-16 against
 a long kv_len; prefill q_len == kv_len. The reference is the formula in fp32; the baselines are SDPA as a user
 calls it (the backend PyTorch picks) and, for `evo bench`, each of its backends forced in turn (flash,
-memory-efficient, cuDNN): one that cannot run a problem is reported unavailable, not skipped silently.
+memory-efficient, cuDNN): one that cannot run a problem is reported unavailable, not skipped silently. An exported
+module checks itself with selfcheck.py, one real module for every variant, pasted below the problem's constants.
 """
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 from evo.problem import DTYPES, Problem, Target
 from genomes.attention import AttentionFamily
 from genomes.base import Genome, GenomeFamily, InvalidGenome
+from operators._paste import pasted_source
 from operators.attention.model_baselines import model_baselines
 from operators.attention.module import render_module
 from operators.attention.names import cap_text, variant_name
@@ -34,6 +37,7 @@ __all__ = ["AttentionOperator", "attention_variant", "TOLERANCE", "causal_pairs"
 TOLERANCE = {"fp16": 4e-3, "bf16": 2.5e-2}
 MAX_CAP = 1e6  # a logit cap above this caps nothing (and its name stays plain digits)
 REFERENCE_SCORES = 1 << 26  # fp32 scores the reference holds at once (256 MiB)
+SELFCHECK_FILE = Path(__file__).with_name("selfcheck.py")  # the exported module's self-check, pasted
 _BACKENDS = (("sdpa_flash", "FLASH_ATTENTION"), ("sdpa_efficient", "EFFICIENT_ATTENTION"),
              ("sdpa_cudnn", "CUDNN_ATTENTION"))
 
@@ -219,107 +223,16 @@ class AttentionOperator(Operator):
         return attention
 
     def selfcheck_source(self, problem: Problem) -> str:
+        """Plain-torch self-check code for exported kernels: the problem's constants (its sizes, the mask, a model's
+        cap and window) above operators/attention/selfcheck.py pasted verbatim."""
         d = problem.dims
-        q = (d["batch"], d["heads"], d["q_len"], d["head_dim"])
-        kv = (d["batch"], d["kv_heads"], d["kv_len"], d["head_dim"])
-        gqa = ", enable_gqa=True" if d["heads"] != d["kv_heads"] else ""
-        if self.softcap or self.window:
-            return self._model_selfcheck_source(problem, q, kv)
-        if not self.causal:
-            mask = ""
-        elif d["q_len"] == d["kv_len"]:
-            mask = ", is_causal=True"
-        else:
-            mask = f", attn_mask=causal_lower_right({d['q_len']}, {d['kv_len']})"
-        return "\n".join([
-            "import math",
-            "",
-            "import torch",
-            *(["from torch.nn.attention.bias import causal_lower_right"] if "lower_right" in mask else []),
-            "",
-            f"SELFCHECK_TOLERANCE = {self.tolerance(problem)!r}",
-            "",
-            "",
-            "def selfcheck_inputs(device):",
-            '    """Fresh standard-normal q, k, v (never zeros), seeded."""',
-            "    gen = torch.Generator(device=device).manual_seed(20240611)",
-            f"    dtype = torch.{DTYPES[problem.dtype]}",
-            f"    return tuple(torch.randn(s, generator=gen, device=device, dtype=dtype) for s in ({q}, {kv}, {kv}))",
-            "",
-            "",
-            "def selfcheck_reference(q, k, v):",
-            "    q, k, v = q.float(), k.float(), v.float()",
-            "    group = q.shape[1] // k.shape[1]",
-            "    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)",
-            "    s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])",
-            *(["    seen = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril("
-               "k.shape[2] - q.shape[2])",
-               "    s = s.masked_fill(~seen, float('-inf'))"] if self.causal else []),
-            "    return torch.softmax(s, dim=-1) @ v",
-            "",
-            "",
-            "def selfcheck_baseline(q, k, v, scale=None):  # scale: as the entry takes it (a zoo's fallback)",
-            f"    return torch.nn.functional.scaled_dot_product_attention(q, k, v{mask}{gqa}, scale=scale)",
-            "",
-            "",
-            "def problem_sizes(q, k, v):",
-            "    return (q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3])",
-        ]) + "\n"
-
-    def _model_selfcheck_source(self, problem: Problem, q: tuple[int, ...], kv: tuple[int, ...]) -> str:
-        """The self-check of a variant with a cap or a window: the formula in fp32 and, as the baseline (a zoo's
-        fallback), Gemma 2's eager attention as transformers writes it."""
-        cap, window, causal = self.softcap, self.window, self.causal
-        seen = [
-            "    n_q, n_k = q.shape[2], k.shape[2]",
-            "    pos = torch.arange(n_q, device=q.device)[:, None] + (n_k - n_q)",
-            "    keys = torch.arange(n_k, device=q.device)[None, :]",
-            f"    return (keys <= pos){f' & (keys > pos - {window})' if window else ''}",
-        ]
-        return "\n".join([
-            "import math",
-            "",
-            "import torch",
-            "",
-            f"SELFCHECK_TOLERANCE = {self.tolerance(problem)!r}",
-            "",
-            "",
-            "def selfcheck_inputs(device):",
-            '    """Fresh standard-normal q, k, v (never zeros), seeded."""',
-            "    gen = torch.Generator(device=device).manual_seed(20240611)",
-            f"    dtype = torch.{DTYPES[problem.dtype]}",
-            f"    return tuple(torch.randn(s, generator=gen, device=device, dtype=dtype) for s in ({q}, {kv}, {kv}))",
-            "",
-            "",
-            "def _seen(q, k):",
-            '    """The keys each query sees (bottom-right causal' + (f", a {window}-key window" if window else "")
-            + ')."""',
-            *(seen if causal else ["    return torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device)"]),
-            "",
-            "",
-            "def _scores(q, k, scale):",
-            "    group = q.shape[1] // k.shape[1]",
-            "    s = torch.matmul(q, k.repeat_interleave(group, dim=1).transpose(2, 3)) * scale",
-            *([f"    s = torch.tanh(s / {cap!r}) * {cap!r}  # the logits soft-capped"] if cap else []),
-            "    return s",
-            "",
-            "",
-            "def selfcheck_reference(q, k, v):",
-            "    q, k, v = q.float(), k.float(), v.float()",
-            "    s = _scores(q, k, 1.0 / math.sqrt(q.shape[-1])).masked_fill(~_seen(q, k), float('-inf'))",
-            "    return torch.softmax(s, dim=-1) @ v.repeat_interleave(q.shape[1] // k.shape[1], dim=1)",
-            "",
-            "",
-            "def selfcheck_baseline(q, k, v, scale=None):  # transformers' Gemma-2 eager attention (a zoo's fallback)",
-            "    s = _scores(q, k, 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)",
-            "    s = s.masked_fill(~_seen(q, k), torch.finfo(q.dtype).min)",
-            "    p = torch.softmax(s, dim=-1, dtype=torch.float32).to(q.dtype)",
-            "    return torch.matmul(p, v.repeat_interleave(q.shape[1] // k.shape[1], dim=1))",
-            "",
-            "",
-            "def problem_sizes(q, k, v):",
-            "    return (q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3])",
-        ]) + "\n"
+        head = ["import math", "", "import torch", "",
+                f"SELFCHECK_SIZES = {tuple(d[n] for n in self.dims)!r}  # ({', '.join(self.dims)})",
+                f"SELFCHECK_DTYPE = torch.{DTYPES[problem.dtype]}", f"SELFCHECK_CAUSAL = {self.causal!r}",
+                f"SELFCHECK_SOFTCAP = {self.softcap!r}", f"SELFCHECK_WINDOW = {self.window!r}",
+                f"SELFCHECK_TOLERANCE = {self.tolerance(problem)!r}  # largest accepted ||o - ref|| / ||ref||",
+                "", ""]
+        return "\n".join(head) + pasted_source(SELFCHECK_FILE)
 
 
 def _number(option: str, prefix: str, kind: type) -> Any:
