@@ -139,15 +139,17 @@ class _Routed(nn.Module):
         return tuple(r for r in self.ROLES if r in self.kernels)
 
 
-def _init_(module: nn.Module, seed: int, dtype: torch.dtype, device: str | torch.device, std: float) -> None:
+def _init_(module: nn.Module, seed: int, dtype: torch.dtype, device: str | torch.device, std: float,
+           unit_norms: bool = True) -> None:
     """Every parameter drawn from one seeded generator, in fp32 on the CPU (so a seed gives the same weights on
-    any device), then cast and moved: Linear weights and biases N(0, std^2), norm weights 1 + N(0, std^2).
+    any device), then cast and moved: Linear weights and biases N(0, std^2), norm weights 1 + N(0, std^2) (N(0, std^2)
+    without `unit_norms`: Gemma's norms scale by 1 + weight).
     Nothing requires grad: the layer is an inference reference, and evo's kernels (custom ops) have no backward."""
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in module.named_parameters():
             values = torch.randn(p.shape, generator=gen) * std
-            p.copy_(values + 1.0 if name.endswith("norm.weight") else values)
+            p.copy_(values + 1.0 if unit_norms and name.endswith("norm.weight") else values)
     module.requires_grad_(False)
     module.to(device=device, dtype=dtype)
 
@@ -173,30 +175,17 @@ class DecoderLayer(_Routed):
         super().__init__()
         if spec.head_dim % 2:
             raise ValueError(f"{spec.name}: head_dim {spec.head_dim} is odd; rotary embedding pairs its halves")
-        if spec.post_norms:
-            raise ValueError(f"{spec.name}: a Gemma-2 layer (four norms, capped logits, a window on every other "
-                             "layer): the zoo's reference layer is Llama-style; evo zoo plans and searches its kernels")
-        if spec.mlp not in ("swiglu", "gelu", "gelu_tanh"):
-            raise ValueError(f"{spec.name}: unknown mlp {spec.mlp!r}; expected swiglu, gelu or gelu_tanh")
-        if spec.num_experts:
-            raise ValueError(f"{spec.name}: a Mixture-of-Experts MLP ({spec.num_experts} experts, top-"
-                             f"{spec.experts_per_token}): the zoo's reference layer is dense; its MoE layer is not "
-                             "built yet (evo zoo plans and searches the model's kernels)")
+        self._check_kind(spec)
         self.spec = spec
-        h, inter = spec.hidden_size, spec.intermediate_size
+        h = spec.hidden_size
         eps = spec.rms_norm_eps if eps is None else eps
         rope_theta = spec.rope_theta if rope_theta is None else rope_theta
         self.input_norm = RMSNorm(h, eps)
         self.qkv_proj = nn.Linear(h, spec.q_size + 2 * spec.kv_size, bias=spec.attention_bias)
         self.o_proj = nn.Linear(spec.q_size, h, bias=False)  # ModelSpec's attention_bias is Q, K and V's only
         self.post_attention_norm = RMSNorm(h, eps)
-        if spec.mlp == "swiglu":  # weight rows [gate; up], so B = W^T is [hidden, 2 * inter] = [gate | up]
-            # no bias: a SwiGLU model with mlp_bias is refused by evo.zoo.model (gemm+swiglu takes none)
-            self.gate_up_proj = nn.Linear(h, 2 * inter, bias=False)
-        else:
-            self.up_proj = nn.Linear(h, inter, bias=spec.mlp_bias)
-        self.down_proj = nn.Linear(inter, h, bias=spec.mlp_bias)
-        _init_(self, seed, dtype, device, init_std)
+        self._make_mlp(spec, eps)
+        _init_(self, seed, dtype, device, init_std, unit_norms=spec.norm != "gemma_rmsnorm")
         inv_freq = rope_theta ** -(torch.arange(0, spec.head_dim, 2, dtype=torch.float32) / spec.head_dim)
         self.register_buffer("inv_freq", inv_freq.to(device), persistent=False)  # fp32 whatever the dtype
         if isinstance(context, bool) or not isinstance(context, int) or context < 0:
@@ -213,6 +202,32 @@ class DecoderLayer(_Routed):
         # torch's lower-right causal bias per token count, made in an eager call: torch.compile cannot construct
         # one inside the graph (a tensor subclass), but takes one that exists, as a user's cached mask
         self._causal_biases: dict[int, object] = {}
+
+    def _check_kind(self, spec: ModelSpec) -> None:
+        """ValueError in one line for a spec of another layer kind (evo.zoo.layers.decoder_layer picks the kind)."""
+        if spec.post_norms:
+            raise ValueError(f"{spec.name}: a Gemma-2 layer (four norms, capped logits, a window on every other "
+                             "layer): build it with evo.zoo.layer_gemma.Gemma2DecoderLayer")
+        if spec.mlp not in ("swiglu", "gelu", "gelu_tanh"):
+            raise ValueError(f"{spec.name}: unknown mlp {spec.mlp!r}; expected swiglu, gelu or gelu_tanh")
+        if spec.num_experts:
+            raise ValueError(f"{spec.name}: a Mixture-of-Experts MLP ({spec.num_experts} experts, top-"
+                             f"{spec.experts_per_token}): build it with evo.zoo.layer_moe.MoEDecoderLayer")
+
+    def _make_mlp(self, spec: ModelSpec, eps: float) -> None:
+        """The MLP's modules (before the weights are drawn): the gated SwiGLU's [gate; up] or the plain GELU MLP."""
+        h, inter = spec.hidden_size, spec.intermediate_size
+        if spec.mlp == "swiglu":  # weight rows [gate; up], so B = W^T is [hidden, 2 * inter] = [gate | up]
+            # no bias: a SwiGLU model with mlp_bias is refused by evo.zoo.model (gemm+swiglu takes none)
+            self.gate_up_proj = nn.Linear(h, 2 * inter, bias=False)
+        else:
+            self.up_proj = nn.Linear(h, inter, bias=spec.mlp_bias)
+        self.down_proj = nn.Linear(inter, h, bias=spec.mlp_bias)
+
+    def mlp_linears(self) -> dict[str, nn.Linear]:
+        """Role -> the nn.Linear of the MLP's GEMM roles (evo.zoo.layer.linears)."""
+        up = {"gate_up": self.gate_up_proj} if self.spec.mlp == "swiglu" else {"up": self.up_proj}
+        return {"down": self.down_proj, **up}
 
     @property
     def k_cache(self) -> torch.Tensor:
@@ -251,6 +266,13 @@ class DecoderLayer(_Routed):
         is_causal without a cache, with no mask for one token, and with torch's lower-right causal bias else."""
         s = self.spec
         t = qkv.shape[0]
+        return self._attend(*self.rotate_and_cache(qkv)).squeeze(0).transpose(0, 1).reshape(t, s.q_size)
+
+    def rotate_and_cache(self, qkv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q [1, H, T, D] rotated, and k, v [1, kv_heads, context + T, D]: the cache up to the new tokens, whose keys
+        (rotated) and values are written there in place (by the rope role's one launch where it is patched)."""
+        s = self.spec
+        t = qkv.shape[0]
         if self.context and t > self.max_tokens:
             raise ValueError(f"{t} new tokens over a KV cache with room for {self.max_tokens} "
                              "(DecoderLayer's max_tokens)")
@@ -271,6 +293,11 @@ class DecoderLayer(_Routed):
                 self.kv_cache[0, :, :, self.context:end].copy_(k)
                 self.kv_cache[1, :, :, self.context:end].copy_(v)
                 k, v = self.kv_cache[0, :, :, :end], self.kv_cache[1, :, :, :end]
+        return q, k, v
+
+    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        s = self.spec
+        t = q.shape[2]
         op = self._op("attention", t)
         if op is not None:
             out = op(q, k, v)
@@ -285,7 +312,7 @@ class DecoderLayer(_Routed):
         else:
             out = F.scaled_dot_product_attention(q, k, v, is_causal=not self.context,
                                                  enable_gqa=s.num_attention_heads != s.num_key_value_heads)
-        return out.squeeze(0).transpose(0, 1).reshape(t, s.q_size)
+        return out
 
     def mlp(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
         """down(act(up(x))) + residual, with the gated (SwiGLU) or the plain GELU MLP of the spec."""
@@ -357,9 +384,4 @@ def linears(module: DecoderLayer | LMHead) -> Mapping[str, nn.Linear]:
     """Role -> the nn.Linear whose GEMM that role runs (its B is the weight's transpose)."""
     if isinstance(module, LMHead):
         return {"lm_head": module.lm_head}
-    out = {"qkv": module.qkv_proj, "o_proj": module.o_proj, "down": module.down_proj}
-    if module.spec.mlp == "swiglu":
-        out["gate_up"] = module.gate_up_proj
-    else:
-        out["up"] = module.up_proj
-    return out
+    return {"qkv": module.qkv_proj, "o_proj": module.o_proj, **module.mlp_linears()}

@@ -198,6 +198,6 @@ def test_a_moe_spec_is_refused_in_one_line():
     from evo.zoo import load_model
 
     spec = load_model(Path(__file__).resolve().parents[2] / "experiments" / "models" / "mixtral-8x7b.json")
-    with pytest.raises(ValueError, match=r"a Mixture-of-Experts MLP \(8 experts, top-2\): the zoo's reference layer "
-                                         "is dense"):
+    with pytest.raises(ValueError, match=r"a Mixture-of-Experts MLP \(8 experts, top-2\): build it with "
+                                         r"evo.zoo.layer_moe.MoEDecoderLayer"):
         DecoderLayer(spec)
