@@ -102,6 +102,14 @@ class _Routed(nn.Module):
             return y if residual is None else residual + y
         return op(*self._gemm_args(role, linear, x, residual))
 
+    def _dense(self, role: str, linear: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+        """x @ W^T (no norm, no residual) through `linear_<role>` (op(x, W)) at the token counts it serves, else
+        `<role>` (op(x, B)), else torch (also where the role's zoo module runs its baseline)."""
+        if self._torch_at(f"linear_{role}", x.shape[0]):
+            return linear(x)
+        op = self._fused(role, x.shape[0])
+        return self._linear(role, linear, x) if op is None else op(x, linear.weight)
+
     def _fused(self, role: str, tokens: int) -> Callable[..., torch.Tensor] | None:
         """The patched `linear_<role>` op where it serves `tokens` rows (T <= LINEAR_MAX_TOKENS), else None."""
         op = self._op(f"linear_{role}", tokens)

@@ -52,7 +52,8 @@ _UNPLANNED_MOE = {
 }
 _YAML_KEYS = ("name", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
               "vocab_size", "norm", "mlp", "tie_word_embeddings", "attention_bias", "mlp_bias", "rms_norm_eps",
-              "rope_theta", "sliding_window", "num_experts", "experts_per_token", "shared_expert_size", *GEMMA_KEYS)
+              "rope_theta", "sliding_window", "num_experts", "experts_per_token", "shared_expert_size",
+              "norm_topk_prob", *GEMMA_KEYS)
 _REQUIRED = ("hidden_size", "intermediate_size", "num_attention_heads", "vocab_size")
 
 
@@ -80,6 +81,8 @@ class ModelSpec:
     #                       intermediate_size wide, every token routed to experts_per_token of them
     experts_per_token: int = 0
     shared_expert_size: int = 0  # Qwen-MoE's shared expert beside the routed ones: a dense SwiGLU MLP this wide
+    norm_topk_prob: bool = True  # the top-k routing weights renormalised to sum to 1 (Mixtral's; Qwen-MoE's config
+    #                              says, false by default): the reference MoE layer's routing (evo.zoo.layer_moe)
     # Gemma 2's layer (evo.zoo.gemma): four norms, capped logits (0: none), its query scale (0: head_dim) and the
     # layers the window covers (1: all; 2: even layers, the odd ones see every key); the plan computes the window
     post_norms: bool = False
@@ -286,6 +289,8 @@ def _hf_experts(d: dict, file: str) -> dict:
         out["intermediate_size"] = d["moe_intermediate_size"]
     if d.get("shared_expert_intermediate_size"):
         out["shared_expert_size"] = d["shared_expert_intermediate_size"]
+    if d.get("model_type") in ("qwen2_moe", "qwen3_moe"):  # Mixtral always renormalises; Qwen's config says
+        out["norm_topk_prob"] = d.get("norm_topk_prob", False)
     return out
 
 
@@ -337,7 +342,7 @@ def _experts(d: dict, mlp: str, mlp_bias: bool, file: str) -> dict:
     (1 <= k <= experts) in a SwiGLU MLP without biases."""
     experts = d.get("num_experts", 0)
     if experts == 0 and not isinstance(experts, bool):
-        for key in ("experts_per_token", "shared_expert_size"):
+        for key in ("experts_per_token", "shared_expert_size", "norm_topk_prob"):
             if d.get(key):
                 raise ModelError(file, key, "given without num_experts: a dense MLP has no experts")
         return {}
@@ -351,7 +356,8 @@ def _experts(d: dict, mlp: str, mlp_bias: bool, file: str) -> dict:
                                       f"{mlp}{' with biases' if mlp_bias else ''}")
     shared = d.get("shared_expert_size", 0)
     shared = 0 if shared == 0 and not isinstance(shared, bool) else _size(shared, "shared_expert_size", file)
-    return {"num_experts": experts, "experts_per_token": top_k, "shared_expert_size": shared}
+    return {"num_experts": experts, "experts_per_token": top_k, "shared_expert_size": shared,
+            "norm_topk_prob": _flag(d.get("norm_topk_prob", True), "norm_topk_prob", file)}
 
 
 def _size(value: Any, field: str, file: str) -> int:

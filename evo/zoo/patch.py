@@ -68,6 +68,8 @@ def roles_of(module: DecoderLayer | LMHead) -> tuple[str, ...]:
     rope (with a KV cache) and attention, the head's sampling softmax, and the linear roles its projections allow."""
     if isinstance(module, LMHead):
         return ("norm", "lm_head", "linear_lm_head", "sampling_softmax")
+    if hasattr(module, "layer_roles"):  # another layer kind (evo.zoo.layer_moe, evo.zoo.layer_gemma) says its own
+        return module.layer_roles()
     fused = tuple(r for r in LINEAR_ROLES if LINEAR_ROLES[r][0] in linears(module) and r not in _unservable(module))
     cached = ("rope", "cache_attention") if module.context else ()  # cache_attention: the decode loop's attention
     return ("norm", *linears(module), *cached, "attention", *fused)
@@ -117,14 +119,19 @@ def _dims(module: DecoderLayer | LMHead, role: str) -> tuple[int, ...] | None:
     s, base = module.spec, base_role(role)
     if base in ("attention", "rope"):
         return (s.num_attention_heads, s.num_key_value_heads, s.head_dim)
-    if base == "norm":
+    if base in ("norm", "post_norm", "add_norm"):
         return (s.hidden_size,)
+    if base in ("moe_gate_up", "moe_down"):  # (E, TOPK, N, K)
+        gate_up = base == "moe_gate_up"
+        n, k = (s.intermediate_size, s.hidden_size) if gate_up else (s.hidden_size, s.intermediate_size)
+        return (s.num_experts, s.experts_per_token, n, k)
     if base == "sampling_softmax":
         return (s.vocab_size,)
     linear = linears(module).get(base)
     if linear is None:
         return None
-    n = linear.out_features // 2 if base == "gate_up" else linear.out_features  # gate_up's N: the SwiGLU's width
+    # gate_up's N: the gated activation's width
+    n = linear.out_features // 2 if base in ("gate_up", "shared_gate_up") else linear.out_features
     return (n, linear.in_features)
 
 

@@ -46,14 +46,17 @@ def split_tokens(role: str, sizes: tuple[int, ...]) -> tuple[int, tuple[int, ...
     """A role's problem sizes as (token count, the other sizes a layer fixes), or None where they have another
     length: the attention roles (batch, heads, kv_heads, q_len, kv_len, head_dim) by the query length (the key length
     grows with the cache and is left out); rope_cache (tokens, heads, kv_heads, head_dim, context)
-    without the cache's length; norm and the sampling softmax (rows, cols); the GEMM roles (M, N, K)."""
+    without the cache's length; the norms and the sampling softmax (rows, cols); the moe roles (T, E, TOPK, N, K); the
+    GEMM roles (M, N, K)."""
     role = base_role(role)
     if role == "attention":
         return (sizes[3], (sizes[1], sizes[2], sizes[5])) if len(sizes) == 6 else None
     if role == "rope":
         return (sizes[0], tuple(sizes[1:4])) if len(sizes) == 5 else None
-    if role in ("norm", "sampling_softmax"):
+    if role in ("norm", "post_norm", "add_norm", "sampling_softmax"):
         return (sizes[0], (sizes[1],)) if len(sizes) == 2 else None
+    if role in ("moe_gate_up", "moe_down"):  # (T, E, TOPK, N, K)
+        return (sizes[0], tuple(sizes[1:])) if len(sizes) == 5 else None
     return (sizes[0], tuple(sizes[1:])) if len(sizes) == 3 else None
 
 

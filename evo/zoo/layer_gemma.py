@@ -1,0 +1,147 @@
+"""A Gemma-2 decoder layer in plain PyTorch, as transformers' Gemma2DecoderLayer computes it (its eager attention:
+SDPA cannot cap logits), built on the reference layer (evo.zoo.layer.DecoderLayer: seeded weights, the KV cache, RoPE):
+
+    x -> input_norm -> qkv -> RoPE -> attention (scores * query_pre_attn_scalar ** -0.5, capped cap * tanh(s / cap),
+      causal, on a sliding layer only the last `sliding_window` keys) -> o_proj -> post_attention_norm, + x = h
+    h -> pre_feedforward_norm -> gate_up -> GeGLU (gelu_tanh(gate) * up) -> down -> post_feedforward_norm, + h
+
+Every norm scales by (1 + weight) in fp32 (GemmaRMSNorm); the patched norm roles get 1 + weight as an fp32 weight
+(made once here, as the plan's notes say: the same formula). `layer_index` picks the layer: layer i slides unless
+(i + 1) is a multiple of the spec's sliding_window_pattern (layer 0, the default, slides).
+
+Patched roles (evo.zoo.gemma_problems' plan), each where the zoo has it, torch where not:
+- linear_qkv (linear+rmsnorm: op(x, W, 1 + w_in, eps)) | post_norm on the input, then qkv (gemm: op(x, B));
+- rope (rope_cache), attention (the global layers, or every layer while the window covers every key) |
+  attention_local (the sliding layers once context + T passes the window): op(q, k, v, scale);
+- linear_o_proj (linear: op(a, W)) | o_proj (gemm: op(a, B)); post_norm (rmsnorm: op(x, 1 + w, eps)) after it and
+  after down, their residual adds in torch;
+- linear_gate_up (linear+rmsnorm+geglu: op(h, W, 1 + w_pre, eps), the pre-feedforward norm fused) | add_norm
+  (rmsnorm+residual: op(post_normed, x, 1 + w_pre, eps) -> (normed, h)), then gate_up: gemm (op(y, B) -> [gate | up],
+  GeGLU in torch) or an op that returns the activation itself (its width says which);
+- linear_down (linear) | down (gemm).
+A layer stack fuses each layer's last residual add into the next layer's add_norm with its input norm; one layer
+runs its input norm as the post_norm op (the same shape and operator) and its last add in torch.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from evo.zoo.layer import DecoderLayer, RMSNorm
+from evo.zoo.model import ModelSpec
+
+__all__ = ["Gemma2DecoderLayer", "GemmaRMSNorm"]
+
+NORMS = ("input_norm", "post_attention_norm", "pre_feedforward_norm", "post_feedforward_norm")
+
+
+class GemmaRMSNorm(RMSNorm):
+    """y = x * rsqrt(mean(x^2) + eps) * (1 + weight), in fp32, cast back (transformers' Gemma2RMSNorm)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps) * (1.0 + self.weight.float())
+                ).to(x.dtype)
+
+
+class Gemma2DecoderLayer(DecoderLayer):
+    """One Gemma-2 layer of `spec` (post_norms); DecoderLayer's arguments, and `layer_index` (0: a sliding layer)."""
+
+    ROLES = ("post_norm", "add_norm", "qkv", "rope", "attention", "attention_local", "o_proj", "gate_up", "down",
+             "linear_qkv", "linear_o_proj", "linear_gate_up", "linear_down")
+
+    def __init__(self, spec: ModelSpec, *args: object, layer_index: int = 0, **kwargs: object) -> None:
+        if isinstance(layer_index, bool) or not isinstance(layer_index, int) or layer_index < 0:
+            raise ValueError(f"layer_index must be an integer >= 0; got {layer_index!r}")
+        super().__init__(spec, *args, **kwargs)  # type: ignore[arg-type]
+        pattern = spec.sliding_window_pattern
+        self.window = spec.sliding_window if pattern == 1 or (layer_index + 1) % pattern else 0
+        self.scale = (spec.query_pre_attn_scalar or spec.head_dim) ** -0.5
+        for name in NORMS:  # what a patched norm op takes as its weight: 1 + weight in fp32
+            self.register_buffer(f"{name}_scale", 1.0 + getattr(self, name).weight.float(), persistent=False)
+
+    def _check_kind(self, spec: ModelSpec) -> None:
+        if not spec.post_norms or spec.num_experts or spec.mlp not in ("geglu", "swiglu"):
+            raise ValueError(f"{spec.name}: Gemma2DecoderLayer builds a Gemma-2 layer (post_norms, a gated MLP, no "
+                             f"experts); got post_norms {spec.post_norms}, mlp {spec.mlp}, {spec.num_experts} experts")
+
+    def _make_mlp(self, spec: ModelSpec, eps: float) -> None:
+        h, inter = spec.hidden_size, spec.intermediate_size
+        self.input_norm = GemmaRMSNorm(h, eps)  # in the places DecoderLayer made them: the same draws
+        self.post_attention_norm = GemmaRMSNorm(h, eps)
+        self.pre_feedforward_norm = GemmaRMSNorm(h, eps)
+        self.post_feedforward_norm = GemmaRMSNorm(h, eps)
+        self.gate_up_proj = nn.Linear(h, 2 * inter, bias=False)  # rows [gate; up]
+        self.down_proj = nn.Linear(inter, h, bias=False)
+
+    def mlp_linears(self) -> dict[str, nn.Linear]:
+        return {"down": self.down_proj, "gate_up": self.gate_up_proj}
+
+    def layer_roles(self) -> tuple[str, ...]:
+        """The roles of this layer (evo.zoo.patch.roles_of): the plan's, attention_local on a sliding layer only."""
+        return ("post_norm", "add_norm", "qkv", "o_proj", "gate_up", "down", *(("rope",) if self.context else ()),
+                "attention", *(("attention_local",) if self.window else ()), "linear_qkv", "linear_o_proj",
+                "linear_gate_up", "linear_down")
+
+    def _gnorm(self, role: str, name: str, x: torch.Tensor) -> torch.Tensor:
+        op = self._op(role, x.shape[0])
+        return getattr(self, name)(x) if op is None else op(x, getattr(self, f"{name}_scale"), self.input_norm.eps)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() != 2 or x.shape[1] != self.spec.hidden_size:
+            raise ValueError(f"expected x of shape [T, {self.spec.hidden_size}]; got {list(x.shape)}")
+        t, eps = x.shape[0], self.input_norm.eps
+        fused = None if self._torch_at("linear_qkv", t) else self._fused("qkv", t)
+        if fused is not None:
+            qkv = fused(x, self.qkv_proj.weight, self.input_norm_scale, eps)
+        else:
+            qkv = self._linear("qkv", self.qkv_proj, self._gnorm("post_norm", "input_norm", x))
+        o = self._gnorm("post_norm", "post_attention_norm", self._dense("o_proj", self.o_proj, self.attention(qkv)))
+        fused = None if self._torch_at("linear_gate_up", t) else self._fused("gate_up", t)
+        if fused is not None:
+            h = x + o
+            hidden = fused(h, self.gate_up_proj.weight, self.pre_feedforward_norm_scale, eps)
+        else:
+            add = self._op("add_norm", t)
+            if add is not None:
+                y, h = add(o, x, self.pre_feedforward_norm_scale, eps)
+            else:
+                h = x + o
+                y = self.pre_feedforward_norm(h)
+            hidden = self._gate_up(y)
+        return h + self._gnorm("post_norm", "post_feedforward_norm", self._dense("down", self.down_proj, hidden))
+
+    def _gate_up(self, y: torch.Tensor) -> torch.Tensor:
+        """The gated activation of gate_up(y): the gate_up role's op where patched (its [gate | up] output gated in
+        torch, or the activation itself where the op fuses it), else torch."""
+        op = self._op("gate_up", y.shape[0])
+        out = self.gate_up_proj(y) if op is None else op(y, self.gate_up_b)
+        if out.shape[-1] == self.spec.intermediate_size:  # the op's epilogue gated it
+            return out
+        gate, up = out.chunk(2, dim=-1)
+        return (F.gelu(gate, approximate="tanh") if self.spec.mlp == "geglu" else F.silu(gate)) * up
+
+    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Gemma 2's attention of q [1, H, T, D] over k, v [1, kv_heads, keys, D]: the zoo's capped (and, on a sliding
+        layer whose window hides keys, windowed) op where patched, else transformers' eager path."""
+        s = self.spec
+        t, keys = q.shape[2], k.shape[2]
+        hides = bool(self.window) and keys > self.window
+        op = self._op("attention_local" if hides and s.sliding_window_pattern > 1 else "attention", t)
+        if op is not None:
+            return op(q, k, v, self.scale)
+        group = s.num_attention_heads // s.num_key_value_heads
+        if group > 1:
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        scores = torch.matmul(q, k.transpose(2, 3)) * self.scale
+        if s.attn_logit_softcapping:
+            scores = torch.tanh(scores / s.attn_logit_softcapping) * s.attn_logit_softcapping
+        pos = torch.arange(t, device=q.device)[:, None] + (keys - t)  # the queries' key positions (bottom right)
+        key = torch.arange(keys, device=q.device)[None, :]
+        hidden = key > pos
+        if hides:
+            hidden |= key <= pos - self.window
+        scores = scores.masked_fill(hidden, torch.finfo(scores.dtype).min)
+        return torch.matmul(torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype), v)

@@ -1,0 +1,31 @@
+"""The reference decoder layer of a model's kind: Llama-style (evo.zoo.layer), Mixture-of-Experts (evo.zoo.layer_moe)
+or Gemma 2 (evo.zoo.layer_gemma)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from evo.zoo.layer import DecoderLayer
+from evo.zoo.layer_gemma import Gemma2DecoderLayer
+from evo.zoo.layer_moe import MoEDecoderLayer
+from evo.zoo.model import ModelSpec
+
+__all__ = ["decoder_layer", "layer_kind"]
+
+
+def layer_kind(spec: ModelSpec) -> type[DecoderLayer]:
+    """The reference layer class of `spec`'s kind."""
+    if spec.post_norms:
+        return Gemma2DecoderLayer
+    return MoEDecoderLayer if spec.num_experts else DecoderLayer
+
+
+def decoder_layer(spec: ModelSpec, experts: str = "loop", layer_index: int = 0, **kwargs: Any) -> DecoderLayer:
+    """A reference layer of `spec`'s kind with DecoderLayer's arguments `kwargs`; `experts` (how torch runs a MoE
+    layer's experts) and `layer_index` (which Gemma-2 layer: 0 slides) apply to their kind only."""
+    kind = layer_kind(spec)
+    if kind is MoEDecoderLayer:
+        return MoEDecoderLayer(spec, experts=experts, **kwargs)
+    if kind is Gemma2DecoderLayer:
+        return Gemma2DecoderLayer(spec, layer_index=layer_index, **kwargs)
+    return DecoderLayer(spec, **kwargs)
