@@ -1,0 +1,189 @@
+"""fp8_gemm in its three scale modes: rendered modules checked in the Triton interpreter (float8_e4m3fn loads and
+tl.dot run on CPU tensors) against the fp64 reference, over seeds and seeded random genomes, on shapes whose M, N and
+K are not multiples of the tiles; every structure (swap_ab, ordered split-K twice over one workspace, group-M order,
+promotion, a W tile over several scale blocks); the scales as callers hold them; bad input in one line naming the
+field; the baselines and the exported self-check against the reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import operators
+from evo.evaluate.check import run_check
+from evo.evaluate.modules import load_source
+from evo.problem import INTERPRETED_HOPPER
+from operators._paste import MARKER
+from operators.fp8_gemm.baselines import ContenderUnavailable, FP8Math, _scaled
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+TARGET = INTERPRETED_HOPPER
+NAMES = ["fp8_gemm", "fp8_gemm+channel", "fp8_gemm+block"]
+# (M, N, K) per mode: none a multiple of the tiles, K of the block mode a multiple of 128
+SHAPES = {"fp8_gemm": [((20, 48, 96), "fp16"), ((5, 40, 72), "bf16")],
+          "fp8_gemm+channel": [((33, 72, 100), "fp16"), ((3, 24, 64), "bf16")],
+          "fp8_gemm+block": [((9, 200, 256), "bf16"), ((17, 130, 384), "fp16")]}
+
+
+def _module(op, p, **genes):
+    g = op.family.make(op.family.base(**genes))
+    assert op.family.violations(g, p, TARGET) == [], str(g)
+    return getattr(load_source(op.render(g, p, TARGET)), op.entry)
+
+
+def _err(y, ref):
+    return ((y.float() - ref).norm() / ref.norm()).item()
+
+
+@pytest.mark.parametrize("name,shape,dtype", [(n, s, d) for n in NAMES for s, d in SHAPES[n]])
+def test_seeds_and_random_genomes_match_reference(name, shape, dtype):
+    op = operators.get(name)
+    p = op.problem(shape, dtype)
+    rng = np.random.default_rng(sum(shape) + len(name))
+    pool = op.family.seeds(p, TARGET)
+    picked = [pool[i] for i in rng.choice(len(pool), size=min(3, len(pool)), replace=False)]
+    for i, g in enumerate(picked + [op.family.random(rng, p, TARGET) for _ in range(3)]):
+        module = load_source(op.render(g, p, TARGET))
+        result = run_check(getattr(module, op.entry), op, p, seed=i, device="cpu")
+        assert result.status == "ok", f"{p.key} {g}: {result.reason}"
+
+
+# genomes that take every branch: swap_ab with an ordered split and a masked last K step, group-M over several rows
+# of tiles, promotion, a W tile of 256 rows over three 128-row scale blocks (block mode: a scale per column)
+STRUCTURES = [dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=64, swap_ab=True, SPLIT_K=4, GROUP_M=1, num_stages=2),
+              dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=32, GROUP_M=4, num_stages=3),
+              dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=32, SPLIT_K=2, GROUP_M=4),
+              dict(BLOCK_M=16, BLOCK_N=256, BLOCK_K=128, num_warps=8, num_stages=1)]
+
+
+@pytest.mark.parametrize("genes", STRUCTURES)
+@pytest.mark.parametrize("name", NAMES)
+def test_every_structure_matches_reference_twice(name, genes):
+    import torch
+
+    op = operators.get(name)
+    p = op.problem((40, 300, 384), "bf16")
+    promote = {"promote": True} if name != "fp8_gemm+block" and genes.get("GROUP_M") == 4 else {}
+    fn = _module(op, p, **genes, **promote)
+    inputs = op.make_inputs(p, 3, "cpu")
+    ref = op.reference(*inputs)
+    first = fn(*inputs)
+    assert first.dtype == torch.bfloat16 and first.shape == (40, 300)
+    assert _err(first, ref) <= op.tolerance(p)
+    again = fn(*inputs)  # a split's counters were left zeroed by the first call
+    assert torch.equal(first, again)
+    workspace = fn.__globals__["_PLANS"]
+    for run in workspace.values():
+        if run.workspace is not None:
+            assert int(run.workspace[1].abs().sum()) == 0
+
+
+def test_channel_scales_as_callers_hold_them():
+    """One activation scale for every row, scales as columns [M, 1] / [N, 1], a of three dims, out= in fp32."""
+    import torch
+
+    op = operators.get("fp8_gemm+channel")
+    p = op.problem((12, 40, 64), "fp16")
+    fn = _module(op, p, BLOCK_M=16, BLOCK_N=16, BLOCK_K=32, GROUP_M=1)
+    a, w, a_scale, w_scale = op.make_inputs(p, 5, "cpu")
+    ref = op.reference(a, w, a_scale, w_scale)
+    assert _err(fn(a, w, a_scale.reshape(12, 1), w_scale.reshape(40, 1)), ref) <= op.tolerance(p)
+    one = torch.tensor([0.01])
+    assert _err(fn(a, w, one, w_scale), op.reference(a, w, one, w_scale)) <= op.tolerance(p)
+    y3 = fn(a.reshape(3, 4, 64), w, a_scale, w_scale)
+    assert y3.shape == (3, 4, 40) and _err(y3.reshape(12, 40), ref) <= op.tolerance(p)
+    out = torch.full((12, 40), float("nan"), dtype=torch.float32)
+    assert fn(a, w, a_scale, w_scale, out=out) is out and _err(out, ref) <= 1e-5  # fp32 out: the sums' own error
+
+
+def _bad_calls(torch, name):
+    """(what is wrong, the call's arguments, the words the one line must hold) for scale mode `name`."""
+    op = operators.get(name)
+    p = op.problem((8, 384, 256), "bf16")
+    a, w, sa, sw = op.make_inputs(p, 0, "cpu")
+    cases = [("a in bf16", (a.to(torch.bfloat16), w, sa, sw), "a must be a float8_e4m3fn tensor"),
+             ("weight of another K", (a, w[:, :128], sa, sw), "weight must be a float8_e4m3fn tensor [N, K]"),
+             ("weight in e5m2", (a, w.to(torch.float8_e5m2), sa, sw), "weight must be a float8_e4m3fn"),
+             ("a_scale in fp16", (a, w, sa.half(), sw), "a_scale must be a float32 tensor"),
+             ("w_scale in bf16", (a, w, sa, sw.bfloat16()), "w_scale must be a float32 tensor")]
+    if name == "fp8_gemm":
+        cases += [("w_scale per channel", (a, w, sa, torch.ones(384)), "w_scale must hold one scale")]
+    elif name == "fp8_gemm+channel":
+        cases += [("a_scale of 5", (a, w, torch.ones(5), sw), "a_scale must hold one scale per row of a (8,)"),
+                  ("w_scale per tensor", (a, w, sa, sw[:1]), "w_scale must hold one scale per output channel (384,)"),
+                  ("w_scale [N, 2]", (a, w, sa, torch.ones(384, 2)), "w_scale must hold one scale per output")]
+    else:
+        k200 = torch.zeros(8, 200).to(torch.float8_e4m3fn)
+        cases += [("K of 200", (k200, torch.zeros(384, 200).to(torch.float8_e4m3fn), sa, sw),
+                   "K=200 (a's last dimension) is not a multiple of 128"),
+                  ("w_scale transposed", (a, w, sa, sw.t().contiguous()), "w_scale must be [3, 2]"),
+                  ("w_scale per channel", (a, w, sa, torch.ones(384)), "w_scale must be [3, 2]"),
+                  ("a_scale per row", (a, w, torch.ones(8), sw), "a_scale must be [8, 2]")]
+    return op, p, cases
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_bad_input_is_one_line_naming_the_field(name):
+    import torch
+
+    op, p, cases = _bad_calls(torch, name)
+    fn = _module(op, p, BLOCK_M=16, BLOCK_N=64, BLOCK_K=64, GROUP_M=1)
+    for what, args, words in cases:
+        with pytest.raises(ValueError) as e:
+            fn(*args)
+        assert words in str(e.value) and "\n" not in str(e.value), (what, str(e.value))
+    with pytest.raises(ValueError, match="out must be a contiguous bfloat16, float16 or float32 tensor"):
+        fn(*op.make_inputs(p, 0, "cpu"), out=torch.empty(8, 384, dtype=torch.int32))
+
+
+def test_problems_and_variants_refused_in_one_line():
+    with pytest.raises(ValueError, match=r"fp8_gemm\+block: K=200 is not a multiple of 128"):
+        operators.get("fp8_gemm+block").problem((16, 256, 200), "bf16")
+    with pytest.raises(ValueError, match="does not support dtype 'fp32'"):
+        operators.get("fp8_gemm").problem((16, 256, 256), "fp32")
+    for name in ("fp8_gemm+row", "fp8_gemm+channel+block", "fp8_gemm+tensor"):
+        with pytest.raises(ValueError, match="fp8_gemm takes one scale mode after"):
+            operators.get(name)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_rendering_pastes_the_kernel_and_states_the_mode(name):
+    op = operators.get(name)
+    p = op.problem((16, 4096, 4096), "bf16")
+    text = op.render(op.family.seeds(p, TARGET)[0], p, TARGET)
+    assert MARKER in text and "def fp8_gemm_kernel(" in text and "def fp8_gemm(a, weight, a_scale, w_scale" in text
+    assert f"'SCALES': {op.scales!r}" in text and "'OUT_DTYPE': 'bfloat16'" in text
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_baselines_match_reference(name):
+    """The primary (torch._scaled_mm where it runs the mode, else the eager dequantize-then-matmul) and each torch
+    way on its own; torch._scaled_mm either agrees or says why it cannot run."""
+    op = operators.get(name)
+    p = op.problem((24, 256, 256), "bf16")
+    inputs = op.make_inputs(p, 1, "cpu")
+    ref = op.reference(*inputs)
+    by_name = {b.name: b for b in op.bench_baselines()}
+    assert list(by_name) == ["torch_fp8", "scaled_mm", "dequant_matmul", "torch_compile"]
+    for used in ("torch_fp8", "dequant_matmul"):
+        assert _err(by_name[used].make(p)(*inputs), ref) <= op.tolerance(p), used
+    try:
+        fn = _scaled(FP8Math(op.scales), p, op.make_inputs)
+    except ContenderUnavailable as e:
+        assert str(e).startswith(f"torch._scaled_mm cannot run {op.scales} scales with bf16 output on cpu here")
+    else:
+        assert _err(fn(*inputs), ref) <= op.tolerance(p)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_exported_self_check_runs_on_plain_torch(name):
+    op = operators.get(name)
+    p = op.problem((16, 256, 384), "fp16")
+    namespace: dict = {}
+    exec(compile(op.selfcheck_source(p), f"<{name} selfcheck>", "exec"), namespace)
+    inputs = namespace["selfcheck_inputs"]("cpu")
+    assert [tuple(t.shape) for t in inputs] == op.tensor_shapes(p)[:-1]
+    assert tuple(namespace["problem_sizes"](*inputs)) == p.sizes
+    ref = namespace["selfcheck_reference"](*inputs)
+    assert _err(ref, op.reference(*inputs)) <= 1e-6
+    assert _err(namespace["selfcheck_baseline"](*inputs), ref) <= namespace["SELFCHECK_TOLERANCE"]
