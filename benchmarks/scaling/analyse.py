@@ -1,10 +1,7 @@
 """The scaling document from a session's folder alone: its `session.json` (the workloads, the GPU and the counts)
 and, per workload and GPU count, the run's stores and `measure.json`. The same code reads the folder a session
 has just filled and one kept from an earlier session (`--keep`, then `--analyse`), so the figures can always be
-computed again from what was kept.
-
-    FOLDER/session.json
-    FOLDER/<workload>/<n>gpu/{measure.json, evo.log, .../store.sqlite}
+computed again from what was kept (the folder's layout: benchmarks.scaling.stores).
 """
 
 from __future__ import annotations
@@ -14,16 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.scaling.report import document, workload_result
-from benchmarks.scaling.runner import MEASURE
-from benchmarks.scaling.stores import read_run
+from benchmarks.scaling.stores import MEASURE, SESSION, read_run, run_folder
 
-__all__ = ["SESSION", "run_folder", "analyse", "read_session"]
-
-SESSION = "session.json"
-
-
-def run_folder(root: Path, workload: str, gpus: int) -> Path:
-    return root / workload / f"{gpus}gpu"
+__all__ = ["analyse", "read_session"]
 
 
 def read_session(root: Path) -> dict[str, Any]:

@@ -17,7 +17,6 @@ from typing import Any
 from benchmarks.scaling.quality import SHARE, quality_goal, quality_table
 from benchmarks.scaling.queue import queue_intervals
 from benchmarks.scaling.rates import run_rates, speedups
-from benchmarks.scaling.stores import RunRecord
 
 __all__ = ["SPEED_GOALS", "BUSY_GOAL", "QUALITY_GOALS", "workload_result", "document", "table_lines", "write_doc",
            "gpu_slug", "doc_name"]
@@ -43,7 +42,7 @@ def doc_name(gpu: str, tag: str | None = None) -> str:
     return f"scaling-{gpu_slug(gpu)}{'-' + gpu_slug(tag) if tag else ''}.json"
 
 
-def _run_entry(record: RunRecord, measure: Mapping[str, Any], planned: Sequence[str]) -> dict[str, Any]:
+def _run_entry(record: Any, measure: Mapping[str, Any], planned: Sequence[str]) -> dict[str, Any]:
     entry = run_rates(record.all_rows, record.clocks, record.cpu, list(record.queues.values()))
     not_ended = [k for k in planned if k not in record.ended]
     entry.update(problems_planned=len(planned), problems_ended=len(planned) - len(not_ended), not_ended=not_ended,
@@ -57,10 +56,10 @@ def _run_entry(record: RunRecord, measure: Mapping[str, Any], planned: Sequence[
 
 
 def workload_result(description: str, settings: Mapping[str, Any], planned: Sequence[str],
-                    records: Mapping[int, RunRecord], measures: Mapping[int, Mapping[str, Any]],
+                    records: Mapping[int, Any], measures: Mapping[int, Mapping[str, Any]],
                     skipped: Mapping[int, str] | None = None) -> dict[str, Any]:
-    """One workload's part of the document, from its runs' records and measures by GPU count (the fewest GPUs
-    are the reference); `skipped`: counts not run, and why."""
+    """One workload's part of the document, from its runs' records (benchmarks.scaling.stores.RunRecord) and
+    measures by GPU count (the fewest GPUs are the reference); `skipped`: counts not run, and why."""
     out: dict[str, Any] = {"description": description, **dict(settings), "problems": list(planned),
                            "skipped": {str(n): why for n, why in sorted((skipped or {}).items())}}
     if not records:

@@ -20,12 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.scaling.queue import QueueSampler
-from benchmarks.scaling.stores import STORE_NAME, slim_copy
+from benchmarks.scaling.stores import MEASURE, STORE_NAME, slim_copy
 from benchmarks.scaling.workloads import Workload, run_env
 
-__all__ = ["run_once", "keep_run", "cpu_ticks", "MEASURE", "ROOT"]
+__all__ = ["run_once", "keep_run", "cpu_ticks", "ROOT"]
 
-MEASURE = "measure.json"
 ROOT = Path(__file__).resolve().parents[2]  # the checkout: `python -m evo` runs from here
 _STOP_GRACE_S = 60.0  # after SIGINT, before the run is killed
 

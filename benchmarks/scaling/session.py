@@ -16,8 +16,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from benchmarks.scaling.analyse import SESSION, run_folder
 from benchmarks.scaling.runner import keep_run, run_once
+from benchmarks.scaling.stores import SESSION, run_folder
 from benchmarks.scaling.workloads import Workload
 
 __all__ = ["run_session"]

@@ -1,9 +1,14 @@
-"""One run's record, read from the stores under its folder: `evo run` leaves one store, `evo zoo --run` one per
-operator. Rows by problem, and each problem's clock (`wall_s:`), the search process's CPU seconds (`cpu_s:`),
-queue summary (`queue:`) and end summary (`summary:`, stored only when the problem's search ended).
+"""A session's folder, and one run's record in it read from the stores under the run's folder (`evo run` leaves one
+store, `evo zoo --run` one per operator): rows by problem, and each problem's clock (`wall_s:`), the search
+process's CPU seconds (`cpu_s:`), queue summary (`queue:`) and end summary (`summary:`, stored only when the
+problem's search ended).
 
 `slim_copy` keeps a store's rows and metadata without its kernel texts (the `sources` table): all that the
 scaling figures are computed from, at a size that travels back from the GPU machine.
+
+    FOLDER/session.json                    what was planned, on what GPU, and what was skipped
+    FOLDER/<workload>/<n>gpu/measure.json  what the run measured beside its stores (benchmarks.scaling.runner)
+    FOLDER/<workload>/<n>gpu/.../store.sqlite
 """
 
 from __future__ import annotations
@@ -13,9 +18,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RunRecord", "read_run", "slim_copy", "STORE_NAME"]
+__all__ = ["RunRecord", "read_run", "slim_copy", "run_folder", "STORE_NAME", "MEASURE", "SESSION"]
 
 STORE_NAME = "store.sqlite"
+MEASURE = "measure.json"
+SESSION = "session.json"
+
+
+def run_folder(root: Path, workload: str, gpus: int) -> Path:
+    """The folder of `workload`'s run on `gpus` GPUs in the session folder `root`."""
+    return root / workload / f"{gpus}gpu"
 
 
 @dataclass
