@@ -1,4 +1,5 @@
-"""The GEMM operator and its variants with fused epilogues (`gemm+bias+gelu`, `gemm+residual`, `gemm+swiglu`).
+"""The GEMM operator and its variants with fused epilogues (`gemm+bias+gelu`, `gemm+residual`, `gemm+swiglu`,
+`gemm+geglu`).
 
 operator.py binds the genome (genomes/gemm.py) to the operator interface. A Triton rendering is the header template
 (templates/module.py.jinja, filled by source.py and header.py) above three real modules pasted verbatim: kernel.py

@@ -145,9 +145,9 @@ def _constants(g: Mapping[str, Any]) -> str:
 
 def gluon_source(g: Mapping[str, Any], title: str, epilogue: Any = None) -> str:
     """The whole module for Gluon genome values `g`; `title` opens its docstring (names the genome). `epilogue`
-    (an operators.gemm.epilogue.Epilogue, not SwiGLU) is applied to each tile's accumulator before its store."""
-    if epilogue is not None and epilogue.swiglu:
-        raise ValueError("the Gluon rendering has one accumulator per tile: no SwiGLU")
+    (an operators.gemm.epilogue.Epilogue, not a gate) is applied to each tile's accumulator before its store."""
+    if epilogue is not None and epilogue.gate:
+        raise ValueError(f"the Gluon rendering has one accumulator per tile: no {epilogue.gate} (a gate)")
     g = {**g, "epilogue": epilogue}
     what = textwrap.fill(f"C[M, N] = A[M, K] @ B[K, N], row-major, fp32 accumulation: {_summary(g)}.", 100)
     roles = textwrap.fill(

@@ -54,7 +54,8 @@ _WHY = {
     "ROW_ALIGN": "K and N where ALIGN_K, ALIGN_N: multiples of this many elements",
     "ALIGN_K": "K a multiple of ROW_ALIGN (the launcher checks)", "ALIGN_N": "N a multiple of ROW_ALIGN",
     "SCALE": "epilogue: C *= scale", "BIAS": "epilogue: C += bias[N]", "ACTIVATION": "epilogue: the activation",
-    "SWIGLU": "epilogue: silu(A @ B_gate) * (A @ B_up), B[K, 2N]", "RESIDUAL": "epilogue: C += residual[M, N]",
+    "SWIGLU": "epilogue: silu(A @ B_gate) * (A @ B_up), B[K, 2N]",
+    "GEGLU": "epilogue: gelu_tanh(A @ B_gate) * (A @ B_up), B[K, 2N]", "RESIDUAL": "epilogue: C += residual[M, N]",
     "NUM_WARPS": "warps per program", "NUM_STAGES": "software pipeline depth of the loads feeding tl.dot",
     "PAD_ROWS": "operands with rows of other than 16-byte multiples copied into padded rows",
 }
@@ -75,7 +76,7 @@ def config(g: Mapping[str, Any]) -> dict[str, Any]:
         "WARP_SPECIALIZE": g["warp_specialize"], "ROW_ALIGN": g.get("row_align", 1) if aligned else 1,
         "ALIGN_K": "K" in aligned, "ALIGN_N": "N" in aligned, "SCALE": bool(ep and ep.scale),
         "BIAS": bool(ep and ep.bias), "ACTIVATION": ep.activation or "" if ep else "",
-        "SWIGLU": bool(ep and ep.swiglu), "RESIDUAL": bool(ep and ep.residual),
+        "SWIGLU": bool(ep and ep.swiglu), "GEGLU": bool(ep and ep.geglu), "RESIDUAL": bool(ep and ep.residual),
         "NUM_WARPS": g["num_warps"], "NUM_STAGES": g["num_stages"], "PAD_ROWS": g["pad_rows"],
     }
 

@@ -16,14 +16,14 @@ turns on:
 - SUBTILE: the tile leaves in two halves along N (half the staging buffer);
 - GROUP_M, COLUMN_MAJOR: the program-id swizzle; LOOP_STAGES, LOOP_UNROLL, WARP_SPECIALIZE: the K loop's hints;
 - ALIGN_K, ALIGN_N: K or N is a multiple of ROW_ALIGN though not of 16, stated so that loads vectorize;
-- the epilogue, in fp32 before the cast: SCALE, BIAS, ACTIVATION, SWIGLU (B holds the gate's N columns, then the up
-  projection's: two accumulators), RESIDUAL.
+- the epilogue, in fp32 before the cast: SCALE, BIAS, ACTIVATION, SWIGLU or GEGLU (a gate: B holds the gate's N
+  columns, then the up projection's, read into two accumulators; silu(gate) * up or gelu_tanh(gate) * up), RESIDUAL.
 """
 
 import triton
 import triton.language as tl
 
-from operators.gemm.tile_store import _reduce_partials, _reduce_split, _store_tile
+from operators.gemm.tile_store import _gelu_tanh, _reduce_partials, _reduce_split, _store_tile
 
 # ---- evo pastes this file from here on into every module it renders for this family ----
 
@@ -58,14 +58,14 @@ def tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr, COLUMN_MAJ
 @triton.jit
 def _pointer_k_steps(a_ptr, b_ptr, offs_k, pid_m, pid_n, M, N, K, k_lo, k_hi, BLOCK_M: tl.constexpr,
                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_N0: tl.constexpr, BLOCK_N1: tl.constexpr,
-                     WIDE: tl.constexpr, SWIGLU: tl.constexpr, PARTIAL: tl.constexpr, LOOP_STAGES: tl.constexpr,
+                     WIDE: tl.constexpr, GATED: tl.constexpr, PARTIAL: tl.constexpr, LOOP_STAGES: tl.constexpr,
                      LOOP_UNROLL: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
     """The fp32 sums over K steps [k_lo, k_hi) of A's and B's tiles at (pid_m, pid_n), loaded through pointers: one
-    accumulator per B tile (a wide tile's two column blocks; SwiGLU's gate and up projection). Rows and columns past
-    the edge read row/column 0 instead (their results are never stored), so loads are masked along K only, and only
-    in the last K step (peeled) when K is not a multiple of BLOCK_K; the hints let the compiler vectorize them.
-    PARTIAL: [k_lo, k_hi) is a split of K."""
-    B_ROWS: tl.constexpr = 2 if SWIGLU else 1  # B's rows hold B_ROWS * N columns: SwiGLU's gate, then up
+    accumulator per B tile (a wide tile's two column blocks; a gated epilogue's gate and up projection: GATED), the
+    second the first again when there is one. Rows and columns past the edge read row/column 0 instead (their results
+    are never stored), so loads are masked along K only, and only in the last K step (peeled) when K is not a
+    multiple of BLOCK_K; the hints let the compiler vectorize them. PARTIAL: [k_lo, k_hi) is a split of K."""
+    B_ROWS: tl.constexpr = 2 if GATED else 1  # B's rows hold B_ROWS * N columns: the gate's, then up's
     offs_am = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_bn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N0)
     if WIDE:
@@ -79,12 +79,12 @@ def _pointer_k_steps(a_ptr, b_ptr, offs_k, pid_m, pid_n, M, N, K, k_lo, k_hi, BL
     b_ptrs = b_ptr + offs_k[:, None] * B_ROWS * N + offs_bn[None, :]
     if WIDE:
         b_ptrs1 = b_ptr + offs_k[:, None] * N + offs_bn1[None, :]
-    if SWIGLU:
+    if GATED:
         b_ptrs1 = b_ptrs + N
     acc = tl.zeros((BLOCK_M, BLOCK_N0), dtype=tl.float32)
     if WIDE:
         acc1 = tl.zeros((BLOCK_M, BLOCK_N1), dtype=tl.float32)
-    if SWIGLU:
+    if GATED:
         acc1 = tl.zeros((BLOCK_M, BLOCK_N0), dtype=tl.float32)
     k_full = K // BLOCK_K  # K steps that need no mask
     k_end = tl.minimum(k_hi, k_full) if PARTIAL else k_full
@@ -92,32 +92,30 @@ def _pointer_k_steps(a_ptr, b_ptr, offs_k, pid_m, pid_n, M, N, K, k_lo, k_hi, BL
                        warp_specialize=WARP_SPECIALIZE):
         a = tl.load(a_ptrs + ki * BLOCK_K)
         b = tl.load(b_ptrs + ki * BLOCK_K * B_ROWS * N)
-        if WIDE or SWIGLU:
+        if WIDE or GATED:
             b1 = tl.load(b_ptrs1 + ki * BLOCK_K * B_ROWS * N)
         acc = tl.dot(a, b, acc)
-        if WIDE or SWIGLU:
+        if WIDE or GATED:
             acc1 = tl.dot(a, b1, acc1)
     if k_hi > k_full:  # the last K step is partial: the peeled, masked tail
         k_left = K - k_full * BLOCK_K
         a = tl.load(a_ptrs + k_full * BLOCK_K, mask=offs_k[None, :] < k_left, other=0.0)
         b = tl.load(b_ptrs + k_full * BLOCK_K * B_ROWS * N, mask=offs_k[:, None] < k_left, other=0.0)
-        if WIDE or SWIGLU:
+        if WIDE or GATED:
             b1 = tl.load(b_ptrs1 + k_full * BLOCK_K * B_ROWS * N, mask=offs_k[:, None] < k_left, other=0.0)
         acc = tl.dot(a, b, acc)
-        if WIDE or SWIGLU:
+        if WIDE or GATED:
             acc1 = tl.dot(a, b1, acc1)
     second = acc
-    if WIDE:
+    if WIDE or GATED:
         second = acc1
-    if SWIGLU:
-        acc = acc * tl.sigmoid(acc) * acc1  # silu(gate) * up
     return acc, second
 
 
 @triton.jit
 def _descriptor_k_steps(a_desc, b_desc, b_desc1, pid_m, pid_n, N, k_lo, k_hi, BLOCK_M: tl.constexpr,
                         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_N0: tl.constexpr, BLOCK_N1: tl.constexpr,
-                        WIDE: tl.constexpr, SWIGLU: tl.constexpr, LOOP_STAGES: tl.constexpr,
+                        WIDE: tl.constexpr, GATED: tl.constexpr, LOOP_STAGES: tl.constexpr,
                         LOOP_UNROLL: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
     """As _pointer_k_steps, through tensor descriptors: reads past the edges return zeros, so nothing is masked."""
     off_m = pid_m * BLOCK_M
@@ -125,7 +123,7 @@ def _descriptor_k_steps(a_desc, b_desc, b_desc1, pid_m, pid_n, N, k_lo, k_hi, BL
     acc = tl.zeros((BLOCK_M, BLOCK_N0), dtype=tl.float32)
     if WIDE:
         acc1 = tl.zeros((BLOCK_M, BLOCK_N1), dtype=tl.float32)
-    if SWIGLU:
+    if GATED:
         acc1 = tl.zeros((BLOCK_M, BLOCK_N0), dtype=tl.float32)
     for ki in tl.range(k_lo, k_hi, num_stages=LOOP_STAGES, loop_unroll_factor=LOOP_UNROLL,
                        warp_specialize=WARP_SPECIALIZE):
@@ -133,32 +131,36 @@ def _descriptor_k_steps(a_desc, b_desc, b_desc1, pid_m, pid_n, N, k_lo, k_hi, BL
         b = b_desc.load([ki * BLOCK_K, off_n])
         if WIDE:
             b1 = b_desc1.load([ki * BLOCK_K, off_n + BLOCK_N0])
-        if SWIGLU:  # the up projection's columns follow the gate's N
+        if GATED:  # the up projection's columns follow the gate's N
             b1 = b_desc.load([ki * BLOCK_K, off_n + N])
         acc = tl.dot(a, b, acc)
-        if WIDE or SWIGLU:
+        if WIDE or GATED:
             acc1 = tl.dot(a, b1, acc1)
     second = acc
-    if WIDE:
+    if WIDE or GATED:
         second = acc1
-    if SWIGLU:
-        acc = acc * tl.sigmoid(acc) * acc1  # silu(gate) * up
     return acc, second
 
 
 @triton.jit
 def _k_steps(a, b_desc, b_desc1, offs_k, pid_m, pid_n, M, N, K, k_lo, k_hi, BLOCK_M: tl.constexpr,
              BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_N0: tl.constexpr, BLOCK_N1: tl.constexpr,
-             WIDE: tl.constexpr, SWIGLU: tl.constexpr, PARTIAL: tl.constexpr, MEMORY: tl.constexpr,
-             LOOP_STAGES: tl.constexpr, LOOP_UNROLL: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
-    """The tile's accumulators over K steps [k_lo, k_hi): `a` and `b_desc` are A's and B's pointers or descriptors."""
+             WIDE: tl.constexpr, SWIGLU: tl.constexpr, GEGLU: tl.constexpr, PARTIAL: tl.constexpr,
+             MEMORY: tl.constexpr, LOOP_STAGES: tl.constexpr, LOOP_UNROLL: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
+    """The tile's accumulators over K steps [k_lo, k_hi): `a` and `b_desc` are A's and B's pointers or descriptors;
+    with a gate (SWIGLU, GEGLU) the first is the gated product."""
+    GATED: tl.constexpr = SWIGLU or GEGLU  # two B tiles: the gate's columns, then the up projection's
     if MEMORY == "pointer":
         acc, acc1 = _pointer_k_steps(a, b_desc, offs_k, pid_m, pid_n, M, N, K, k_lo, k_hi, BLOCK_M, BLOCK_N, BLOCK_K,
-                                     BLOCK_N0, BLOCK_N1, WIDE, SWIGLU, PARTIAL, LOOP_STAGES, LOOP_UNROLL,
+                                     BLOCK_N0, BLOCK_N1, WIDE, GATED, PARTIAL, LOOP_STAGES, LOOP_UNROLL,
                                      WARP_SPECIALIZE)
     else:
         acc, acc1 = _descriptor_k_steps(a, b_desc, b_desc1, pid_m, pid_n, N, k_lo, k_hi, BLOCK_M, BLOCK_N, BLOCK_K,
-                                        BLOCK_N0, BLOCK_N1, WIDE, SWIGLU, LOOP_STAGES, LOOP_UNROLL, WARP_SPECIALIZE)
+                                        BLOCK_N0, BLOCK_N1, WIDE, GATED, LOOP_STAGES, LOOP_UNROLL, WARP_SPECIALIZE)
+    if SWIGLU:
+        acc = acc * tl.sigmoid(acc) * acc1  # silu(gate) * up
+    if GEGLU:
+        acc = _gelu_tanh(acc) * acc1  # gelu_tanh(gate) * up
     return acc, acc1
 
 
@@ -174,7 +176,7 @@ def matmul_kernel(
     MEMORY: tl.constexpr, PERSISTENT: tl.constexpr, STREAM_K: tl.constexpr, SPLIT_K: tl.constexpr,
     SUBTILE: tl.constexpr, LOOP_STAGES: tl.constexpr, LOOP_UNROLL: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
     ROW_ALIGN: tl.constexpr, ALIGN_K: tl.constexpr, ALIGN_N: tl.constexpr, SCALE: tl.constexpr,
-    BIAS: tl.constexpr, ACTIVATION: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr,
+    BIAS: tl.constexpr, ACTIVATION: tl.constexpr, SWIGLU: tl.constexpr, GEGLU: tl.constexpr, RESIDUAL: tl.constexpr,
 ):
     # K and N multiples of ROW_ALIGN (the launcher checks): Triton learns only divisibility by 16 from integer
     # arguments; restating it lets 16-byte loads and stores of whole rows vectorize
@@ -189,7 +191,7 @@ def matmul_kernel(
     if MEMORY == "descriptor":
         # tensor descriptors made here (TMA on Hopper): reads past the edges return zeros, writes there are
         # dropped, so ragged edges need no masks
-        ldb = 2 * N if SWIGLU else N  # SwiGLU's B holds the gate's N columns, then the up projection's
+        ldb = 2 * N if SWIGLU or GEGLU else N  # a gate's B holds the gate's N columns, then the up projection's
         c_block: tl.constexpr = BLOCK_N // 2 if SUBTILE else BLOCK_N0
         a_desc = tl.make_tensor_descriptor(a, shape=[M, K], strides=[K, 1], block_shape=[BLOCK_M, BLOCK_K])
         b_desc = tl.make_tensor_descriptor(b, shape=[K, ldb], strides=[ldb, 1], block_shape=[BLOCK_K, BLOCK_N0])
@@ -211,7 +213,7 @@ def matmul_kernel(
         for tile_id in tl.range(tl.program_id(0), dp_tiles, num_sms, flatten=True):
             pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M, COLUMN_MAJOR)
             acc, acc1 = _k_steps(a_desc, b_desc, b_desc1, offs_k, pid_m, pid_n, M, N, K, 0, k_tiles, BLOCK_M,
-                                 BLOCK_N, BLOCK_K, BLOCK_N0, BLOCK_N1, WIDE, SWIGLU, False, MEMORY, LOOP_STAGES,
+                                 BLOCK_N, BLOCK_K, BLOCK_N0, BLOCK_N1, WIDE, SWIGLU, GEGLU, False, MEMORY, LOOP_STAGES,
                                  LOOP_UNROLL, WARP_SPECIALIZE)
             tile_id_c += num_sms
             pid_m, pid_n = tile_coords(tile_id_c, num_pid_m, num_pid_n, GROUP_M, COLUMN_MAJOR)
@@ -229,8 +231,8 @@ def matmul_kernel(
                 k_hi = tl.minimum(run_hi - sk_tile * k_tiles, k_tiles)
                 pid_m, pid_n = tile_coords(dp_tiles + sk_tile, num_pid_m, num_pid_n, GROUP_M, COLUMN_MAJOR)
                 acc, acc1 = _k_steps(a_desc, b_desc, b_desc1, offs_k, pid_m, pid_n, M, N, K, k_lo, k_hi, BLOCK_M,
-                                     BLOCK_N, BLOCK_K, BLOCK_N0, BLOCK_N1, WIDE, SWIGLU, True, MEMORY, LOOP_STAGES,
-                                     LOOP_UNROLL, WARP_SPECIALIZE)
+                                     BLOCK_N, BLOCK_K, BLOCK_N0, BLOCK_N1, WIDE, SWIGLU, GEGLU, True, MEMORY,
+                                     LOOP_STAGES, LOOP_UNROLL, WARP_SPECIALIZE)
                 # the programs whose runs cover this tile, in K order; a tile covered by one is stored directly
                 first = sk_tile * k_tiles // sk_share
                 parts = ((sk_tile + 1) * k_tiles - 1) // sk_share - first + 1
@@ -251,7 +253,7 @@ def matmul_kernel(
         k_lo = split * k_tiles // SPLIT_K
         k_hi = (split + 1) * k_tiles // SPLIT_K
         acc, acc1 = _k_steps(a_desc, b_desc, b_desc1, offs_k, pid_m, pid_n, M, N, K, k_lo, k_hi, BLOCK_M, BLOCK_N,
-                             BLOCK_K, BLOCK_N0, BLOCK_N1, WIDE, SWIGLU, True, MEMORY, LOOP_STAGES, LOOP_UNROLL,
+                             BLOCK_K, BLOCK_N0, BLOCK_N1, WIDE, SWIGLU, GEGLU, True, MEMORY, LOOP_STAGES, LOOP_UNROLL,
                              WARP_SPECIALIZE)
         # publish this program's fp32 partial tile; the tile's last program to arrive writes C
         _reduce_split(acc, ws_ptr, counter_ptr, tile_id, split, c, c_desc, bias_ptr, residual_ptr, scale, pid_m,
@@ -259,7 +261,7 @@ def matmul_kernel(
     else:
         pid_m, pid_n = tile_coords(tl.program_id(0), num_pid_m, num_pid_n, GROUP_M, COLUMN_MAJOR)
         acc, acc1 = _k_steps(a_desc, b_desc, b_desc1, offs_k, pid_m, pid_n, M, N, K, 0, k_tiles, BLOCK_M, BLOCK_N,
-                             BLOCK_K, BLOCK_N0, BLOCK_N1, WIDE, SWIGLU, False, MEMORY, LOOP_STAGES, LOOP_UNROLL,
+                             BLOCK_K, BLOCK_N0, BLOCK_N1, WIDE, SWIGLU, GEGLU, False, MEMORY, LOOP_STAGES, LOOP_UNROLL,
                              WARP_SPECIALIZE)
         _store_tile(acc, acc1, c, c_desc, c_desc1, bias_ptr, residual_ptr, scale, pid_m, pid_n, M, N, BLOCK_M,
                     BLOCK_N, BLOCK_N0, BLOCK_N1, WIDE, SUBTILE, MEMORY, SCALE, BIAS, ACTIVATION, RESIDUAL)

@@ -25,7 +25,7 @@ _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 # the kernel's constexprs, in the order it declares them (CONFIG holds each)
 CONSTEXPRS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "BLOCK_N0", "BLOCK_N1", "WIDE", "GROUP_M", "COLUMN_MAJOR", "MEMORY",
               "PERSISTENT", "STREAM_K", "SPLIT_K", "SUBTILE", "LOOP_STAGES", "LOOP_UNROLL", "WARP_SPECIALIZE",
-              "ROW_ALIGN", "ALIGN_K", "ALIGN_N", "SCALE", "BIAS", "ACTIVATION", "SWIGLU", "RESIDUAL")
+              "ROW_ALIGN", "ALIGN_K", "ALIGN_N", "SCALE", "BIAS", "ACTIVATION", "SWIGLU", "GEGLU", "RESIDUAL")
 SK_MAX_PARTS = 8  # programs that may share one stream-K tile (bounds the partials its last program sums)
 CPU_NUM_SMS = 4  # persistent grid size under the CPU interpreter: a few programs still loop over several tiles
 
@@ -106,9 +106,10 @@ def _check_operands(a, b, out, config):
         raise ValueError("A and B must be row-major contiguous (call .contiguous() first)")
     M, K = a.shape
     N = b.shape[1]
-    if config["SWIGLU"]:
+    if config["SWIGLU"] or config["GEGLU"]:
         if N % 2:
-            raise ValueError(f"SwiGLU needs B[K, 2N] (the gate's columns, then the up projection's); B has {N} "
+            gate = "SwiGLU" if config["SWIGLU"] else "GeGLU"
+            raise ValueError(f"{gate} needs B[K, 2N] (the gate's columns, then the up projection's); B has {N} "
                              "columns")
         N //= 2
     if max(M * K, K * N, M * N) >= 2**31:
@@ -151,7 +152,7 @@ def _descriptor_specs(M, N, K, config, strides):
     second column block at positions 2 and 4 for a wide tile)."""
     bm, bk, n0, n1 = config["BLOCK_M"], config["BLOCK_K"], config["BLOCK_N0"], config["BLOCK_N1"]
     a_stride, b_stride, c_stride = strides
-    if config["SWIGLU"]:  # B[K, 2N]: the gate's columns, then the up projection's (never padded)
+    if config["SWIGLU"] or config["GEGLU"]:  # B[K, 2N]: the gate's columns, then the up projection's (never padded)
         b_cols = b_stride = 2 * N
     else:
         b_cols = N
@@ -177,7 +178,7 @@ def gemm_plan(a, b, bias, residual, scale, out, config):
     if M == 0 or N == 0:
         return lambda a, b, bias, residual, scale, out: new_out() if out is None else out
     if K == 0:
-        if config["SCALE"] or config["BIAS"] or config["ACTIVATION"] or config["SWIGLU"] or config["RESIDUAL"]:
+        if any(config[s] for s in ("SCALE", "BIAS", "ACTIVATION", "SWIGLU", "GEGLU", "RESIDUAL")):
             # the epilogue of an empty product is not all zeros: refused rather than guessed
             raise ValueError("K=0: the product is empty; a fused epilogue needs K > 0")
         return lambda a, b, bias, residual, scale, out: (new_out() if out is None else out).zero_()

@@ -14,6 +14,7 @@ from typing import Any
 from evo.launch import runtime_source
 from operators._paste import constant, pasted_source
 from operators._template import render_template
+from operators.gemm.epilogue import GATES
 from operators.gemm.header import config as _config
 from operators.gemm.header import config_lines
 from operators.gemm.header import summary as _summary
@@ -40,8 +41,9 @@ def gemm_source(g: Mapping[str, Any], title: str, row_align: int = 1, aligned_di
     if aligned_dims and (row_align <= 1 or g["memory"] != "pointer"):
         raise ValueError("aligned_dims needs row_align > 1 and pointer memory")
     g = {**g, "row_align": row_align, "aligned_dims": tuple(aligned_dims), "epilogue": epilogue}
-    swiglu = bool(epilogue and epilogue.swiglu)
-    product = "silu(A @ B[:, :N]) * (A @ B[:, N:]) for A[M, K], B[K, 2N]" if swiglu else "A[M, K] @ B[K, N]"
+    gate = epilogue.gate if epilogue else None
+    product = (f"{GATES[gate]}(A @ B[:, :N]) * (A @ B[:, N:]) for A[M, K], B[K, 2N]" if gate
+               else "A[M, K] @ B[K, N]")
     operands = tuple(epilogue.operands) if epilogue else ()
     config = config_lines(_config(g))
     return render_template(

@@ -17,6 +17,12 @@ SPLIT_GROUP = tl.constexpr(8)
 
 
 @triton.jit
+def _gelu_tanh(x):
+    """GELU's tanh approximation: 0.5 x (1 + tanh(u)) = x sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3)."""
+    return x * tl.sigmoid(1.5957691216057308 * (x + 0.044715 * x * x * x))
+
+
+@triton.jit
 def _epilogue(x, pid_m, first_col, bias_ptr, residual_ptr, scale, M, N, BLOCK_M: tl.constexpr, WIDTH: tl.constexpr,
               SCALE: tl.constexpr, BIAS: tl.constexpr, ACTIVATION: tl.constexpr, RESIDUAL: tl.constexpr):
     """The fused epilogue on the fp32 piece `x` of the tile (WIDTH columns from first_col), before the cast; rows
@@ -30,8 +36,8 @@ def _epilogue(x, pid_m, first_col, bias_ptr, residual_ptr, scale, M, N, BLOCK_M:
         x += tl.load(bias_ptr + offs_ep, mask=offs_ep < N, other=0.0).to(tl.float32)[None, :]
     if ACTIVATION == "gelu":
         x = 0.5 * x * (1.0 + tl.math.erf(x * 0.7071067811865476))
-    elif ACTIVATION == "gelu_tanh":  # 0.5 x (1 + tanh(u)) = x sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3)
-        x = x * tl.sigmoid(1.5957691216057308 * (x + 0.044715 * x * x * x))
+    elif ACTIVATION == "gelu_tanh":
+        x = _gelu_tanh(x)
     elif ACTIVATION == "silu":
         x = x * tl.sigmoid(x)
     elif ACTIVATION == "relu":

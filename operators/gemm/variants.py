@@ -1,10 +1,11 @@
-"""GEMM with a fused epilogue: `gemm+bias+gelu`, `gemm+swiglu`, `gemm+residual`, ... (operators/gemm/epilogue.py).
+"""GEMM with a fused epilogue: `gemm+bias+gelu`, `gemm+swiglu`, `gemm+geglu`, `gemm+residual`, ...
+(operators/gemm/epilogue.py).
 
 The GEMM operator's genome, rendering and launcher, with the epilogue applied to the fp32 tile before it is
 stored, so the output is written once instead of being re-read by one elementwise kernel per part. The entry
 function takes the epilogue's operands after A and B: `matmul(a, b, bias, residual, scale, out=None)` (those
-the epilogue uses). SwiGLU reads B[K, 2N] (the gate's N columns, then the up projection's) and writes
-C[M, N]; its problem's N is the output's width.
+the epilogue uses). SwiGLU and GeGLU read B[K, 2N] (the gate's N columns, then the up projection's) and write
+C[M, N]; their problem's N is the output's width.
 
 What it is timed against is what a PyTorch user writes: cuBLAS (nn.Linear's addmm for a bias) followed by
 one eager kernel per part; `evo bench` adds torch.compile max-autotune of the same function, which fuses the
@@ -25,8 +26,8 @@ from operators.gemm.operator import GemmOperator, _torch_dtype
 __all__ = ["GemmEpilogueOperator", "TOLERANCE", "gemm_variant"]
 
 # The GEMM's tolerances (operators/gemm/operator.py) with room for the epilogue's own rounding: the output is still
-# rounded once to the dtype, but SwiGLU multiplies two rounded-input products, and a residual adds a term
-# of another size, so the relative error grows by up to about sqrt(2).
+# rounded once to the dtype, but a gate (SwiGLU, GeGLU) multiplies two rounded-input products, and a residual adds
+# a term of another size, so the relative error grows by up to about sqrt(2).
 TOLERANCE = {"fp16": 3e-3, "bf16": 1.5e-2, "fp32": 3e-3}
 
 
@@ -46,14 +47,17 @@ class GemmEpilogueOperator(GemmOperator):
         # scale, bias, ReLU and residual epilogue was wrong (relative error 0.033) where bias + GELU was right
         refusal = "gave wrong results with an epilogue that reads a residual or a scale (Triton 3.6, sm_90)" \
             if ep.residual or ep.scale else ""
-        return GemmFamily(overrides, b_tiles=2 if ep.swiglu else 1, reads_tile=ep.residual, ws_refusal=refusal)
+        # a gate reads two B tiles per K step (gate and up), which the Gluon kernel does not
+        gluon = "does not read two B tiles per K step (GeGLU)" if ep.geglu else ""
+        return GemmFamily(overrides, b_tiles=2 if ep.gate else 1, reads_tile=ep.residual, ws_refusal=refusal,
+                          gluon_refusal=gluon)
 
     # -- inputs and the reference -----------------------------------------------------------------------
     def _b_cols(self, problem: Problem) -> int:
-        return 2 * problem.dims["N"] if self.epilogue.swiglu else problem.dims["N"]
+        return 2 * problem.dims["N"] if self.epilogue.gate else problem.dims["N"]
 
     def make_inputs(self, problem: Problem, seed: int, device: str = "cuda") -> tuple[Any, ...]:
-        """Standard-normal A[M, K], B[K, N] (B[K, 2N] for SwiGLU), bias[N] and residual[M, N], then the scale
+        """Standard-normal A[M, K], B[K, N] (B[K, 2N] for SwiGLU and GeGLU), bias[N] and residual[M, N], then the scale
         (drawn in [0.25, 2) from `seed`); only the operands the epilogue uses."""
         import torch
 
@@ -80,7 +84,7 @@ class GemmEpilogueOperator(GemmOperator):
 
     def empty_output(self, *args: Any) -> Any:
         a, b = args[:2]
-        return a.new_empty((a.shape[0], b.shape[1] // 2 if self.epilogue.swiglu else b.shape[1]))
+        return a.new_empty((a.shape[0], b.shape[1] // 2 if self.epilogue.gate else b.shape[1]))
 
     def reference(self, *inputs: Any) -> Any:
         return self.epilogue.reference(*inputs)

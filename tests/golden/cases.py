@@ -35,6 +35,7 @@ PROBLEMS: dict[str, list[tuple[tuple[int, ...], str, int]]] = {
     "gemm+residual": [((333, 1000, 777), "fp32", 4)],
     "gemm+swiglu": [((2048, 2048, 1024), "bf16", 6), ((100, 1000, 600), "fp16", 4)],
     "gemm+swiglu+residual": [((1024, 1024, 1024), "bf16", 3)],
+    "gemm+geglu": [((2048, 14336, 3584), "bf16", 4), ((100, 1000, 600), "fp16", 3)],  # Gemma-2-9B's gate_up
     "gemm+scale+bias+gelu+residual": [((1024, 1024, 1024), "fp16", 4)],
     "softmax": [((4096, 4096), "bf16", 8), ((7, 50257), "fp16", 8), ((4096, 1000), "fp32", 6)],
     "rmsnorm": [((4096, 4096), "bf16", 8), ((3, 100000), "fp16", 8), ((4096, 1000), "fp32", 6)],
@@ -62,8 +63,8 @@ PROBLEMS: dict[str, list[tuple[tuple[int, ...], str, int]]] = {
 }
 # operators whose first seed on each problem is also rendered as the module `evo export` writes (header, kernel,
 # self-check)
-EXPORTED = ("gemm", "gemm+bias+gelu", "gemm+swiglu", "softmax", "rmsnorm", "attention", "attention+causal",
-            "linear", "rope_cache")
+EXPORTED = ("gemm", "gemm+bias+gelu", "gemm+swiglu", "gemm+geglu", "softmax", "rmsnorm", "attention",
+            "attention+causal", "linear", "rope_cache")
 RANDOM_DRAWS = 60  # random genomes drawn per problem (seeded by the problem), after its family's seeds
 TARGET: Target = HOPPER
 

@@ -1,6 +1,6 @@
 """Fused-epilogue GEMMs on a real GPU: every sampled genome that compiles must match the fp32 reference.
 
-For each epilogue (bias+GELU, SwiGLU, scale+bias+ReLU+residual, SiLU+residual, GELU tanh), the family's seeds
+For each epilogue (bias+GELU, SwiGLU, scale+bias+ReLU+residual, SiLU+residual, GELU tanh, GeGLU), the family's seeds
 and a seeded random sample are rendered for a ragged and an aligned bf16 problem, compiled by their first
 launch and checked by the search's own check (evo.evaluate.check, output poisoned first); correct ones are
 timed against the eager baseline (median of triton.testing.do_bench, for information only). Writes JSON to
@@ -23,7 +23,8 @@ except ImportError:
 
 CASES = (("gemm+bias+gelu", (1000, 3000, 2000)), ("gemm+swiglu", (1000, 1536, 2000)),
          ("gemm+swiglu", (2048, 4096, 4096)), ("gemm+scale+bias+relu+residual", (777, 4096, 1000)),
-         ("gemm+silu+residual", (16, 4096, 4096)), ("gemm+gelu_tanh", (4096, 4096, 4096)))
+         ("gemm+silu+residual", (16, 4096, 4096)), ("gemm+gelu_tanh", (4096, 4096, 4096)),
+         ("gemm+geglu", (1000, 1536, 2000)))
 RANDOM = 6
 
 

@@ -6,7 +6,10 @@ on what `evo bench experiments/gemma2_*.yaml` finds).
   head dim 256): a prefill and a decode step each, against transformers' Gemma-2 eager attention, torch.compile of it
   and FlexAttention (one that cannot run is listed with its reason);
 - `linear+geglu` and `linear+rmsnorm+geglu` at Gemma-2-9B's MLP (N = 14336, K = 3584), M = 1 and 16, against eager
-  PyTorch and torch.compile of it.
+  PyTorch and torch.compile of it;
+- `gemm+geglu` (the gate_up of T > 16 tokens: B = [gate | up], [3584, 2 x 14336]) at M = 128 and 2048, against
+  eager PyTorch (cuBLAS on the merged weight, then gelu_tanh(gate) * up, as for gemm+swiglu) and torch.compile of it
+  (max-autotune-no-cudagraphs; issue 45's goal is >= 1.05x it).
 
 Checked with the search's own check (poisoned output, inputs untouched) in bf16; timed with triton.testing.do_bench
 (median, L2 flushed) in one process.
@@ -27,7 +30,8 @@ PROBLEMS = [("attention+causal+softcap50", (1, 16, 8, 2048, 2048, 256)),
             ("attention+causal+softcap50+window4096", (1, 16, 8, 8192, 8192, 256)),
             ("attention+causal+softcap50+window4096", (1, 16, 8, 1, 8193, 256)),
             ("linear+geglu", (1, 14336, 3584)), ("linear+rmsnorm+geglu", (1, 14336, 3584)),
-            ("linear+rmsnorm+geglu", (16, 14336, 3584))]
+            ("linear+rmsnorm+geglu", (16, 14336, 3584)),
+            ("gemm+geglu", (128, 14336, 3584)), ("gemm+geglu", (2048, 14336, 3584))]
 
 
 def _rel(a: Any, b: Any) -> float:
