@@ -26,7 +26,7 @@ from genomes import labels
 from genomes.base import Descriptor, Genome, GenomeFamily
 from genomes.genes import Boolean, Gene, IntChoice, PowerOfTwo
 from genomes.rowwise import next_pow2
-from genomes.rule_table import FromTable, Rule
+from genomes.rule_table import FromTable, Rule, unmovable
 
 __all__ = ["FP8GemmFamily", "MODES", "SCALE_BLOCK", "accumulator_registers", "shared_bytes", "rules",
            "MAX_ACC_REGISTERS"]
@@ -55,6 +55,12 @@ def _k_steps(g: Mapping[str, Any], p: Problem) -> int:
 def rules(mode: str) -> tuple[Rule, ...]:
     """The family's rule table for scale mode `mode`, in priority order."""
     block = mode == "block"
+
+    def whole_groups(g, p, t):
+        k = p.dims["K"]
+        if block and k % SCALE_BLOCK:
+            return f"K={k} is not a multiple of {SCALE_BLOCK}: block scales cover whole 1x{SCALE_BLOCK} groups of K"
+        return None
 
     def step_in_one_group(g, p, t):
         if block and g["BLOCK_K"] > SCALE_BLOCK:
@@ -113,6 +119,7 @@ def rules(mode: str) -> tuple[Rule, ...]:
         return None
 
     return (
+        Rule("whole_groups", whole_groups, unmovable(whole_groups)),  # the problem's own (a smoke run's clipped K)
         Rule("step_in_one_group", step_in_one_group, lambda fam, g, p, t: fam._step_down(g, "BLOCK_K")),
         Rule("promote_canonical", promote_canonical, lambda fam, g, p, t: fam._set(g, "promote", False)),
         Rule("block_m_fits", block_m_fits, lambda fam, g, p, t: fam._step_down(g, "BLOCK_M"), hard=False),

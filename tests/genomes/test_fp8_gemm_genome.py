@@ -70,3 +70,13 @@ def test_rules_name_what_is_wrong_and_repair_fixes_it():
 def test_a_scale_mode_that_does_not_exist_is_refused():
     with pytest.raises(ValueError, match="scale mode must be one of tensor, channel, block; got 'row'"):
         FP8GemmFamily(mode="row")
+
+
+def test_block_scales_need_whole_groups_of_k():
+    """The problem's own rule (no gene moves it): a smoke run's clipped K of 64 is refused, so it clips to 128."""
+    fam = FP8GemmFamily(mode="block")
+    g = fam.make(fam.base(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32))
+    assert fam.violations(g, _problem((16, 256, 64)), HOPPER) == [
+        "K=64 is not a multiple of 128: block scales cover whole 1x128 groups of K"]
+    assert fam.violations(g, _problem((16, 256, 128)), HOPPER) == []
+    assert FP8GemmFamily(mode="channel").violations(g, _problem((16, 256, 64)), HOPPER) == []

@@ -187,3 +187,29 @@ def test_exported_self_check_runs_on_plain_torch(name):
     ref = namespace["selfcheck_reference"](*inputs)
     assert _err(ref, op.reference(*inputs)) <= 1e-6
     assert _err(namespace["selfcheck_baseline"](*inputs), ref) <= namespace["SELFCHECK_TOLERANCE"]
+
+
+def test_a_smoke_run_clips_block_problems_to_whole_groups():
+    """The CPU smoke mode clips a problem's sizes to 64 first: block scales refuse a K of 64, so it takes 128."""
+    from evo.evaluate.smoke import smoke_problem
+
+    op = operators.get("fp8_gemm+block")
+    p = op.problem((2048, 4096, 4096), "bf16")
+    g = op.family.seeds(p, TARGET)[0]
+    small = smoke_problem(op, g, p, TARGET)
+    assert small.sizes == (128, 128, 128) and small.dtype == "fp16"
+    result = run_check(getattr(load_source(op.render(g, small, TARGET)), op.entry), op, small, seed=0, device="cpu")
+    assert result.status == "ok", result.reason
+
+
+@pytest.mark.parametrize("file,name", [("fp8_gemm", "fp8_gemm"), ("fp8_gemm_channel", "fp8_gemm+channel"),
+                                       ("fp8_gemm_block", "fp8_gemm+block")])
+def test_experiments_load_with_llama_projections(file, name):
+    from pathlib import Path
+
+    from evo.experiment.config import load_experiment
+
+    experiment = load_experiment(Path(__file__).resolve().parents[3] / "experiments" / f"{file}.yaml")
+    assert experiment.operator == name
+    sizes = {p.sizes for p in experiment.problems}
+    assert {(16, 6144, 4096), (2048, 28672, 4096), (16, 4096, 14336), (2048, 4096, 4096)} <= sizes
