@@ -10,9 +10,9 @@ same formula. The plan per T:
   before the residual add), linear_gate_up (linear+rmsnorm+geglu: the pre-feedforward norm fused), linear_down
   (linear), linear_lm_head (linear+rmsnorm: the final norm fused); post_norm (rmsnorm, the two post norms), their
   residual adds in torch.
-- T > 16: qkv, o_proj, down and lm_head as gemm; gate_up as gemm on the merged [gate | up] weight, GeGLU in torch
-  (no gemm+geglu operator); post_norm (rmsnorm) and add_norm (rmsnorm+residual: the residual add and the norm after
-  it, the pre-feedforward norm and the next layer's input norm).
+- T > 16: qkv, o_proj, down and lm_head as gemm; gate_up as gemm+geglu (the GEMM on the merged [gate | up] weight with
+  GeGLU in its epilogue, as a Llama layer's gemm+swiglu); post_norm (rmsnorm) and add_norm (rmsnorm+residual: the
+  residual add and the norm after it, the pre-feedforward norm and the next layer's input norm).
 - attention: `attention+causal+softcap<cap>` on the global layers and `...+window<W>` on the sliding ones while
   context + T exceeds the window (else one role: the window covers every key). No cache_attention: it has no cap.
 Each part run in torch gets one note line.
@@ -65,11 +65,7 @@ def gemma_layer_problems(spec: ModelSpec, kp: Any, t: int, dtype: str, context: 
             kp("linear_down", "linear", (t, h, inter)),
             kp("linear_lm_head", "linear+rmsnorm", (t, spec.vocab_size, h), scope="model", note=head_note),
         ]
-    if gated == "geglu":
-        up = kp("gate_up", "gemm", (t, 2 * inter, h),
-                note="gate_up: no gemm+geglu operator; the merged [gate | up] GEMM, GeGLU in torch")
-    else:
-        up = kp("gate_up", "gemm+swiglu", (t, inter, h))
+    up = kp("gate_up", f"gemm+{gated}", (t, inter, h))  # B = [gate | up]: [hidden, 2 inter]; N the gated width
     return [
         kp("add_norm", "rmsnorm+residual", (t, h), uses=2,
            note="add_norm: the residual add and the norm after it, the pre-feedforward norm and the next layer's "

@@ -240,8 +240,8 @@ def _from_hf(data: Any, file: str, default_name: str) -> ModelSpec:
                                         f"{' (this config names no model_type)' if not model_type else ''}")
     if model_type in _GATED and _HF_ACT[act] != "swiglu":
         raise ModelError(file, "hidden_act", f"{act!r} in a {model_type} config, whose MLP is gated (down(act(gate(x)) "
-                                             "* up(x))): a GELU gate (GeGLU) that no evo operator runs yet; evo plans "
-                                             "a gated MLP with silu only (SwiGLU)")
+                                             "* up(x))): a GELU gate (GeGLU), which evo plans in Gemma 2's layer only "
+                                             "(model_type gemma2); this family's with silu only (SwiGLU)")
     if model_type in _PLAIN and _HF_ACT[act] == "swiglu":
         raise ModelError(file, "hidden_act", f"{act!r} in a {model_type} config, whose MLP is not gated: evo plans "
                                              "silu in a gated MLP only (SwiGLU)")

@@ -98,15 +98,35 @@ def test_prefill_plan_and_a_window_that_covers_every_key():
     problems = layer_problems(spec, [2048], "bf16", context=0)
     roles = _roles(problems, 2048)
     assert roles["attention"] == "attention+causal+softcap50" and "attention_local" not in roles
-    assert roles["gate_up"] == "gemm" and roles["add_norm"] == "rmsnorm+residual" and roles["o_proj"] == "gemm"
-    assert {p.role: p.sizes for p in problems}["gate_up"] == (2048, 2 * 14336, 3584)
+    assert roles["gate_up"] == "gemm+geglu" and roles["add_norm"] == "rmsnorm+residual" and roles["o_proj"] == "gemm"
+    # GeGLU in the GEMM's epilogue, as a Llama layer plans gemm+swiglu: N is the gated width, B = [gate | up]
+    assert {p.role: p.sizes for p in problems}["gate_up"] == (2048, 14336, 3584)
     notes = [p.note for p in problems if p.note]
-    assert any("no gemm+geglu" in n for n in notes) and any("covers every key" in n for n in notes)
+    assert not any("GeGLU in torch" in n for n in notes) and any("covers every key" in n for n in notes)
+    for p in problems:  # every planned problem is one its operator takes
+        if p.operator:
+            operators.get(p.operator).problem(p.sizes, p.dtype)
+
+
+@pytest.mark.parametrize("mlp", ["geglu", "swiglu"])
+def test_the_gate_up_of_a_gemma_style_layer_is_one_gated_gemm_above_16_tokens(mlp):
+    """A Gemma-style YAML layer (post_norms) plans gate_up as gemm+<its gate> at T > 16 and linear+rmsnorm+<its gate>
+    below, as a Llama layer plans gemm+swiglu: one GEMM on B = [gate | up], the gate in its epilogue."""
+    spec = parse_model("hidden_size: 64\nintermediate_size: 128\nnum_attention_heads: 4\nvocab_size: 100\n"
+                       f"post_norms: true\nmlp: {mlp}\n", "yaml", "g.yaml")
+    problems = layer_problems(spec, [1, 64], "fp16", context=0)
+    by = {(p.role, p.tokens): p for p in problems}
+    assert (by["gate_up", 64].operator, by["gate_up", 64].sizes) == (f"gemm+{mlp}", (64, 128, 64))
+    assert by["linear_gate_up", 1].operator == f"linear+rmsnorm+{mlp}"
+    op = operators.get(f"gemm+{mlp}")
+    shapes = op.tensor_shapes(op.problem(by["gate_up", 64].sizes, "fp16"))
+    assert shapes == [(64, 64), (64, 256), (64, 128)]  # A, B = [gate | up], the gated output
 
 
 def test_experiments_parse_and_name_the_variants(tmp_path):
     texts = experiments_for(load_model(GEMMA), [1, 16, 2048], "bf16", context=4096, output=str(tmp_path))
-    assert {"attention+causal+softcap50", "attention+causal+softcap50+window4096", "linear+rmsnorm+geglu"} <= set(texts)
+    assert {"attention+causal+softcap50", "attention+causal+softcap50+window4096", "linear+rmsnorm+geglu",
+            "gemm+geglu"} <= set(texts)
     for op, text in texts.items():
         assert parse_experiment(text, f"{op}.yaml").operator == op
 
