@@ -88,7 +88,7 @@ def quality_table(runs: Mapping[int, Mapping[str, Sequence[Any]]], reference: in
         ref_rows = runs[reference].get(key, ())
         elite = best_ms(ref_rows)
         target = elite / share if elite is not None else None
-        entry: dict[str, Any] = {"reference_best_ms": elite, "target_ms": round(target, 6) if target else None}
+        entry: dict[str, Any] = {"reference_best_ms": elite, "target_ms": target}
         if not ref_rows:
             entry["note"] = f"not searched by the {reference}-GPU run: no target"
         elif target is None:

@@ -1,0 +1,35 @@
+#!/bin/bash
+# Issue 46, one call on a machine of 4 GPUs (2 GPUs: call-2gpu.sh): how one search scales over 1, 2 and 4 GPUs, from
+# main's last commit (.gpu-head.tgz, made by `git archive -o .gpu-head.tgz HEAD`). `python -m benchmarks.scaling` runs
+# each workload once per GPU count, one run at a time, and writes scaling-<gpu>.json (GPU and counts named):
+#   gemm: experiments/llm_gemm.yaml, its ten GEMMs in turn (surrogate on), GEMM_MIN minutes per run, shared evenly;
+#   zoo:  llama-3.2-1b's whole zoo at one decode token after a 2048-token context (evo zoo --run: 8 operators,
+#         9 problems), ZOO_WALL seconds per problem.
+# WORK=gemm or WORK=zoo measures one workload alone, with longer runs (GEMM_MIN=2, ZOO_WALL=12 by default).
+# Everything is stopped by BUDGET_S seconds after the start (a run still going is stopped as Ctrl-C stops one, later
+# runs skipped, both said in the JSON); each run's stores (rows and clocks, no kernel texts) are kept in res/kept, from
+# which `python -m benchmarks.scaling --analyse res/kept` writes the JSON again on any machine.
+set -u
+T0=$(date +%s)
+H0=$PWD; mkdir -p /tmp/h && tar xzf .gpu-head.tgz -C /tmp/h && cp -r evo_kernels.egg-info /tmp/h/ && cd /tmp/h || exit 1
+COMMIT=$(python3 -c "import tarfile; print(tarfile.open('$H0/.gpu-head.tgz').pax_headers.get('comment', '?'))")
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $H0/.whl/*.whl 2>/dev/null
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || echo "pip -e failed: using the carried egg-info"
+R=$OUT/res; mkdir -p $R; nvidia-smi -L; echo "cores: $(nproc); code: $COMMIT"
+WORK=${WORK:-both}; GPUS=${GPUS:-1 2 4}
+case $WORK in
+  both) GEMM_MIN=${GEMM_MIN:-0.8}; ZOO_WALL=${ZOO_WALL:-5};;
+  gemm) GEMM_MIN=${GEMM_MIN:-2};;
+  zoo) ZOO_WALL=${ZOO_WALL:-12};;
+  *) echo "WORK=$WORK: expected both, gemm or zoo"; exit 2;;
+esac
+ARGS=()
+[ "$WORK" != zoo ] && ARGS+=(--experiment experiments/llm_gemm.yaml --problems all --minutes $GEMM_MIN)
+[ "$WORK" != gemm ] && ARGS+=(--zoo experiments/models/llama-3.2-1b.json --tokens 1 --context 2048 --zoo-wall-s $ZOO_WALL)
+python3 -m benchmarks.scaling "${ARGS[@]}" --gpus $GPUS --deadline-s $(( ${BUDGET_S:-560} - ($(date +%s) - T0) )) \
+  --keep $R/kept --out $R --code "$COMMIT" --tag "${TAG:-}" > $R/scaling.log 2>&1
+echo "scaling exit $? at $(( $(date +%s) - T0 )) s"
+tail -45 $R/scaling.log
+cp $R/scaling-*.json $OUT/ 2>/dev/null
+cd $OUT && tar czf res.tgz res && rm -rf res; ls -la $OUT
