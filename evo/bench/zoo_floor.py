@@ -4,7 +4,9 @@ least, over the copy bandwidth measured in the same run, and each way's share of
 The bytes, as a layer fused into one perfect kernel would move them: every weight read once (the layer's parameters:
 projections, biases, norm weights), the KV cache's `context` positions read and the T new positions written (keys and
 values), and the activations that must cross HBM: the layer's input read and its output written. Intermediate
-activations could stay on chip, so they are not counted. `hbm_ms` is that over the copy bandwidth (a device-to-device
+activations could stay on chip, so they are not counted. A MoE layer's weights are the experts T tokens can reach
+(min(E, T k)) and the rest, its FLOPs k experts' per token; a Gemma-2 sliding layer reads at most its window's cached
+positions. `hbm_ms` is that over the copy bandwidth (a device-to-device
 copy, bytes read plus written, evo.evaluate.roofline.copy_bandwidth); a way's `floor_share` is hbm_ms over its time
 (1.0: at the floor). The compute floor beside it (the layer's FLOPs at the GPU's dense peak, where the datasheet peak
 is known) says where the layer is compute-bound instead, as prefill is: there the HBM share is low by nature.
@@ -21,19 +23,26 @@ __all__ = ["layer_floor", "floor_shares", "floor_markdown"]
 
 def layer_floor(plain: Any, tokens: int, copy_GBps: float | None, gpu: str = "", dtype: str = "bf16"
                 ) -> dict[str, Any]:
-    """The floor of `plain` (an evo.zoo.layer.DecoderLayer) at `tokens` new tokens; `hbm_ms` None without a measured
-    copy bandwidth (e.g. on the CPU), `compute_ms` None where no peak is known for `gpu` and `dtype`."""
+    """The floor of `plain` (an evo.zoo.layer.DecoderLayer, or a MoE or Gemma-2 layer) at `tokens` new tokens;
+    `hbm_ms` None without a measured copy bandwidth (e.g. on the CPU), `compute_ms` None where no peak is known for
+    `gpu` and `dtype`."""
     from evo.evaluate.roofline import peak_tflops
 
     s = plain.spec
-    weights = sum(p.numel() * p.element_size() for p in plain.parameters())
+    active = getattr(plain, "active_weights", None)  # a MoE layer: the experts `tokens` tokens reach, k per token
+    if active is not None:
+        weights, matmul_params = active(tokens)
+    else:
+        weights = sum(p.numel() * p.element_size() for p in plain.parameters())
+        matmul_params = sum(p.numel() for name, p in plain.named_parameters() if name.endswith("proj.weight"))
     size = plain.kv_cache.element_size()
-    kv = 2 * s.num_key_value_heads * s.head_dim * (plain.context + tokens) * size
+    window = getattr(plain, "window", 0)  # a Gemma-2 sliding layer reads the last `window` cached positions at most
+    cached = min(plain.context, window) if window else plain.context
+    kv = 2 * s.num_key_value_heads * s.head_dim * (cached + tokens) * size
     activations = 2 * tokens * s.hidden_size * size
     nbytes = weights + kv + activations
-    matmul_params = sum(p.numel() for name, p in plain.named_parameters() if name.endswith("proj.weight"))
-    # QK^T and PV of every query head over the cache and the new keys (the causal half of the new block ignored)
-    flops = 2 * tokens * matmul_params + 4 * s.num_attention_heads * s.head_dim * tokens * (plain.context + tokens)
+    # QK^T and PV of every query head over the keys it sees (the causal half of the new block ignored)
+    flops = 2 * tokens * matmul_params + 4 * s.num_attention_heads * s.head_dim * tokens * (cached + tokens)
     peak = peak_tflops(gpu, dtype) if gpu else None
     return {"weights_bytes": weights, "kv_bytes": kv, "activation_bytes": activations, "bytes": nbytes,
             "copy_GBps": copy_GBps, "hbm_ms": nbytes / (copy_GBps * 1e9) * 1e3 if copy_GBps else None,

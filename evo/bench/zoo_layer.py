@@ -1,8 +1,10 @@
 """`python -m evo.bench.zoo_layer ZOO_MODULE MODEL`: a whole decoder layer with the zoo's kernels against PyTorch.
 
 ZOO_MODULE is the file `evo zoo MODEL --collect` writes (`DIR/<model>/<model>_kernels.py`), MODEL the model file the
-zoo was planned from. For each token count T: the reference layer (evo.zoo.layer.DecoderLayer, seeded weights)
-and the same layer with the zoo's roles patched in (evo.zoo.patch), on the same seeded input x [T, hidden], four
+zoo was planned from. For each token count T: the reference layer of the model's kind (evo.zoo.layers: Llama-style,
+Mixture-of-Experts or Gemma 2, seeded weights; evo.bench.zoo_layer_kind: `--experts`, `--layer-index`, and the
+line saying what runs the zoo's kernels and what torch) and the same layer with the zoo's roles patched in
+(evo.zoo.patch), on the same seeded input x [T, hidden], four
 ways: `eager` (the plain layer), `compile` (torch.compile of it, max-autotune-no-cudagraphs, fullgraph),
 `zoo_eager` (the patched layer) and `zoo_compile` (torch.compile of the patched layer), each on two clocks of
 evo.evaluate.clocks: back-to-back eager calls (`call_ms`) and CUDA-graph replay (`graph_ms`). Each way's output
@@ -43,6 +45,7 @@ from typing import Any
 from evo.bench.entrants import versions
 from evo.bench.zoo_decode import measure_decode
 from evo.bench.zoo_floor import floor_shares, layer_floor
+from evo.bench.zoo_layer_kind import EXPERT_CHOICES, build_layers, layer_note, pick_experts
 from evo.bench.zoo_layer_results import WAYS, to_markdown, write_zoo
 from evo.bench.zoo_profile import EVO_KERNELS, bucket_table, evo_kernel_names, profile_calls, profile_graph
 from evo.experiment.oneline import one_line
@@ -76,6 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--decode-steps", type=int, default=0, metavar="N",
                    help="also N decode steps of one token after the context, per call and under one CUDA graph "
                         "replayed every step (e.g. 128 with --context 4096) [0: none]")
+    p.add_argument("--experts", default="auto", choices=EXPERT_CHOICES,
+                   help="a MoE layer's experts in torch: transformers 5's eager loop or torch._grouped_mm (auto: "
+                        "grouped_mm on a GPU where torch has it) [auto]")
+    p.add_argument("--layer-index", type=int, default=0, metavar="I",
+                   help="which Gemma-2 layer: 0 slides (a window), 1 attends to every key [0]")
     return p
 
 
@@ -261,27 +269,31 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from evo.problem import DTYPES
     from evo.zoo import layer_problems
-    from evo.zoo.layer import DecoderLayer
-    from evo.zoo.patch import patch, roles_of, torch_tokens
+    from evo.zoo.patch import torch_tokens
 
     dtype = getattr(torch, DTYPES[args.dtype])
-    # one seed, so both layers hold the same weights; patch() adds the transposed copies of the patched gemm roles
     # the KV cache's room for new tokens (written in place, as serving code does): the largest T, as the plan's rope
     room = max(tokens)
-    plain = DecoderLayer(spec, dtype=dtype, device=args.device, seed=args.seed, context=args.context, max_tokens=room)
-    ops = {role: op for role, op in zoo_ops.items() if role in roles_of(plain)}
-    if not ops:
-        print(f"evo zoo layer bench: {one_line(args.zoo_module)} serves none of {spec.name}'s layer roles "
-              f"({', '.join(roles_of(plain))})", file=sys.stderr)
+    try:
+        if args.decode_steps and spec.post_norms:
+            raise ValueError("--decode-steps: the decode loop (evo.zoo.decode) runs Llama-style and MoE layers; a "
+                             "Gemma-2 layer's four norms and capped attention are not in it")
+        experts = pick_experts(args.experts, args.device)
+        plain, patched, layer = build_layers(spec, zoo_ops, dtype, args.device, args.seed, args.context, room, experts,
+                                             args.layer_index)
+    except ValueError as e:
+        print(f"evo zoo layer bench: {one_line(str(e))}", file=sys.stderr)
         return 2
-    operators = {p.role: p.operator for p in layer_problems(spec, tokens, args.dtype, args.context)}
-    roles = {role: str(operators.get(role)) for role in ops}
-    patched = patch(DecoderLayer(spec, dtype=dtype, device=args.device, seed=args.seed, context=args.context,
-                                 max_tokens=room), ops)
+    plan = layer_problems(spec, tokens, args.dtype, args.context)
+    operators = {p.role: p.operator for p in plan}
+    roles = {role: str(operators.get(role)) for role in patched.kernels}
+    layer["note"] = layer_note(spec, plan, roles, layer)
+    print(f"evo zoo layer bench: {layer['note']}", file=sys.stderr)
     doc: dict[str, Any] = {"model": spec.name, "gpu": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
                            "device": args.device, "versions": versions(), "dtype": args.dtype,
                            "context": args.context, "copy_GBps": _copy_GBps(args.device),
-                           "zoo_module": str(Path(args.zoo_module).resolve()), "roles": roles, "layers": [],
+                           "zoo_module": str(Path(args.zoo_module).resolve()), "roles": roles, "layer": layer,
+                           "layers": [],
                            "torch_tokens": torch_tokens(patched)}  # role -> T its zoo's baseline runs: torch's code
     if doc["torch_tokens"]:
         print("evo zoo layer bench: torch's code where the zoo runs its baseline: " + "; ".join(

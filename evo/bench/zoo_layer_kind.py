@@ -1,0 +1,87 @@
+"""The layer bench's two layers of a model's kind (evo.zoo.layers: Llama-style, Mixture-of-Experts, Gemma 2), and the
+one line saying which of the layer's parts run the zoo's kernels and which run torch's code.
+
+The MoE layer's experts run in torch one of transformers 5's ways (`--experts`): `grouped_mm` (torch._grouped_mm,
+static shapes: torch.compile and CUDA graphs take it) where this torch has it on a GPU, else `loop` (the eager loop
+over the experts hit: a host sync that no graph captures, and that stops torch.compile(fullgraph=True)). A Gemma-2
+layer is one layer of the stack (`--layer-index`, 0: a sliding-window layer; 1: a global one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["EXPERT_CHOICES", "build_layers", "layer_note", "pick_experts"]
+
+EXPERT_CHOICES = ("auto", "loop", "grouped_mm")
+# what each kind's torch code always runs, whatever the zoo holds (the plans' notes: evo.zoo.problems, gemma_problems)
+_TORCH_PARTS = {
+    "moe": ("the router's softmax and top-k", "the residual adds"),
+    "gemma2": ("the residual adds after the post norms", "the layer's last residual add (a stack's next add_norm)"),
+    "llama": (),
+}
+
+
+def pick_experts(choice: str, device: str) -> str:
+    """The experts way of `--experts`: `auto` is grouped_mm on a GPU where torch has torch._grouped_mm, else loop."""
+    import torch
+
+    if choice not in EXPERT_CHOICES:
+        raise ValueError(f"--experts {choice!r}: expected one of {', '.join(EXPERT_CHOICES)}")
+    if choice != "auto":
+        return choice
+    return "grouped_mm" if device == "cuda" and hasattr(torch, "_grouped_mm") else "loop"
+
+
+def kind_name(spec: Any) -> str:
+    return "gemma2" if spec.post_norms else "moe" if spec.num_experts else "llama"
+
+
+def build_layers(spec: Any, zoo_ops: dict[str, Callable[..., Any]], dtype: Any, device: str, seed: int, context: int,
+                 room: int, experts: str, layer_index: int) -> tuple[Any, Any, dict[str, Any]]:
+    """(the plain layer, the same layer with the zoo's roles it takes patched in, the document's `layer` entry: kind,
+    experts way, layer index and window, and the zoo's roles this layer does not take); ValueError in one line where
+    the zoo serves none of its roles or an argument does not fit."""
+    from evo.zoo.layers import decoder_layer
+    from evo.zoo.patch import patch, roles_of
+
+    def make() -> Any:
+        return decoder_layer(spec, experts=experts, layer_index=layer_index, dtype=dtype, device=device, seed=seed,
+                             context=context, max_tokens=room)
+
+    plain = make()  # one seed, so both layers hold the same weights
+    ops = {role: op for role, op in zoo_ops.items() if role in roles_of(plain)}
+    if not ops:
+        raise ValueError(f"the zoo module serves none of {spec.name}'s layer roles ({', '.join(roles_of(plain))})")
+    kind = kind_name(spec)
+    info: dict[str, Any] = {"kind": kind, "unused_roles": sorted(set(zoo_ops) - set(ops))}
+    if kind == "moe":
+        info["experts"] = experts
+    if kind == "gemma2":
+        info.update(layer_index=layer_index, window=plain.window)
+    return plain, patch(make(), ops), info
+
+
+def layer_note(spec: Any, plan: list[Any], roles: dict[str, str], info: dict[str, Any]) -> str:
+    """One line: the layer's parts the zoo runs (its roles and their operators) and those torch runs (the plan's roles
+    the zoo lacks, those no operator serves, and the kind's own torch parts)."""
+    kind = info["kind"]
+    layer_roles = [p for p in plan if p.scope == "layer"]
+    lacking = sorted({p.role for p in layer_roles if p.role not in roles and p.role != "cache_attention"})
+    torch_parts = [*(f"{r} (not in the zoo)" if any(p.role == r and p.operator for p in layer_roles)
+                     else f"{r} (no operator)" for r in lacking), *_TORCH_PARTS[kind]]
+    if kind == "moe":
+        if not {"moe_gate_up", "moe_down"} <= set(roles):
+            torch_parts.append("the experts' GEMMs of the moe roles not in the zoo")
+        if spec.shared_expert_size:
+            torch_parts.append("the shared expert's sigmoid gate")
+    if kind == "gemma2" and roles.get("gate_up") == "gemm":
+        torch_parts.append("GeGLU after the gemm gate_up (T > 16)")
+    zoo = ", ".join(f"{r} ({op})" for r, op in roles.items())
+    what = {"moe": f"MoE layer, {spec.num_experts} experts top-{spec.experts_per_token}",
+            "gemma2": f"Gemma-2 layer {info.get('layer_index', 0)}, "
+                      + (f"a window of {info['window']} keys" if info.get("window") else "global"),
+            "llama": "Llama-style layer"}[kind]
+    experts = f"; the torch layer's experts run by {info['experts']} (--experts)" if kind == "moe" else ""
+    return f"{spec.name} ({what}): the zoo runs {zoo}; torch runs {'; '.join(torch_parts) or 'nothing else'}{experts}"
