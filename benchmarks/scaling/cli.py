@@ -85,6 +85,10 @@ def check_args(args: argparse.Namespace) -> str | None:
         return f"--context {args.context}: expected 0 or more"
     if args.analyse is not None and not Path(args.analyse).is_dir():
         return f"--analyse {args.analyse}: no such folder"
+    if args.problems is not None and args.experiment is None and args.zoo is not None:
+        return "--problems chooses among --experiment's problems; a zoo is searched whole"
+    if args.keep is not None and args.analyse is None and Path(args.keep).exists() and any(Path(args.keep).iterdir()):
+        return f"--keep {args.keep}: already holds files (an earlier session's?); name a new or empty folder"
     return None
 
 

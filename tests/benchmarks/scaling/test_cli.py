@@ -18,7 +18,8 @@ EXPERIMENTS = ROOT / "experiments"
     (["--analyse", "/nonexistent-folder"], "no such folder"),
     (["--problems", "0"], "--problems 0"), (["--problems", "2", "2"], "distinct"),
     (["--experiment", str(EXPERIMENTS / "smoke.yaml")], "smoke"), (["--experiment", "/nonexistent.yaml"], "no such"),
-    (["--zoo", "/nonexistent.json"], "no such file"),
+    (["--zoo", "/nonexistent.json"], "no such file"), (["--zoo", "m.json", "--problems", "1"], "searched whole"),
+    (["--keep", str(EXPERIMENTS)], "already holds files"),
 ])
 def test_bad_arguments_are_one_line(argv, words, capsys):
     assert cli.main(argv) == 2
