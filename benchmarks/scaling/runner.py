@@ -26,7 +26,7 @@ from benchmarks.scaling.workloads import Workload, run_env
 __all__ = ["run_once", "keep_run", "cpu_ticks", "ROOT"]
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout: `python -m evo` runs from here
-_STOP_GRACE_S = 60.0  # after SIGINT, before the run is killed
+_STOP_GRACE_S = 30.0  # after SIGINT, before the run is killed
 
 
 def cpu_ticks() -> tuple[int, int]:

@@ -126,8 +126,11 @@ def experiment_workload(path: str | Path, problems: Sequence[str] | None, run_s:
 
 def zoo_workload(model: str | Path, tokens: str, context: int, wall_s: float, evaluations: int | None,
                  plan_dir: Path) -> Workload:
-    """A model's zoo as `evo zoo MODEL --run` searches it, planned by `evo zoo` into `plan_dir` first. ValueError
-    (one line: `evo zoo`'s own) when the model or the options are refused."""
+    """A model's zoo as `evo zoo MODEL --run` searches it, planned by `evo zoo` into `plan_dir` (new or empty: the
+    plan is read back from it) first. ValueError (one line: `evo zoo`'s own) when the model or the options are
+    refused."""
+    if plan_dir.exists() and any(plan_dir.iterdir()):
+        raise ValueError(f"{plan_dir}: already holds files; the zoo is planned into a new or empty folder")
     args = [str(model), "--tokens", tokens, "--context", str(context), "--wall-s", f"{wall_s:g}"]
     if evaluations is not None:
         args += ["--evaluations", str(evaluations)]

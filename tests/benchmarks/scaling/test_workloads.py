@@ -74,6 +74,8 @@ def test_a_zoo_is_planned_by_evo_zoo_and_run_by_evo_zoo_run(tmp_path):
                                                                                              "zoo"), "--run"]
     assert command[command.index("--wall-s") + 1] == "3" and command[command.index("--context") + 1] == "16"
     assert sorted(p.name for p in (tmp_path / "plan" / "tiny").glob("*.yaml"))  # the plan, as evo zoo wrote it
+    with pytest.raises(ValueError, match="already holds files"):  # another plan there would be read as this one's
+        zoo_workload(EXPERIMENTS / "models" / "tiny.yaml", "1", 16, 3.0, None, tmp_path / "plan")
 
 
 def test_a_model_the_zoo_refuses_is_its_one_line(tmp_path):
