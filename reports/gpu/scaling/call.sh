@@ -22,8 +22,9 @@ set -u
 T0=$(date +%s)
 H0=$PWD; mkdir -p /tmp/h && tar xzf .gpu-head.tgz -C /tmp/h && cp -r evo_kernels.egg-info /tmp/h/ && cd /tmp/h || exit 1
 COMMIT=$(python3 -c "import tarfile; print(tarfile.open('$H0/.gpu-head.tgz').pax_headers.get('comment', '?'))")
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $H0/.whl/*.whl 2>/dev/null
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $H0/.whl/*.whl \
+  && export PYTHONPATH=/tmp/site:$PWD || { echo "installing .whl failed (carry .whl: bash ../shared/gpu/prepare-wheels.sh)"; exit 1; }
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || echo "pip -e failed: using the carried egg-info"
 R=$OUT/res; mkdir -p $R; nvidia-smi -L; echo "cores: $(nproc); code: $COMMIT"
 WORK=${WORK:-both}; GPUS=${GPUS:-1 2 4}
