@@ -11,7 +11,8 @@ load. A program keeps the running maximum, sum and weighted values of its slice 
 writes them to its slot of a workspace, and the last program of a KV head to arrive (an arrival counter, reset by that
 program for the next launch, so a CUDA graph replays it) combines the slots in split order: deterministic. The
 output is [B, Tq, H, D], contiguous: what transformers' attention interface returns. A query row no key is allowed
-for gets zeros.
+for gets zeros. SOFTCAP > 0 caps the scores before the mask, cap * tanh(scores / cap) (Gemma 2's
+attn_logit_softcapping: `cache_attention+softcap50`); a sliding window is the mask's to say.
 """
 
 import torch
@@ -26,7 +27,7 @@ from evo.launch.runtime import BoundKernel
 @triton.jit
 def _slice(q, k_ptr, v_ptr, mask_ptr, t, row_ok, d, d_ok, lo, hi, sk_l, sk_d, sv_l, sv_d, sm_t, sm_l, scale,
            ROWS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, SKIP_MASKED: tl.constexpr,
-           NUM_STAGES: tl.constexpr):
+           NUM_STAGES: tl.constexpr, SOFTCAP: tl.constexpr):
     """Online softmax over keys lo..hi of one KV head: (running max, running sum, weighted values) of every row."""
     m_i = tl.full([ROWS], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([ROWS], dtype=tl.float32)
@@ -44,6 +45,8 @@ def _slice(q, k_ptr, v_ptr, mask_ptr, t, row_ok, d, d_ok, lo, hi, sk_l, sk_d, sv
             k = tl.load(k_ptr + cols[:, None] * sk_l + d[None, :] * sk_d, mask=col_ok[:, None] & d_ok[None, :],
                         other=0.0)
             s = tl.dot(q, tl.trans(k)) * scale
+            if SOFTCAP > 0:  # cap * tanh(s / cap), as tanh(x) = 2 sigmoid(2x) - 1
+                s = SOFTCAP * (2.0 * tl.sigmoid(s * (2.0 / SOFTCAP)) - 1.0)
             s = tl.where(allowed, s, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, 1))
             m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet: no NaN from -inf - -inf
@@ -63,7 +66,7 @@ def cache_attention_kernel(q_ptr, k_ptr, v_ptr, mask_ptr, o_ptr, ws_ptr, ml_ptr,
                            sm_b, sm_t, sm_l, L, chunk, scale,
                            H_KV: tl.constexpr, GROUP: tl.constexpr, TQ: tl.constexpr, D: tl.constexpr,
                            BLOCK_D: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, SPLITS: tl.constexpr,
-                           SKIP_MASKED: tl.constexpr, NUM_STAGES: tl.constexpr):
+                           SKIP_MASKED: tl.constexpr, NUM_STAGES: tl.constexpr, SOFTCAP: tl.constexpr):
     pid = tl.program_id(0)  # b * H_KV + KV head
     split = tl.program_id(1)
     b = pid // H_KV
@@ -80,7 +83,7 @@ def cache_attention_kernel(q_ptr, k_ptr, v_ptr, mask_ptr, o_ptr, ws_ptr, ml_ptr,
     hi = tl.minimum(lo + chunk, L)
     m_i, l_i, acc = _slice(q, k_ptr + b * sk_b + kv * sk_h, v_ptr + b * sv_b + kv * sv_h, mask_ptr + b * sm_b, t,
                            row_ok, d, d_ok, lo, hi, sk_l, sk_d, sv_l, sv_d, sm_t, sm_l, scale, ROWS, BLOCK_N, BLOCK_D,
-                           SKIP_MASKED, NUM_STAGES)
+                           SKIP_MASKED, NUM_STAGES, SOFTCAP)
     out_rows = (b * TQ + t) * (H_KV * GROUP) + head  # o[b, t, head, :]
     if SPLITS == 1:
         o = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
@@ -157,7 +160,8 @@ def cache_attention_plan(q, k, v, mask, out, config):
         counters = torch.zeros(programs, dtype=torch.int32, device=q.device)
     kernel = BoundKernel(cache_attention_kernel, (programs, splits),
                          {"num_warps": config["NUM_WARPS"], "num_stages": 1})
-    consts = (kv_heads, group, tq, dim, block_d, rows, block_n, splits, config["SKIP_MASKED"], config["NUM_STAGES"])
+    consts = (kv_heads, group, tq, dim, block_d, rows, block_n, splits, config["SKIP_MASKED"], config["NUM_STAGES"],
+              config["SOFTCAP"])
     shape = (batch, tq, heads, dim)
 
     def run(q, k, v, mask, out, scale):

@@ -9,6 +9,11 @@ place, any strides), mask bool [B, 1, Tq, L]; returns o [B, Tq, H, D] contiguous
 zeros. Problems are sized (batch, heads, kv_heads, q_len, kv_len, head_dim), as `attention`'s; the inputs' mask lets
 each query see the keys up to its own position in a cache filled to three quarters (the rest empty slots), so the
 search meets what a decode step meets. Throughput is GB/s: the kernel streams the cache.
+
+`cache_attention+softcap<cap>` caps the scores before the mask, cap * tanh(scores / cap), as Gemma 2 does
+(attn_logit_softcapping 50: `cache_attention+softcap50`; the cap spelled as attention's, operators/attention/names.py);
+its window, on the sliding layers, is in the mask transformers passes. SDPA cannot cap: its contenders are the
+family's eager path (transformers' Gemma-2 eager attention with the mask made additive) and torch.compile of it.
 """
 
 from __future__ import annotations
@@ -23,14 +28,17 @@ from genomes.base import Genome, GenomeFamily
 from genomes.cache_attention import CacheAttentionFamily
 from genomes.rowwise import ELEM_BYTES
 from operators._paste import pasted_source
+from operators.attention.names import cap_text
 from operators.base import Baseline, Operator
 
-__all__ = ["CacheAttentionOperator", "KERNEL_FILE", "SELFCHECK_FILE", "FILLED", "reference", "eager", "sdpa_gqa"]
+__all__ = ["CacheAttentionOperator", "KERNEL_FILE", "SELFCHECK_FILE", "FILLED", "reference", "eager", "sdpa_gqa",
+           "cache_attention_variant"]
 
 KERNEL_FILE = Path(__file__).with_name("kernel.py")
 SELFCHECK_FILE = Path(__file__).with_name("selfcheck.py")
 FILLED = 0.75  # of the cache written before the step's queries, in the inputs a problem is measured on
 TOLERANCE = {"fp16": 2e-3, "bf16": 1e-2}
+MAX_CAP = 1e6  # the largest logit cap a name takes, as attention's
 
 _HEADER = '''"""{title}
 """
@@ -60,18 +68,19 @@ def cache_attention(q, k, v, mask, scale=None, out=None):
 '''
 
 
-def reference(*inputs: Any) -> Any:
-    """The exact result in fp32, [B, Tq, H, D] (selfcheck.py, imported on use: it imports torch)."""
+def reference(*inputs: Any, softcap: float = 0.0) -> Any:
+    """The exact result in fp32, [B, Tq, H, D], the logits capped at `softcap` (0: not) (selfcheck.py, imported on
+    use: it imports torch)."""
     from operators.cache_attention.selfcheck import selfcheck_reference
 
-    return selfcheck_reference(*inputs)
+    return selfcheck_reference(*inputs, softcap=softcap)
 
 
-def eager(*inputs: Any) -> Any:
-    """transformers' SDPA path with a mask (selfcheck.py's baseline)."""
+def eager(*inputs: Any, softcap: float = 0.0) -> Any:
+    """transformers' SDPA path with a mask, or with a cap its eager path (selfcheck.py's baseline)."""
     from operators.cache_attention.selfcheck import selfcheck_baseline
 
-    return selfcheck_baseline(*inputs)
+    return selfcheck_baseline(*inputs, softcap=softcap)
 
 
 def sdpa_gqa(q: Any, k: Any, v: Any, mask: Any, scale: float | None = None) -> Any:
@@ -83,15 +92,21 @@ def sdpa_gqa(q: Any, k: Any, v: Any, mask: Any, scale: float | None = None) -> A
     return o.transpose(1, 2).contiguous()
 
 
-def _compiled(problem: Problem) -> Any:
-    import torch
-
-    torch._dynamo.reset()  # a fresh cache per problem: every shape compiled statically
-
+def _eager_of(softcap: float) -> Any:
     def attention(*inputs: Any) -> Any:
-        return eager(*inputs)
+        return eager(*inputs, softcap=softcap)
 
-    return torch.compile(attention, mode="max-autotune-no-cudagraphs", dynamic=False, fullgraph=True)
+    return attention
+
+
+def _compiled(softcap: float) -> Any:
+    def make(problem: Problem) -> Any:
+        import torch
+
+        torch._dynamo.reset()  # a fresh cache per problem: every shape compiled statically
+        return torch.compile(_eager_of(softcap), mode="max-autotune-no-cudagraphs", dynamic=False, fullgraph=True)
+
+    return make
 
 
 class CacheAttentionOperator(Operator):
@@ -102,6 +117,13 @@ class CacheAttentionOperator(Operator):
     entry = "cache_attention"
     throughput_unit = "GB/s"
     torch_schema = "(Tensor q, Tensor k, Tensor v, Tensor mask, float? scale=None) -> Tensor"
+
+    def __init__(self, overrides: dict[str, list[Any]] | None = None, softcap: float = 0.0) -> None:
+        if isinstance(softcap, bool) or not 0 <= softcap <= MAX_CAP:
+            raise ValueError(f"cache_attention: the logit cap must be 0 (none) or in (0, {MAX_CAP:g}]; got {softcap!r}")
+        self.softcap = float(softcap)
+        self.name = "cache_attention" + (f"+softcap{cap_text(self.softcap)}" if self.softcap else "")
+        super().__init__(overrides)
 
     def make_family(self, overrides: dict[str, list[Any]] | None) -> GenomeFamily:
         return CacheAttentionFamily(overrides)
@@ -120,8 +142,10 @@ class CacheAttentionOperator(Operator):
         self.family.require(genome, problem, target, self.name)
         g = genome.as_dict()
         config = {"BLOCK_N": g["BLOCK_N"], "SPLITS": g["SPLITS"], "SKIP_MASKED": g["skip_masked"],
-                  "NUM_WARPS": g["num_warps"], "NUM_STAGES": g["num_stages"]}
-        title = (f"evo kernel: {self.name} (attention over a KV cache with a mask) rendered from genome {genome.hash} "
+                  "NUM_WARPS": g["num_warps"], "NUM_STAGES": g["num_stages"], "SOFTCAP": self.softcap}
+        what = f", logits capped at {self.softcap:g}" if self.softcap else ""
+        title = (f"evo kernel: {self.name} (attention over a KV cache with a mask{what}) rendered from genome "
+                 f"{genome.hash} "
                  f"for {problem.key} on sm_{target.arch}.\n\n" + textwrap.fill(f"Genome: {genome}", 100))
         config_text = "{\n" + "".join(f"    {k!r}: {v!r},\n" for k, v in config.items()) + "}"
         return _HEADER.format(title=title, runtime=runtime_source().rstrip("\n"), config=config_text) \
@@ -158,29 +182,35 @@ class CacheAttentionOperator(Operator):
         return [(b, h, tq, dim), (b, hk, length, dim), (b, hk, length, dim), (b, 1, tq, length), (b, tq, h, dim)]
 
     def reference(self, *inputs: Any) -> Any:
-        return reference(*inputs)
+        return reference(*inputs, softcap=self.softcap)
 
     def tolerance(self, problem: Problem) -> float:
         return TOLERANCE[problem.dtype]
 
     def baselines(self) -> list[Baseline]:
+        if self.softcap:
+            return [Baseline("eager", lambda problem: _eager_of(self.softcap),
+                             f"transformers' Gemma-2 eager attention with a mask (logits capped at {self.softcap:g}): "
+                             "K and V repeated per query head, matmul, tanh cap, additive mask, fp32 softmax")]
         return [Baseline("eager", lambda problem: eager,
                          "transformers' SDPA path with a mask: K and V repeated per query head, then SDPA")]
 
     def bench_baselines(self) -> list[Baseline]:
-        gqa = Baseline("sdpa_gqa", lambda problem: sdpa_gqa, "SDPA with enable_gqa and the mask")
-        return [*self.baselines(), gqa, *self.tuner_baselines()]
+        gqa = [] if self.softcap else [Baseline("sdpa_gqa", lambda problem: sdpa_gqa,
+                                                "SDPA with enable_gqa and the mask")]  # (SDPA cannot cap)
+        return [*self.baselines(), *gqa, *self.tuner_baselines()]
 
     def tuner_baselines(self, effort: str = "full", budget_s: int | None = None) -> list[Baseline]:
-        return [Baseline("torch_compile", _compiled,
-                         "torch.compile(mode='max-autotune-no-cudagraphs') of transformers' SDPA path")]
+        path = "its Gemma-2 eager path" if self.softcap else "transformers' SDPA path"
+        return [Baseline("torch_compile", _compiled(self.softcap),
+                         f"torch.compile(mode='max-autotune-no-cudagraphs') of {path}")]
 
     def selfcheck_source(self, problem: Problem) -> str:
         """The problem's constants above operators/cache_attention/selfcheck.py pasted verbatim."""
         d = problem.dims
         head = ["import torch", "", f"SELFCHECK_SIZES = {tuple(d[n] for n in self.dims)!r}  # {', '.join(self.dims)}",
                 f"SELFCHECK_DTYPE = torch.{DTYPES[problem.dtype]}", f"SELFCHECK_FILLED = {FILLED!r}",
-                f"SELFCHECK_TOLERANCE = {self.tolerance(problem)!r}", "", ""]
+                f"SELFCHECK_TOLERANCE = {self.tolerance(problem)!r}", f"SELFCHECK_SOFTCAP = {self.softcap!r}", "", ""]
         return "\n".join(head) + pasted_source(SELFCHECK_FILE)
 
     def flops(self, problem: Problem) -> int:
@@ -194,3 +224,23 @@ class CacheAttentionOperator(Operator):
         cache = 2 * d["batch"] * d["kv_heads"] * d["kv_len"] * d["head_dim"] * e
         return cache + 2 * d["batch"] * d["heads"] * d["q_len"] * d["head_dim"] * e \
             + d["batch"] * d["q_len"] * d["kv_len"]
+
+
+def cache_attention_variant(options: tuple[str, ...], overrides: dict[str, list[Any]] | None = None
+                            ) -> CacheAttentionOperator:
+    """`cache_attention+softcap<cap>` (the evo.operator_variants entry point of "cache_attention"), the cap spelled
+    as attention's: cache_attention+softcap50; ValueError naming a bad option."""
+    given = "+".join(("cache_attention", *options))
+    if len(options) != 1 or not options[0].startswith("softcap"):
+        raise ValueError(f"cache_attention takes one option, softcap<cap> (cache_attention+softcap50: Gemma 2's "
+                         f"attn_logit_softcapping); got {given!r}")
+    text = options[0].removeprefix("softcap")
+    try:
+        cap = float(text)
+    except ValueError:
+        cap = None
+    if cap is None or not 0 < cap <= MAX_CAP:
+        raise ValueError(f"{given}: softcap takes a positive number up to 1e6 in its name, e.g. softcap50")
+    if cap_text(cap) != text:
+        raise ValueError(f"{given}: write the cap cache_attention+softcap{cap_text(cap)}")
+    return CacheAttentionOperator(overrides, softcap=cap)

@@ -57,6 +57,7 @@ PROBLEMS: dict[str, list[tuple[tuple[int, ...], str, int]]] = {
     "moe_gate_up": [((16, 8, 2, 14336, 4096), "bf16", 2)],
     "moe_down": [((2048, 8, 2, 4096, 14336), "bf16", 2)],
     "cache_attention": [((1, 32, 8, 1, 4097, 128), "bf16", 3)],
+    "cache_attention+softcap50": [((1, 16, 8, 1, 4097, 256), "bf16", 3)],  # Gemma-2-9B's decode step
     "fp8_gemm": [((2048, 4096, 4096), "bf16", 4), ((16, 4096, 4096), "fp16", 3)],
     "fp8_gemm+channel": [((16, 14336, 4096), "bf16", 3), ((1000, 3000, 1000), "fp16", 3)],
     "fp8_gemm+block": [((2048, 4096, 4096), "bf16", 3), ((7, 1000, 384), "bf16", 3)],

@@ -9,7 +9,9 @@ on what `evo bench experiments/gemma2_*.yaml` finds).
   PyTorch and torch.compile of it;
 - `gemm+geglu` (the gate_up of T > 16 tokens: B = [gate | up], [3584, 2 x 14336]) at M = 128 and 2048, against
   eager PyTorch (cuBLAS on the merged weight, then gelu_tanh(gate) * up, as for gemm+swiglu) and torch.compile of it
-  (max-autotune-no-cudagraphs; issue 45's goal is >= 1.05x it).
+  (max-autotune-no-cudagraphs; issue 45's goal is >= 1.05x it);
+- `cache_attention+softcap50`: a decode step over a static cache of 4097 slots (a mask, as transformers passes one)
+  at Gemma-2-9B's heads, against transformers' Gemma-2 eager path with that mask and torch.compile of it.
 
 Checked with the search's own check (poisoned output, inputs untouched) in bf16; timed with triton.testing.do_bench
 (median, L2 flushed) in one process.
@@ -31,7 +33,9 @@ PROBLEMS = [("attention+causal+softcap50", (1, 16, 8, 2048, 2048, 256)),
             ("attention+causal+softcap50+window4096", (1, 16, 8, 1, 8193, 256)),
             ("linear+geglu", (1, 14336, 3584)), ("linear+rmsnorm+geglu", (1, 14336, 3584)),
             ("linear+rmsnorm+geglu", (16, 14336, 3584)),
-            ("gemm+geglu", (128, 14336, 3584)), ("gemm+geglu", (2048, 14336, 3584))]
+            ("gemm+geglu", (128, 14336, 3584)), ("gemm+geglu", (2048, 14336, 3584)),
+            ("cache_attention+softcap50", (1, 16, 8, 1, 4097, 256)),
+            ("cache_attention+softcap50", (1, 16, 8, 4, 4100, 256))]
 
 
 def _rel(a: Any, b: Any) -> float:
