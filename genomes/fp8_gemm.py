@@ -24,7 +24,7 @@ import numpy as np
 from evo.problem import Problem, Target
 from genomes import labels
 from genomes.base import Descriptor, Genome, GenomeFamily
-from genomes.genes import Boolean, Gene, IntChoice, PowerOfTwo
+from genomes.genes import Boolean, Categorical, Gene, IntChoice, PowerOfTwo
 from genomes.rowwise import next_pow2
 from genomes.rule_table import FromTable, Rule, unmovable
 
@@ -65,6 +65,12 @@ def rules(mode: str) -> tuple[Rule, ...]:
     def step_in_one_group(g, p, t):
         if block and g["BLOCK_K"] > SCALE_BLOCK:
             return f"BLOCK_K={g['BLOCK_K']} spans more than one {SCALE_BLOCK}-wide scale group of K"
+        return None
+
+    def descriptor_rows_aligned(g, p, t):
+        k = p.dims["K"]
+        if g["memory"] == "descriptor" and k % 16:
+            return f"tensor descriptors need rows of 16-byte multiples; K={k} bytes of e4m3 is not"
         return None
 
     def promote_canonical(g, p, t):
@@ -121,6 +127,7 @@ def rules(mode: str) -> tuple[Rule, ...]:
     return (
         Rule("whole_groups", whole_groups, unmovable(whole_groups)),  # the problem's own (a smoke run's clipped K)
         Rule("step_in_one_group", step_in_one_group, lambda fam, g, p, t: fam._step_down(g, "BLOCK_K")),
+        Rule("descriptor_rows_aligned", descriptor_rows_aligned, lambda fam, g, p, t: fam._set(g, "memory", "pointer")),
         Rule("promote_canonical", promote_canonical, lambda fam, g, p, t: fam._set(g, "promote", False)),
         Rule("block_m_fits", block_m_fits, lambda fam, g, p, t: fam._step_down(g, "BLOCK_M"), hard=False),
         Rule("block_n_fits", block_n_fits, lambda fam, g, p, t: fam._step_down(g, "BLOCK_N"), hard=False),
@@ -155,6 +162,8 @@ class FP8GemmFamily(FromTable, GenomeFamily):
                       doc="rows of tiles a group of programs walks column by column (L2 reuse of W)"),
             PowerOfTwo("SPLIT_K", 1, 16, group="split",
                        doc="programs sharing one output tile's K, reduced in split order by the last to arrive"),
+            Categorical("memory", ("pointer", "descriptor"), group="structure", implied=("pointer",),
+                        doc="a and W by pointer loads, or through tensor descriptors made in the kernel (TMA)"),
             Boolean("swap_ab", group="structure", doc="compute y^T = W a^T: W's rows on the tensor core's wide side"),
             Boolean("promote", group="structure",
                     doc="add each K step's product into the fp32 accumulator (Hopper's FP8 MMA accumulates with "
@@ -167,7 +176,7 @@ class FP8GemmFamily(FromTable, GenomeFamily):
         """128x128 tiles with 128-wide K steps, 4 warps, 3 stages, groups of 8 rows of tiles, no split; updated by
         `values`."""
         g = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "SPLIT_K": 1, "swap_ab": False,
-             "promote": False, "num_warps": 4, "num_stages": 3}
+             "promote": False, "memory": "pointer", "num_warps": 4, "num_stages": 3}
         g.update(values)
         return g
 
@@ -184,20 +193,24 @@ class FP8GemmFamily(FromTable, GenomeFamily):
 
     def seeds(self, problem: Problem, target: Target) -> list[Genome]:
         """Prefill tiles (128x128 and 128x256 at 8 warps, 64x128), each with and without promotion outside the block
-        mode; for a few rows (M <= 64) W's rows on the wide side (swap_ab) with the split that fills the GPU."""
+        mode; for a few rows (M <= 64) W's rows on the wide side (swap_ab) with the split that fills the GPU; each by
+        pointers and through tensor descriptors."""
         m = problem.dims["M"]
         raw = []
         for bm, bn, bk, warps, stages in ((128, 128, 128, 8, 4), (128, 256, 128, 8, 3), (64, 128, 128, 4, 4),
                                           (128, 128, 64, 4, 5)):
             for promote in (False, True):
-                raw.append(self.base(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages,
-                                     promote=promote))
+                for memory in ("pointer", "descriptor"):
+                    raw.append(self.base(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages,
+                                         promote=promote, memory=memory))
         if m <= 64:
             bm = max(16, next_pow2(m))
             for bn, bk, stages in ((64, 128, 4), (128, 128, 4), (64, 256, 3)):
                 for waves in (1, 2):
-                    raw.append(self.base(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, swap_ab=True, num_stages=stages,
-                                         GROUP_M=1, SPLIT_K=self.fill_split(problem, target, bm, bn, bk, waves)))
+                    for memory in ("pointer", "descriptor"):
+                        raw.append(self.base(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, swap_ab=True, num_stages=stages,
+                                             GROUP_M=1, memory=memory,
+                                             SPLIT_K=self.fill_split(problem, target, bm, bn, bk, waves)))
         return self._repaired_seeds(raw, problem, target)
 
     def descriptors(self) -> dict[str, Descriptor]:

@@ -19,7 +19,8 @@ Structure switches (constexpr):
 - SPLIT_K > 1: each program publishes its fp32 partial tile into its own workspace slot and counts itself in; the
   last to arrive sums the slots in split order (deterministic), scales, stores y and zeroes the counter for the next
   launch (a CUDA graph replays it with no extra kernels).
-Rows of a past M and of W past N read the last row again and are never stored: the loads need no row masks.
+- MEMORY "descriptor": a and W through tensor descriptors made in the kernel (TMA on Hopper; K a multiple of 16),
+  else pointer loads, rows of a past M and of W past N reading the last row again (never stored: no row masks).
 """
 
 import torch
@@ -53,13 +54,14 @@ def _tile_of(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: t
 
 
 @triton.jit
-def _product(a_rows, w_rows, as_rows, ws_rows, k_lo, K: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr,
-             BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MASK_K: tl.constexpr, SWAP_AB: tl.constexpr,
-             PROMOTE: tl.constexpr, BLOCK_SCALES: tl.constexpr, W_SCALE_ONE: tl.constexpr, SCALE_BLOCK: tl.constexpr,
-             NUM_STAGES: tl.constexpr):
+def _product(a_rows, w_rows, m0, n0, as_rows, ws_rows, k_lo, K: tl.constexpr, CHUNK: tl.constexpr,
+             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MASK_K: tl.constexpr,
+             TMA: tl.constexpr, SWAP_AB: tl.constexpr, PROMOTE: tl.constexpr, BLOCK_SCALES: tl.constexpr,
+             W_SCALE_ONE: tl.constexpr, SCALE_BLOCK: tl.constexpr, NUM_STAGES: tl.constexpr):
     """The fp32 tile over K in [k_lo, k_lo + CHUNK): [BLOCK_M, BLOCK_N], or [BLOCK_N, BLOCK_M] with SWAP_AB; with
     BLOCK_SCALES each step's product already scaled by its group's scales (as_rows: each row's scale row, ws_rows:
-    the scale row of each W row's block, or of the tile's one block with W_SCALE_ONE)."""
+    the scale row of each W row's block, or of the tile's one block with W_SCALE_ONE). a_rows and w_rows are the
+    tile's row pointers, or with TMA tensor descriptors of a and W read at rows m0 and n0 (zeros past the edges)."""
     offs_k = tl.arange(0, BLOCK_K)
     if SWAP_AB:
         acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
@@ -67,7 +69,10 @@ def _product(a_rows, w_rows, as_rows, ws_rows, k_lo, K: tl.constexpr, CHUNK: tl.
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k in tl.range(k_lo, k_lo + CHUNK, BLOCK_K, num_stages=NUM_STAGES):
         ks = k + offs_k
-        if MASK_K:
+        if TMA:
+            a = a_rows.load([m0, k])
+            w = w_rows.load([n0, k])
+        elif MASK_K:
             a = tl.load(a_rows + ks[None, :], mask=(ks < K)[None, :], other=0.0)
             w = tl.load(w_rows + ks[None, :], mask=(ks < K)[None, :], other=0.0)
         else:
@@ -138,7 +143,7 @@ def fp8_gemm_kernel(a_ptr, w_ptr, y_ptr, as_ptr, ws_ptr, slots_ptr, count_ptr, M
                     K: tl.constexpr, GROUPS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                     BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr, CHUNK: tl.constexpr,
                     MASK_K: tl.constexpr, SWAP_AB: tl.constexpr, PROMOTE: tl.constexpr, BLOCK_SCALES: tl.constexpr,
-                    A_PER_ROW: tl.constexpr, W_PER_ROW: tl.constexpr, SCALE_BLOCK: tl.constexpr,
+                    A_PER_ROW: tl.constexpr, W_PER_ROW: tl.constexpr, SCALE_BLOCK: tl.constexpr, TMA: tl.constexpr,
                     NUM_STAGES: tl.constexpr):
     pid_m, pid_n = _tile_of(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     pid_k = tl.program_id(1)
@@ -146,8 +151,12 @@ def fp8_gemm_kernel(a_ptr, w_ptr, y_ptr, as_ptr, ws_ptr, slots_ptr, count_ptr, M
     rows_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     last_m = tl.minimum(rows_m, M - 1)
     last_n = tl.minimum(rows_n, N - 1)
-    a_rows = a_ptr + last_m.to(tl.int64)[:, None] * K
-    w_rows = w_ptr + last_n.to(tl.int64)[:, None] * K
+    if TMA:  # tensor descriptors made here (TMA on Hopper): reads past the edges return zeros
+        a_rows = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[K, 1], block_shape=[BLOCK_M, BLOCK_K])
+        w_rows = tl.make_tensor_descriptor(w_ptr, shape=[N, K], strides=[K, 1], block_shape=[BLOCK_N, BLOCK_K])
+    else:
+        a_rows = a_ptr + last_m.to(tl.int64)[:, None] * K
+        w_rows = w_ptr + last_n.to(tl.int64)[:, None] * K
     # block scales: a_scale[M, GROUPS] row by row; w_scale[ceil(N / 128), GROUPS], one row per 128 rows of W
     as_rows = as_ptr + last_m * GROUPS
     W_SCALE_ONE: tl.constexpr = BLOCK_N <= SCALE_BLOCK  # a power-of-two tile of W lies within one block
@@ -155,8 +164,8 @@ def fp8_gemm_kernel(a_ptr, w_ptr, y_ptr, as_ptr, ws_ptr, slots_ptr, count_ptr, M
         ws_rows = ws_ptr + (pid_n * BLOCK_N // SCALE_BLOCK) * GROUPS
     else:
         ws_rows = ws_ptr + (last_n // SCALE_BLOCK) * GROUPS
-    acc = _product(a_rows, w_rows, as_rows, ws_rows, pid_k * CHUNK, K, CHUNK, BLOCK_M, BLOCK_N, BLOCK_K, MASK_K,
-                   SWAP_AB, PROMOTE, BLOCK_SCALES, W_SCALE_ONE, SCALE_BLOCK, NUM_STAGES)
+    acc = _product(a_rows, w_rows, pid_m * BLOCK_M, pid_n * BLOCK_N, as_rows, ws_rows, pid_k * CHUNK, K, CHUNK, BLOCK_M,
+                   BLOCK_N, BLOCK_K, MASK_K, TMA, SWAP_AB, PROMOTE, BLOCK_SCALES, W_SCALE_ONE, SCALE_BLOCK, NUM_STAGES)
     if SPLIT_K == 1:
         _scale_and_store(acc, y_ptr, as_ptr, ws_ptr, rows_m, rows_n, last_m, last_n, M, N, SWAP_AB, BLOCK_SCALES,
                          A_PER_ROW, W_PER_ROW)
@@ -256,11 +265,15 @@ def fp8_gemm_plan(a, weight, a_scale, w_scale, out, config):
     if split > 1:
         workspace = torch.empty(tiles * split * block_m * block_n, dtype=torch.float32, device=a.device)
         counters = torch.zeros(tiles, dtype=torch.int32, device=a.device)
+    tma = config["MEMORY"] == "descriptor"
+    if tma and (k % 16 or a.data_ptr() % 16 or weight.data_ptr() % 16):
+        raise ValueError(f"tensor descriptors (memory=descriptor) need a and weight at 16-byte aligned addresses with "
+                         f"rows of 16-byte multiples; K={k}")
     kernel = BoundKernel(fp8_gemm_kernel, (tiles, split),
-                         {"num_warps": config["NUM_WARPS"], "num_stages": config["NUM_STAGES"]})
+                         {"num_warps": config["NUM_WARPS"], "num_stages": config["NUM_STAGES"]}, scratch=tma)
     consts = (k, k // SCALE_BLOCK, block_m, block_n, block_k, config["GROUP_M"], split, chunk, split * chunk != k,
               config["SWAP_AB"], config["PROMOTE"], scales == "block", scales == "block" or a_scale.numel() > 1,
-              scales != "tensor", SCALE_BLOCK, config["NUM_STAGES"])
+              scales != "tensor", SCALE_BLOCK, tma, config["NUM_STAGES"])
     contiguous = all(t.is_contiguous() for t in (a, weight, a_scale, w_scale))
 
     def run(a, weight, a_scale, w_scale, out):

@@ -80,3 +80,12 @@ def test_block_scales_need_whole_groups_of_k():
         "K=64 is not a multiple of 128: block scales cover whole 1x128 groups of K"]
     assert fam.violations(g, _problem((16, 256, 128)), HOPPER) == []
     assert FP8GemmFamily(mode="channel").violations(g, _problem((16, 256, 64)), HOPPER) == []
+
+
+def test_tensor_descriptors_need_rows_of_16_bytes():
+    fam = FP8GemmFamily(mode="channel")
+    g = fam.make(fam.base(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, memory="descriptor"))
+    assert fam.violations(g, _problem((16, 256, 100)), HOPPER) == [
+        "tensor descriptors need rows of 16-byte multiples; K=100 bytes of e4m3 is not"]
+    assert fam.repair(g, _problem((16, 256, 100)), HOPPER, None)["memory"] == "pointer"
+    assert fam.violations(g, _problem((16, 256, 112)), HOPPER) == []

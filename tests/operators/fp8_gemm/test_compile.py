@@ -1,6 +1,6 @@
 """The FP8 GEMM compiles for Hopper (sm_90) without a GPU, one genome per scale mode and structure: the plain tile,
 promotion, a wide W tile (block scales per column), swap_ab with a split of K (decode), a K that is not a multiple of
-BLOCK_K (tests/operators/hopper_compile.py)."""
+BLOCK_K, a and W through tensor descriptors (tests/operators/hopper_compile.py)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,12 @@ CASES = [
     ("fp8_gemm+block", PREFILL, (2048, 4096, 4096), "bf16"),
     ("fp8_gemm+block", dict(PREFILL, BLOCK_M=64, BLOCK_N=256, num_stages=3), (2048, 6144, 4096), "bf16"),
     ("fp8_gemm+block", DECODE, (16, 4096, 14336), "bf16"),
+    # a and W through tensor descriptors (TMA)
+    ("fp8_gemm", dict(PREFILL, memory="descriptor"), (2048, 4096, 4096), "bf16"),
+    ("fp8_gemm+channel", dict(DECODE, memory="descriptor"), (16, 4096, 4096), "bf16"),
+    ("fp8_gemm+block", dict(PREFILL, memory="descriptor"), (2048, 4096, 4096), "bf16"),
+    ("fp8_gemm+block", dict(PREFILL, BLOCK_M=64, BLOCK_N=256, num_stages=3, memory="descriptor"), (2048, 6144, 4096),
+     "bf16"),
 ]
 
 

@@ -49,11 +49,14 @@ def test_seeds_and_random_genomes_match_reference(name, shape, dtype):
 
 
 # genomes that take every branch: swap_ab with an ordered split and a masked last K step, group-M over several rows
-# of tiles, promotion, a W tile of 256 rows over three 128-row scale blocks (block mode: a scale per column)
+# of tiles, promotion, a W tile of 256 rows over three 128-row scale blocks (block mode: a scale per column), a and W
+# through tensor descriptors (reads past M, N and K return zeros)
 STRUCTURES = [dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=64, swap_ab=True, SPLIT_K=4, GROUP_M=1, num_stages=2),
               dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=32, GROUP_M=4, num_stages=3),
               dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=32, SPLIT_K=2, GROUP_M=4),
-              dict(BLOCK_M=16, BLOCK_N=256, BLOCK_K=128, num_warps=8, num_stages=1)]
+              dict(BLOCK_M=16, BLOCK_N=256, BLOCK_K=128, num_warps=8, num_stages=1),
+              dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=64, swap_ab=True, SPLIT_K=2, GROUP_M=1, memory="descriptor"),
+              dict(BLOCK_M=32, BLOCK_N=128, BLOCK_K=128, GROUP_M=4, memory="descriptor")]
 
 
 @pytest.mark.parametrize("genes", STRUCTURES)
@@ -132,6 +135,11 @@ def test_bad_input_is_one_line_naming_the_field(name):
         with pytest.raises(ValueError) as e:
             fn(*args)
         assert words in str(e.value) and "\n" not in str(e.value), (what, str(e.value))
+    tma = _module(op, p, BLOCK_M=16, BLOCK_N=64, BLOCK_K=64, GROUP_M=1, memory="descriptor")
+    a, w, sa, sw = op.make_inputs(p, 0, "cpu")
+    shifted = a.reshape(-1)[8:8 + 7 * 256].view(7, 256)  # 7 rows starting 8 bytes into a: not 16-byte aligned
+    with pytest.raises(ValueError, match="tensor descriptors .* need a and weight at 16-byte aligned addresses"):
+        tma(shifted, w, sa if name == "fp8_gemm" else sa[:7], sw)
     with pytest.raises(ValueError, match="out must be a contiguous bfloat16, float16 or float32 tensor"):
         fn(*op.make_inputs(p, 0, "cpu"), out=torch.empty(8, 384, dtype=torch.int32))
 
