@@ -230,11 +230,12 @@ def _check_scales(a, a_scale, w_scale, m, n, k, scales):
                              f"block of W[{n}, {k}]); got {_described(w_scale)}")
 
 
-def fp8_gemm_plan(a, weight, a_scale, w_scale, out, config):
+def fp8_gemm_plan(a, weight, a_scale, w_scale, out, out_dtype, config):
     """Check the arguments (ValueError naming what is wrong) and fix what depends only on their signature: sizes,
     grid, workspace and the bound kernel. Returns run(a, weight, a_scale, w_scale, out) for every call of this
-    signature. `config` holds the genome's constants (the rendered module's CONFIG). The workspace belongs to the
-    plan, like cuBLAS's: one stream at a time."""
+    signature. y is in `out_dtype`, else out's dtype, else the module's (config["OUT_DTYPE"]). `config` holds the
+    genome's constants (the rendered module's CONFIG). The workspace belongs to the plan, like cuBLAS's: one stream
+    at a time."""
     fp8 = torch.float8_e4m3fn
     if not isinstance(a, torch.Tensor) or a.dtype != fp8 or a.dim() == 0 or a.shape[-1] == 0:
         raise ValueError(f"a must be a float8_e4m3fn tensor [..., K] with K > 0; got {_described(a)}")
@@ -250,13 +251,17 @@ def fp8_gemm_plan(a, weight, a_scale, w_scale, out, config):
     n, m = weight.shape[0], a.numel() // k
     shape = (*a.shape[:-1], n)
     _check_scales(a, a_scale, w_scale, m, n, k, scales)
-    out_dtype = OUT_DTYPES[config["OUT_DTYPE"]]
+    if out_dtype is not None and out_dtype not in OUT_DTYPES.values():
+        raise ValueError(f"out_dtype must be torch.bfloat16, torch.float16 or torch.float32; got {out_dtype!r}")
     if out is not None:
         if (not isinstance(out, torch.Tensor) or out.shape != shape or out.dtype not in OUT_DTYPES.values()
                 or out.device != a.device or not out.is_contiguous()):
             raise ValueError(f"out must be a contiguous bfloat16, float16 or float32 tensor of shape {shape} on "
                              f"{a.device}; got {_described(out)}")
+        if out_dtype is not None and out.dtype != out_dtype:
+            raise ValueError(f"out is {out.dtype} but out_dtype is {out_dtype}: give one, or both alike")
         out_dtype = out.dtype
+    out_dtype = out_dtype or OUT_DTYPES[config["OUT_DTYPE"]]
     block_m, block_n, block_k, split = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"], config["SPLIT_K"]
     chunk = triton.cdiv(triton.cdiv(k, split), block_k) * block_k  # K per split, whole steps
     tiles = triton.cdiv(m, block_m) * triton.cdiv(n, block_n)

@@ -6,9 +6,10 @@ dtype (bf16 or fp16), W in nn.Linear's [out, in] layout as FP8 checkpoints store
   fp8_gemm+block     DeepSeek-V3's: a_scale [M, K/128] per 1x128 group, w_scale [ceil(N/128), K/128] per 128x128
                      block of W (K a multiple of 128)
 
-The entry is `fp8_gemm(a, weight, a_scale, w_scale, out=None)`; y is in the rendered problem's dtype, or out's. The
-rendered module is a header (the genome's constants and the entry) above operators/fp8_gemm/kernel.py pasted
-verbatim. Throughput is reported in TFLOP/s.
+The entry is `fp8_gemm(a, weight, a_scale, w_scale, out=None, out_dtype=None)`; y is in out_dtype, else out's dtype,
+else the rendered problem's. As a torch op (evo.api) out_dtype is the op's fifth argument, always given (its fake
+result must know it). The rendered module is a header (the genome's constants and the entry) above
+operators/fp8_gemm/kernel.py pasted verbatim. Throughput is reported in TFLOP/s.
 """
 
 from __future__ import annotations
@@ -49,13 +50,13 @@ CONFIG = {config}
 _PLANS = PlanCache()  # argument signature -> run(...): checks, grid, workspace and the bound kernel, done once
 
 
-def fp8_gemm(a, weight, a_scale, w_scale, out=None):
+def fp8_gemm(a, weight, a_scale, w_scale, out=None, out_dtype=None):
     """{doc}"""
     key = (signature(a), signature(weight), signature(a_scale), signature(w_scale),
-           None if out is None else signature(out))
+           None if out is None else signature(out), out_dtype)
     run = _PLANS.get(key)
     if run is None:
-        run = _PLANS.add(key, fp8_gemm_plan(a, weight, a_scale, w_scale, out, CONFIG))
+        run = _PLANS.add(key, fp8_gemm_plan(a, weight, a_scale, w_scale, out, out_dtype, CONFIG))
     return run(a, weight, a_scale, w_scale, out)
 
 
@@ -81,6 +82,9 @@ class FP8GemmOperator(Operator):
         self.name = "fp8_gemm" if scales == "tensor" else f"fp8_gemm+{scales}"
         super().__init__(overrides)
 
+    # the op's schema (evo.api): the output dtype is an argument, as its fake result must know it
+    torch_schema = "(Tensor a, Tensor weight, Tensor a_scale, Tensor w_scale, ScalarType out_dtype) -> Tensor"
+
     def make_family(self, overrides: dict[str, list[Any]] | None) -> GenomeFamily:
         return FP8GemmFamily(overrides, mode=self.scales)
 
@@ -103,9 +107,25 @@ class FP8GemmOperator(Operator):
         title = (f"evo kernel: {self.name} ({self.math.text}) rendered from genome {genome.hash} for {problem.key} on "
                  f"sm_{target.arch}.\n\n" + textwrap.fill(f"Genome: {genome}", 100))
         doc = (f"{self.math.text}, for a[..., K] and weight [N, K] float8_e4m3fn, {_SCALE_DOC[self.scales]}; returns "
-               f"y[..., N] in {DTYPES[problem.dtype]} (or out's dtype).")
+               f"y[..., N] in out_dtype (or out's dtype; by default {DTYPES[problem.dtype]}).")
         return _HEADER.format(title=title, runtime=runtime_source().rstrip("\n"), config=_config_text(config),
                               doc=doc) + pasted_source(KERNEL_FILE)
+
+    # -- as a torch op ----------------------------------------------------------------------------------
+    def empty_output(self, *args: Any) -> Any:
+        a, weight, out_dtype = args[0], args[1], args[4]
+        return a.new_empty((*a.shape[:-1], weight.shape[0]), dtype=out_dtype)
+
+    def call_into(self, entry: Any, *args: Any, out: Any) -> Any:
+        return entry(*args[:4], out=out)
+
+    def eager_entry(self, entry: Any) -> Any:
+        """The op's positional out_dtype passed to the entry by name."""
+
+        def fp8_gemm(a: Any, weight: Any, a_scale: Any, w_scale: Any, out_dtype: Any) -> Any:
+            return entry(a, weight, a_scale, w_scale, out_dtype=out_dtype)
+
+        return fp8_gemm
 
     # -- judging a kernel -------------------------------------------------------------------------------
     def make_inputs(self, problem: Problem, seed: int, device: str = "cuda") -> tuple[Any, ...]:

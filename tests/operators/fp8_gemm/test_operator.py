@@ -221,3 +221,35 @@ def test_experiments_load_with_llama_projections(file, name):
     assert experiment.operator == name
     sizes = {p.sizes for p in experiment.problems}
     assert {(16, 6144, 4096), (2048, 28672, 4096), (16, 4096, 14336), (2048, 4096, 4096)} <= sizes
+
+
+def test_out_dtype_and_the_torch_op_with_its_fake():
+    """out_dtype picks y's dtype (the module's by default); the entry as a torch custom op (evo.api) takes it as its
+    fifth argument, computes the reference, and its fake gives the shape and dtype."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from evo.api import as_torch_op
+
+    op = operators.get("fp8_gemm+block")
+    p = op.problem((20, 200, 256), "bf16")
+    entry = _module(op, p, BLOCK_M=16, BLOCK_N=64, BLOCK_K=64, GROUP_M=1)
+    inputs = op.make_inputs(p, 2, "cpu")
+    ref = op.reference(*inputs)
+    assert entry(*inputs).dtype == torch.bfloat16
+    half = entry(*inputs, out_dtype=torch.float16)
+    assert half.dtype == torch.float16 and _err(half, ref) <= op.tolerance(op.problem((20, 200, 256), "fp16"))
+    with pytest.raises(ValueError, match="out_dtype must be torch.bfloat16, torch.float16 or torch.float32"):
+        entry(*inputs, out_dtype=torch.int8)
+    with pytest.raises(ValueError, match="out is torch.float32 but out_dtype is torch.float16"):
+        entry(*inputs, out=torch.empty(20, 200), out_dtype=torch.float16)
+    fn = as_torch_op(entry, op, tag="test_fp8_gemm_op")
+    for dtype in (torch.bfloat16, torch.float32):
+        y = fn.op(*inputs, dtype)
+        assert y.dtype == dtype and _err(y, ref) <= op.tolerance(p)
+        assert fn(*inputs, dtype).dtype == dtype  # eager: the entry, out_dtype passed by name
+    out = torch.empty(20, 200, dtype=torch.float16)
+    assert fn(*inputs, torch.float16, out=out) is out and _err(out, ref) <= 3e-3
+    with FakeTensorMode() as mode:
+        fake = fn.op(*(mode.from_tensor(t) for t in inputs), torch.float16)
+        assert tuple(fake.shape) == (20, 200) and fake.dtype == torch.float16
