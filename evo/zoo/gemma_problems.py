@@ -14,25 +14,34 @@ same formula. The plan per T:
   GeGLU in its epilogue, as a Llama layer's gemm+swiglu); post_norm (rmsnorm) and add_norm (rmsnorm+residual: the
   residual add and the norm after it, the pre-feedforward norm and the next layer's input norm).
 - attention: `attention+causal+softcap<cap>` on the global layers and `...+window<W>` on the sliding ones while
-  context + T exceeds the window (else one role: the window covers every key). No cache_attention: it has no cap.
+  context + T exceeds the window (else one role: the window covers every key); at T <= 16 with a context also
+  `cache_attention+softcap<cap>` (role cache_attention): the decode step over a static cache, whose mask carries the
+  causal limit and, on the sliding layers, the window, so one op serves every layer.
 Each part run in torch gets one note line.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from evo.zoo.model import ModelSpec
 
-__all__ = ["gemma_layer_problems", "attention_name"]
+__all__ = ["gemma_layer_problems", "attention_name", "cache_attention_name"]
+
+
+def _cap_text(cap: float) -> str:
+    return str(int(cap)) if float(cap).is_integer() and abs(cap) < 1e15 else repr(float(cap))
 
 
 def attention_name(cap: float, window: int) -> str:
     """The causal attention variant of logit cap `cap` and window `window` (0: none), spelled as the operator spells
     it (operators/attention/names.py; the engine reaches operators through the registry only, which checks it)."""
-    text = str(int(cap)) if float(cap).is_integer() and abs(cap) < 1e15 else repr(float(cap))
-    return "attention+causal" + (f"+softcap{text}" if cap else "") + (f"+window{window}" if window else "")
+    return "attention+causal" + (f"+softcap{_cap_text(cap)}" if cap else "") + (f"+window{window}" if window else "")
+
+
+def cache_attention_name(cap: float) -> str:
+    """The cache_attention variant of logit cap `cap` (0: none), spelled as the operator spells it."""
+    return "cache_attention" + (f"+softcap{_cap_text(cap)}" if cap else "")
 
 
 def gemma_layer_problems(spec: ModelSpec, kp: Any, t: int, dtype: str, context: int,
@@ -48,10 +57,8 @@ def gemma_layer_problems(spec: ModelSpec, kp: Any, t: int, dtype: str, context: 
                  f"{spec.final_logit_softcapping:g}), in torch before sampling") if spec.final_logit_softcapping \
         else ""
     attention = _attention(spec, kp, t, context, dtype in attention_dtypes, dtype)
-    if linear and context and attention[0].operator:  # the decode step's attention over the cache: no cache_attention
-        attention[0] = replace(attention[0], note=attention[0].note + ("; " if attention[0].note else "attention: ")
-                               + "no cache_attention role (it has no cap or window): attention+causal variants serve "
-                                 "the decode step")
+    if linear and context and attention[0].operator:  # the decode step over a static cache, its mask passed
+        attention.append(_cache_attention(spec, kp, attention[0].sizes))
     if linear:
         return [
             kp("linear_qkv", "linear+rmsnorm+bias" if spec.attention_bias else "linear+rmsnorm", (t, qkv_width, h),
@@ -111,3 +118,16 @@ def _attention(spec: ModelSpec, kp: Any, t: int, context: int, served: bool, dty
                note=f"attention: {'; '.join(common + [f'the global layers (1 of every {pattern})'])}"),
             kp("attention_local", attention_name(cap, window), sizes,
                note=f"attention_local: the layers of a {window}-key sliding window ({local})")]
+
+
+def _cache_attention(spec: ModelSpec, kp: Any, sizes: tuple[int, ...]) -> Any:
+    """The cache_attention role: a decode step over a static cache, as transformers runs it with a bool mask (causal,
+    and on a sliding layer the window: the mask says which slots each query sees), the logits capped by the variant."""
+    import operators
+
+    name = cache_attention_name(spec.attn_logit_softcapping)
+    operators.get(name)  # the registry parses the name: a cap it cannot take is a ValueError naming it
+    what = f", logits capped at {spec.attn_logit_softcapping:g}" if spec.attn_logit_softcapping else ""
+    window = f"; the sliding layers' {spec.sliding_window}-key window is in their mask" if spec.sliding_window else ""
+    return kp("cache_attention", name, sizes,
+              note=f"cache_attention: a decode step over a static cache with its mask{what}{window}")

@@ -35,8 +35,9 @@ last one).
 
 Gemma 2 (ATTENTION_ONLY): its layers keep transformers' forward (four norms with (1 + weight), GeGLU, the residual
 adds after the post norms: evo's decoder forward is Llama's), and only its attention runs the zoo's
-`attention+causal+softcap<cap>` ops (and `...+window<W>` on its sliding layers) through the attention interface
-(evo.zoo.hf_attention), every other call the family's eager attention; the report names the roles torch keeps.
+`attention+causal+softcap<cap>` ops (and `...+window<W>` on its sliding layers; `cache_attention+softcap<cap>` for the
+decode steps over a static cache, whose mask it takes) through the attention interface (evo.zoo.hf_attention), every
+other call the family's eager attention; the report names the roles torch keeps.
 """
 
 from __future__ import annotations
@@ -163,7 +164,7 @@ def _bind(model: nn.Module, ops: Mapping[str, Callable[..., Any]], dtype: torch.
             continue
         operator = getattr(op, "operator", None) or DEFAULT_OPERATORS[role]
         # attention's model variants (a logit cap, a window: Gemma 2's) serve the calls that pass the same
-        variant = role == "attention" and operator.startswith("attention+causal+")
+        variant = role == "attention" and operator.startswith(("attention+causal+", "cache_attention+"))
         if operator not in ROLE_OPERATORS[role] and not variant:
             kept[key] = f"its operator {operator} cannot serve it"
             continue

@@ -80,14 +80,15 @@ def test_decode_plan_serves_the_layer_with_linear_roles():
     problems = layer_problems(spec, [1], "bf16", context=4096)
     assert _roles(problems, 1) == {
         "linear_qkv": "linear+rmsnorm", "rope": "rope_cache", "attention": "attention+causal+softcap50",
-        "attention_local": "attention+causal+softcap50+window4096", "linear_o_proj": "linear",
-        "post_norm": "rmsnorm", "linear_gate_up": "linear+rmsnorm+geglu", "linear_down": "linear",
-        "linear_lm_head": "linear+rmsnorm", "sampling_softmax": "softmax"}
+        "attention_local": "attention+causal+softcap50+window4096", "cache_attention": "cache_attention+softcap50",
+        "linear_o_proj": "linear", "post_norm": "rmsnorm", "linear_gate_up": "linear+rmsnorm+geglu",
+        "linear_down": "linear", "linear_lm_head": "linear+rmsnorm", "sampling_softmax": "softmax"}
     by_role = {p.role: p for p in problems}
-    assert by_role["attention_local"].sizes == (1, 16, 8, 1, 4097, 256)
+    # a decode step over a static cache: one capped op for every layer, the window being the sliding layers' mask
+    assert by_role["attention_local"].sizes == by_role["cache_attention"].sizes == (1, 16, 8, 1, 4097, 256)
     assert by_role["linear_gate_up"].sizes == (1, 14336, 3584) and by_role["post_norm"].uses == 2
     notes = " ".join(p.note for p in problems)
-    assert "cache_attention" in notes and "1 + weight" in notes and "30 * tanh(logits / 30)" in notes
+    assert "window is in their mask" in notes and "1 + weight" in notes and "30 * tanh(logits / 30)" in notes
     for p in problems:  # every planned problem is one its operator takes
         if p.operator:
             operators.get(p.operator).problem(p.sizes, p.dtype)
@@ -129,6 +130,7 @@ def test_experiments_parse_and_name_the_variants(tmp_path):
             "gemm+geglu"} <= set(texts)
     for op, text in texts.items():
         assert parse_experiment(text, f"{op}.yaml").operator == op
+    assert "cache_attention+softcap50" in texts  # the decode steps over the 4096-token context
 
 
 def test_the_reference_layer_refuses_a_gemma_layer_in_one_line():
@@ -146,3 +148,20 @@ def test_the_zoo_spells_attention_variants_as_the_operator_does(cap, window):
 
     name = attention_name(cap, window)
     assert name == variant_name(True, cap, window) == operators.get(name).name
+
+
+@pytest.mark.parametrize("cap", [50.0, 30.5, 0.0, 0.001])
+def test_the_zoo_spells_cache_attention_variants_as_the_operator_does(cap):
+    from evo.zoo.gemma_problems import cache_attention_name
+
+    name = cache_attention_name(cap)
+    assert name == operators.get(name).name and operators.get(name).softcap == cap
+
+
+def test_a_decode_plan_without_a_cap_plans_plain_cache_attention():
+    spec = load_model(GEMMA)
+    uncapped = parse_model(_config(attn_logit_softcapping=None), "json", "g.json")
+    assert spec.attn_logit_softcapping == 50.0 and uncapped.attn_logit_softcapping == 0.0
+    roles = _roles(layer_problems(uncapped, [4], "bf16", context=100), 4)
+    assert roles["cache_attention"] == "cache_attention" and roles["attention"] == "attention+causal"
+    assert "cache_attention" not in _roles(layer_problems(spec, [4], "bf16", context=0), 4)  # no cache: no role
