@@ -37,9 +37,10 @@ MAX_ACC_REGISTERS = 160  # fp32 accumulator registers per thread, of 255: room f
 
 
 def accumulator_registers(g: Mapping[str, Any], block: bool) -> int:
-    """fp32 registers a thread holds for the output tile: the accumulator, and in the block mode each step's product
-    beside it (scaled before it is added)."""
-    return (2 if block else 1) * g["BLOCK_M"] * g["BLOCK_N"] // (32 * g["num_warps"])
+    """fp32 registers a thread holds for the output tile: the accumulator, and beside it each step's product where
+    it is added in (block scales, promotion). sm_90 compiles (Triton 3.9, bf16 out) spilled only where this passed
+    160: 128x256 at 8 warps with promotion (255 registers, 64-168 spilled), none at 128 or below."""
+    return (2 if block or g["promote"] else 1) * g["BLOCK_M"] * g["BLOCK_N"] // (32 * g["num_warps"])
 
 
 def shared_bytes(g: Mapping[str, Any]) -> int:
@@ -86,8 +87,10 @@ def rules(mode: str) -> tuple[Rule, ...]:
         return None
 
     def fix_registers(fam, g, p, t):
-        """More warps, then a narrower tile (the longer side first)."""
+        """More warps, then no promotion, then a narrower tile (the longer side first)."""
         if fam._step_up(g, "num_warps"):
+            return True
+        if not block and g["promote"] and fam._set(g, "promote", False):
             return True
         longer = "BLOCK_N" if g["BLOCK_N"] >= g["BLOCK_M"] else "BLOCK_M"
         return fam._step_down(g, longer) or fam._step_down(g, "BLOCK_M" if longer == "BLOCK_N" else "BLOCK_N")
