@@ -89,3 +89,16 @@ def test_tensor_descriptors_need_rows_of_16_bytes():
         "tensor descriptors need rows of 16-byte multiples; K=100 bytes of e4m3 is not"]
     assert fam.repair(g, _problem((16, 256, 100)), HOPPER, None)["memory"] == "pointer"
     assert fam.violations(g, _problem((16, 256, 112)), HOPPER) == []
+
+
+def test_promotion_counts_a_second_accumulator():
+    """128x256 at 8 warps with promotion spilled on sm_90 (255 registers): refused, repaired by dropping promotion
+    (8 warps is the most), kept as it is without promotion."""
+    fam = FP8GemmFamily(mode="channel")
+    p = _problem((2048, 28672, 4096))
+    wide = fam.base(BLOCK_M=128, BLOCK_N=256, num_warps=8, num_stages=3)
+    assert accumulator_registers(dict(wide, promote=True), block=False) == 256
+    assert any("registers per thread" in r for r in fam.violations(fam.make(dict(wide, promote=True)), p, HOPPER))
+    assert fam.violations(fam.make(wide), p, HOPPER) == []
+    fixed = fam.repair(fam.make(dict(wide, promote=True)), p, HOPPER, None)
+    assert not fixed["promote"] and fixed["BLOCK_N"] == 256
