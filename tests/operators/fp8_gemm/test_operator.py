@@ -253,3 +253,20 @@ def test_out_dtype_and_the_torch_op_with_its_fake():
     with FakeTensorMode() as mode:
         fake = fn.op(*(mode.from_tensor(t) for t in inputs), torch.float16)
         assert tuple(fake.shape) == (20, 200) and fake.dtype == torch.float16
+
+
+@pytest.mark.parametrize("edit,words", [(("16x256x256", "16x256x200"), "problems.shapes[0]: fp8_gemm+block: K=200 is "
+                                         "not a multiple of 128"),
+                                        (("fp8_gemm+block", "fp8_gemm+rowwise"), "operator: fp8_gemm takes one scale "
+                                         "mode after '+'"),
+                                        (("[fp16]", "[fp32]"), "unknown dtype for fp8_gemm+block 'fp32'")])
+def test_evo_run_refuses_a_bad_experiment_in_one_line(tmp_path, edit, words):
+    import subprocess
+    import sys
+
+    text = ("name: fp8\noperator: fp8_gemm+block\nproblems:\n  shapes: [16x256x256]\n  dtypes: [fp16]\n"
+            "budget:\n  evaluations: 4\nexecutor:\n  kind: smoke\n")
+    (tmp_path / "bad.yaml").write_text(text.replace(*edit))
+    proc = subprocess.run([sys.executable, "-m", "evo", "run", "bad.yaml"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2 and words in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
