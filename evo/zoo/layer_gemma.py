@@ -16,9 +16,11 @@ Patched roles (evo.zoo.gemma_problems' plan), each where the zoo has it, torch w
 - linear_o_proj (linear: op(a, W)) | o_proj (gemm: op(a, B)); post_norm (rmsnorm: op(x, 1 + w, eps)) after it and
   after down, their residual adds in torch;
 - linear_gate_up (linear+rmsnorm+geglu: op(h, W, 1 + w_pre, eps), the pre-feedforward norm fused) | add_norm
-  (rmsnorm+residual: op(post_normed, x, 1 + w_pre, eps) -> (normed, h)), then gate_up: gemm (op(y, B) -> [gate | up],
-  GeGLU in torch) or an op that returns the activation itself (its width says which);
+  (rmsnorm+residual: op(post_normed, x, 1 + w_pre, eps) -> (normed, h)), then gate_up: gemm+geglu (op(y, B) -> the
+  activation) or a plain gemm ([gate | up], GeGLU in torch): the output's width says which;
 - linear_down (linear) | down (gemm).
+The plan's cache_attention (a decode step over a static cache) is no role here: a forward pass attends through the
+attention roles, and evo.zoo.decode's loop runs Llama-style and MoE layers only.
 A layer stack fuses each layer's last residual add into the next layer's add_norm with its input norm; one layer
 runs its input norm as the post_norm op (the same shape and operator) and its last add in torch.
 """

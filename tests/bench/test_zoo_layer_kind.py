@@ -75,7 +75,8 @@ def test_a_gemma2_layer_is_benched_four_ways(rendered_zoo, tmp_path, index):
     layer = doc["layer"]
     assert layer["kind"] == "gemma2" and layer["layer_index"] == index and layer["window"] == (8 if index == 0 else 0)
     assert ("attention_local" in doc["roles"]) == (index == 0)  # a global layer takes no window's variant
-    assert layer["unused_roles"] == ([] if index == 0 else ["attention_local"])
+    # cache_attention: the decode step's (the plan's at T <= 16 with a context), which a forward pass does not run
+    assert layer["unused_roles"] == (["cache_attention"] if index == 0 else ["attention_local", "cache_attention"])
     assert doc["roles"]["attention"] == "attention+causal+softcap50"
     where = "a window of 8 keys" if index == 0 else "global"
     assert layer["note"].startswith(f"tiny-gemma2 (Gemma-2 layer {index}, {where}): the zoo runs linear_qkv ")
