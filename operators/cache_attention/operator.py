@@ -13,7 +13,8 @@ search meets what a decode step meets. Throughput is GB/s: the kernel streams th
 `cache_attention+softcap<cap>` caps the scores before the mask, cap * tanh(scores / cap), as Gemma 2 does
 (attn_logit_softcapping 50: `cache_attention+softcap50`; the cap spelled as attention's, operators/attention/names.py);
 its window, on the sliding layers, is in the mask transformers passes. SDPA cannot cap: its contenders are the
-family's eager path (transformers' Gemma-2 eager attention with the mask made additive) and torch.compile of it.
+family's eager path (transformers' Gemma-2 eager attention with the mask made additive), torch.compile of it and
+FlexAttention (the cap a score_mod, the mask a block mask).
 """
 
 from __future__ import annotations
@@ -109,6 +110,41 @@ def _compiled(softcap: float) -> Any:
     return make
 
 
+def _flex(softcap: float) -> Any:
+    """torch.compile of FlexAttention: the cap as a score_mod, the call's bool mask as a block mask, made again only
+    when the mask changes (transformers makes one per forward pass and every layer shares it)."""
+
+    def make(problem: Problem) -> Any:
+        import torch
+
+        try:
+            from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+        except ImportError as e:
+            raise RuntimeError(f"torch {torch.__version__} has no FlexAttention ({e})") from None
+        gqa = problem.dims["heads"] != problem.dims["kv_heads"]
+        fn = torch.compile(flex_attention, dynamic=False)
+        made: dict[Any, Any] = {}
+
+        def score_mod(score: Any, b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
+            return softcap * torch.tanh(score / softcap)
+
+        def block_mask(mask: Any) -> Any:
+            key = (mask.data_ptr(), mask._version, tuple(mask.shape), mask.device)
+            if key not in made:
+                made.clear()
+                made[key] = create_block_mask(lambda b, h, q_idx, kv_idx: mask[b, 0, q_idx, kv_idx], mask.shape[0],
+                                              None, mask.shape[2], mask.shape[3], device=mask.device)
+            return made[key]
+
+        def call(q: Any, k: Any, v: Any, mask: Any, scale: float | None = None) -> Any:
+            o = fn(q, k, v, score_mod=score_mod, block_mask=block_mask(mask), scale=scale, enable_gqa=gqa)
+            return o.transpose(1, 2).contiguous()
+
+        return call
+
+    return make
+
+
 class CacheAttentionOperator(Operator):
     name = "cache_attention"
     dims = ("batch", "heads", "kv_heads", "q_len", "kv_len", "head_dim")
@@ -196,9 +232,12 @@ class CacheAttentionOperator(Operator):
                          "transformers' SDPA path with a mask: K and V repeated per query head, then SDPA")]
 
     def bench_baselines(self) -> list[Baseline]:
-        gqa = [] if self.softcap else [Baseline("sdpa_gqa", lambda problem: sdpa_gqa,
-                                                "SDPA with enable_gqa and the mask")]  # (SDPA cannot cap)
-        return [*self.baselines(), *gqa, *self.tuner_baselines()]
+        if self.softcap:  # SDPA cannot cap
+            flex = Baseline("flex_attention", _flex(self.softcap), f"torch.compile of FlexAttention (logits capped at "
+                            f"{self.softcap:g}: a score_mod; the mask a block mask, made once per mask)")
+            return [*self.baselines(), *self.tuner_baselines(), flex]
+        gqa = Baseline("sdpa_gqa", lambda problem: sdpa_gqa, "SDPA with enable_gqa and the mask")
+        return [*self.baselines(), gqa, *self.tuner_baselines()]
 
     def tuner_baselines(self, effort: str = "full", budget_s: int | None = None) -> list[Baseline]:
         path = "its Gemma-2 eager path" if self.softcap else "transformers' SDPA path"

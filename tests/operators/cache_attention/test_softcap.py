@@ -1,8 +1,9 @@
 """`cache_attention+softcap<cap>` (issue 45, item 2: Gemma 2's decode step over a static cache, its logits capped):
 the name and its refusals, the kernel's SOFTCAP switch against the capped reference in Triton's interpreter (fp16:
 seeds, random genomes, a split with its last-arriving reduction, any mask: a sliding window is the mask's), the cap
-seen (the uncapped result is far), the contenders (transformers' Gemma-2 eager path and torch.compile of it; SDPA
-cannot cap), the export's self-check, and the capped kernel compiling for Hopper like the plain one."""
+seen (the uncapped result is far), the contenders (transformers' Gemma-2 eager path, torch.compile of it and
+FlexAttention; SDPA cannot cap), the export's self-check, and the capped kernel compiling for Hopper like the plain
+one."""
 
 from __future__ import annotations
 
@@ -106,8 +107,8 @@ def test_repeated_split_calls_are_identical():
 
 
 # -- contenders and the self-check ------------------------------------------------------------------------------
-def test_the_contenders_are_the_eager_path_and_its_compile():
-    assert [b.name for b in CAPPED.bench_baselines()] == ["eager", "torch_compile"]  # SDPA cannot cap
+def test_the_contenders_are_the_eager_path_its_compile_and_flex_attention():
+    assert [b.name for b in CAPPED.bench_baselines()] == ["eager", "torch_compile", "flex_attention"]  # no SDPA
     assert "Gemma-2 eager" in CAPPED.baselines()[0].doc and "eager path" in CAPPED.tuner_baselines()[0].doc
     assert [b.name for b in PLAIN.bench_baselines()] == ["eager", "sdpa_gqa", "torch_compile"]
     p = CAPPED.problem((1, 8, 2, 2, 64, 32), "fp16")
@@ -115,6 +116,20 @@ def test_the_contenders_are_the_eager_path_and_its_compile():
     ref = CAPPED.reference(q, k, v, mask, 1.0)
     assert _rel(CAPPED.baselines()[0].make(p)(q, k, v, mask, 1.0), ref) < 1e-5
     assert _rel(PLAIN.baselines()[0].make(p)(q, k, v, mask, 1.0), ref) > 0.1
+
+
+def test_flex_attention_computes_the_capped_reference_as_the_mask_changes(monkeypatch):
+    """FlexAttention uncompiled (torch.compile of it takes ~20 s on this CPU; a GPU bench compiles it): the cap as a
+    score_mod, the block mask made again when the mask changes in place (a decode step's next slot)."""
+    pytest.importorskip("torch.nn.attention.flex_attention")
+    monkeypatch.setattr(torch, "compile", lambda fn, **options: fn)
+    (flex,) = [b for b in CAPPED.bench_baselines() if b.name == "flex_attention"]
+    p = CAPPED.problem((1, 8, 2, 1, 64, 32), "fp16")
+    q, k, v, mask = (t.float() if t.dtype != torch.bool else t for t in CAPPED.make_inputs(p, 5, "cpu"))
+    fn = flex.make(p)
+    assert _rel(fn(q, k, v, mask, 1.0), CAPPED.reference(q, k, v, mask, 1.0)) < 1e-5
+    mask[0, 0, 0, 50:] = True  # the next slots written: the same tensor, a new version
+    assert _rel(fn(q, k, v, mask, 1.0), CAPPED.reference(q, k, v, mask, 1.0)) < 1e-5
 
 
 def test_the_export_self_check_caps_and_the_kernel_passes_it():
