@@ -45,8 +45,10 @@ def accumulator_registers(g: Mapping[str, Any], block: bool) -> int:
 
 def shared_bytes(g: Mapping[str, Any]) -> int:
     """Shared memory of the pipelined K loop: num_stages buffers of the a and W tiles, one byte an element (at least
-    one buffer: tl.dot reads its operands from shared memory)."""
-    return max(1, g["num_stages"]) * (g["BLOCK_M"] + g["BLOCK_N"]) * g["BLOCK_K"]
+    one buffer: tl.dot reads its operands from shared memory); a persistent grid's flattened loop stages the output
+    tile too (sm_90 compiles: 131,072 bytes for 128x128x128 at 4 stages, 163,840 persistent)."""
+    pipeline = max(1, g["num_stages"]) * (g["BLOCK_M"] + g["BLOCK_N"]) * g["BLOCK_K"]
+    return pipeline + (2 * g["BLOCK_M"] * g["BLOCK_N"] if g["persistent"] else 0)
 
 
 def _k_steps(g: Mapping[str, Any], p: Problem) -> int:
@@ -121,6 +123,13 @@ def rules(mode: str) -> tuple[Rule, ...]:
             return f"SPLIT_K={g['SPLIT_K']} exceeds the {steps} BLOCK_K steps of K={p.dims['K']}"
         return None
 
+    def persistent_has_work(g, p, t):
+        d = p.dims
+        items = -(-d["M"] // g["BLOCK_M"]) * -(-d["N"] // g["BLOCK_N"]) * g["SPLIT_K"]
+        if g["persistent"] and items <= g["persistent"] * t.num_sms:
+            return f"{items} work items are no more than the persistent grid's programs: persistent=0"
+        return None
+
     def group_has_rows(g, p, t):
         tiles_m = -(-p.dims["M"] // g["BLOCK_M"])
         if g["GROUP_M"] > 1 and tiles_m == 1:
@@ -138,6 +147,8 @@ def rules(mode: str) -> tuple[Rule, ...]:
         Rule("registers", fits_registers, fix_registers),
         Rule("smem_fits", smem_fits, fix_smem),
         Rule("split_has_steps", split_has_steps, lambda fam, g, p, t: fam._step_down(g, "SPLIT_K"), hard=False),
+        Rule("persistent_has_work", persistent_has_work, lambda fam, g, p, t: fam._set(g, "persistent", 0),
+             hard=False),
         Rule("group_has_rows", group_has_rows, lambda fam, g, p, t: fam._set(g, "GROUP_M", 1), hard=False),
     )
 
@@ -167,6 +178,8 @@ class FP8GemmFamily(FromTable, GenomeFamily):
                        doc="programs sharing one output tile's K, reduced in split order by the last to arrive"),
             Categorical("memory", ("pointer", "descriptor"), group="structure", implied=("pointer",),
                         doc="a and W by pointer loads, or through tensor descriptors made in the kernel (TMA)"),
+            IntChoice("persistent", (0, 1, 2), group="grid", implied=(0,),
+                      doc="programs per SM of a persistent grid walking the (tile, split) items (0: one per item)"),
             Boolean("swap_ab", group="structure", doc="compute y^T = W a^T: W's rows on the tensor core's wide side"),
             Boolean("promote", group="structure",
                     doc="add each K step's product into the fp32 accumulator (Hopper's FP8 MMA accumulates with "
@@ -179,7 +192,7 @@ class FP8GemmFamily(FromTable, GenomeFamily):
         """128x128 tiles with 128-wide K steps, 4 warps, 3 stages, groups of 8 rows of tiles, no split; updated by
         `values`."""
         g = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "SPLIT_K": 1, "swap_ab": False,
-             "promote": False, "memory": "pointer", "num_warps": 4, "num_stages": 3}
+             "promote": False, "memory": "pointer", "persistent": 0, "num_warps": 4, "num_stages": 3}
         g.update(values)
         return g
 
@@ -197,7 +210,7 @@ class FP8GemmFamily(FromTable, GenomeFamily):
     def seeds(self, problem: Problem, target: Target) -> list[Genome]:
         """Prefill tiles (128x128 and 128x256 at 8 warps, 64x128), each with and without promotion outside the block
         mode; for a few rows (M <= 64) W's rows on the wide side (swap_ab) with the split that fills the GPU; each by
-        pointers and through tensor descriptors."""
+        pointers and through tensor descriptors, the prefill tiles also on a persistent grid."""
         m = problem.dims["M"]
         raw = []
         for bm, bn, bk, warps, stages in ((128, 128, 128, 8, 4), (128, 256, 128, 8, 3), (64, 128, 128, 4, 4),
@@ -206,6 +219,8 @@ class FP8GemmFamily(FromTable, GenomeFamily):
                 for memory in ("pointer", "descriptor"):
                     raw.append(self.base(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages,
                                          promote=promote, memory=memory))
+            raw.append(self.base(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages,
+                                 memory="descriptor", persistent=1))
         if m <= 64:
             bm = max(16, next_pow2(m))
             for bn, bk, stages in ((64, 128, 4), (128, 128, 4), (64, 256, 3)):

@@ -16,6 +16,8 @@ Structure switches (constexpr):
 - PROMOTE: each K step's product is added into the fp32 accumulator (tl.dot's max_num_imprecise_acc = BLOCK_K), as
   Hopper's FP8 MMA otherwise accumulates all of K with fewer mantissa bits;
 - GROUP_M: tiles run in groups of GROUP_M rows of tiles walking the columns together (W tiles reused from L2);
+- PERSISTENT: a grid of CONFIG["PROGRAMS"] programs (a few per SM) walks the (tile, split) work items, the loop
+  flattened so that the next item's loads start under the current one's epilogue; else one program per item;
 - SPLIT_K > 1: each program publishes its fp32 partial tile into its own workspace slot and counts itself in; the
   last to arrive sums the slots in split order (deterministic), scales, stores y and zeroes the counter for the next
   launch (a CUDA graph replays it with no extra kernels).
@@ -139,24 +141,25 @@ def _scale_and_store(acc, y_ptr, as_ptr, ws_ptr, rows_m, rows_n, last_m, last_n,
 
 
 @triton.jit
-def fp8_gemm_kernel(a_ptr, w_ptr, y_ptr, as_ptr, ws_ptr, slots_ptr, count_ptr, M, N,
-                    K: tl.constexpr, GROUPS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                    BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr, CHUNK: tl.constexpr,
-                    MASK_K: tl.constexpr, SWAP_AB: tl.constexpr, PROMOTE: tl.constexpr, BLOCK_SCALES: tl.constexpr,
-                    A_PER_ROW: tl.constexpr, W_PER_ROW: tl.constexpr, SCALE_BLOCK: tl.constexpr, TMA: tl.constexpr,
-                    NUM_STAGES: tl.constexpr):
-    pid_m, pid_n = _tile_of(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    pid_k = tl.program_id(1)
+def _work_item(a_src, w_src, y_ptr, as_ptr, ws_ptr, slots_ptr, count_ptr, pid, pid_k, M, N, K: tl.constexpr,
+               GROUPS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+               GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr, CHUNK: tl.constexpr, MASK_K: tl.constexpr,
+               SWAP_AB: tl.constexpr, PROMOTE: tl.constexpr, BLOCK_SCALES: tl.constexpr, A_PER_ROW: tl.constexpr,
+               W_PER_ROW: tl.constexpr, SCALE_BLOCK: tl.constexpr, TMA: tl.constexpr, NUM_STAGES: tl.constexpr):
+    """Split pid_k of output tile pid: its product over its share of K, stored (or published, the last split to
+    arrive summing the tile's partials and storing). a_src and w_src: a's and W's pointers, or with TMA their
+    tensor descriptors."""
+    pid_m, pid_n = _tile_of(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
     rows_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rows_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     last_m = tl.minimum(rows_m, M - 1)
     last_n = tl.minimum(rows_n, N - 1)
-    if TMA:  # tensor descriptors made here (TMA on Hopper): reads past the edges return zeros
-        a_rows = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[K, 1], block_shape=[BLOCK_M, BLOCK_K])
-        w_rows = tl.make_tensor_descriptor(w_ptr, shape=[N, K], strides=[K, 1], block_shape=[BLOCK_N, BLOCK_K])
+    if TMA:
+        a_rows = a_src
+        w_rows = w_src
     else:
-        a_rows = a_ptr + last_m.to(tl.int64)[:, None] * K
-        w_rows = w_ptr + last_n.to(tl.int64)[:, None] * K
+        a_rows = a_src + last_m.to(tl.int64)[:, None] * K
+        w_rows = w_src + last_n.to(tl.int64)[:, None] * K
     # block scales: a_scale[M, GROUPS] row by row; w_scale[ceil(N / 128), GROUPS], one row per 128 rows of W
     as_rows = as_ptr + last_m * GROUPS
     W_SCALE_ONE: tl.constexpr = BLOCK_N <= SCALE_BLOCK  # a power-of-two tile of W lies within one block
@@ -189,6 +192,31 @@ def fp8_gemm_kernel(a_ptr, w_ptr, y_ptr, as_ptr, ws_ptr, slots_ptr, count_ptr, M
             _scale_and_store(total, y_ptr, as_ptr, ws_ptr, rows_m, rows_n, last_m, last_n, M, N, SWAP_AB,
                              BLOCK_SCALES, A_PER_ROW, W_PER_ROW)
             tl.atomic_xchg(count_ptr + tile, 0, sem="relaxed", scope="gpu")  # counted from zero by the next launch
+
+
+@triton.jit
+def fp8_gemm_kernel(a_ptr, w_ptr, y_ptr, as_ptr, ws_ptr, slots_ptr, count_ptr, M, N,
+                    K: tl.constexpr, GROUPS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                    BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr, CHUNK: tl.constexpr,
+                    MASK_K: tl.constexpr, SWAP_AB: tl.constexpr, PROMOTE: tl.constexpr, BLOCK_SCALES: tl.constexpr,
+                    A_PER_ROW: tl.constexpr, W_PER_ROW: tl.constexpr, SCALE_BLOCK: tl.constexpr, TMA: tl.constexpr,
+                    PERSISTENT: tl.constexpr, NUM_STAGES: tl.constexpr):
+    if TMA:  # tensor descriptors made here (TMA on Hopper): reads past the edges return zeros
+        a_src = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[K, 1], block_shape=[BLOCK_M, BLOCK_K])
+        w_src = tl.make_tensor_descriptor(w_ptr, shape=[N, K], strides=[K, 1], block_shape=[BLOCK_N, BLOCK_K])
+    else:
+        a_src = a_ptr
+        w_src = w_ptr
+    if PERSISTENT:  # a grid of a few programs per SM walks the (tile, split) items, split fastest
+        items = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N) * SPLIT_K
+        for item in tl.range(tl.program_id(0), items, tl.num_programs(0), flatten=True):
+            _work_item(a_src, w_src, y_ptr, as_ptr, ws_ptr, slots_ptr, count_ptr, item // SPLIT_K, item % SPLIT_K, M,
+                       N, K, GROUPS, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, SPLIT_K, CHUNK, MASK_K, SWAP_AB, PROMOTE,
+                       BLOCK_SCALES, A_PER_ROW, W_PER_ROW, SCALE_BLOCK, TMA, NUM_STAGES)
+    else:
+        _work_item(a_src, w_src, y_ptr, as_ptr, ws_ptr, slots_ptr, count_ptr, tl.program_id(0), tl.program_id(1), M,
+                   N, K, GROUPS, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, SPLIT_K, CHUNK, MASK_K, SWAP_AB, PROMOTE,
+                   BLOCK_SCALES, A_PER_ROW, W_PER_ROW, SCALE_BLOCK, TMA, NUM_STAGES)
 
 
 def _described(t):
@@ -274,11 +302,13 @@ def fp8_gemm_plan(a, weight, a_scale, w_scale, out, out_dtype, config):
     if tma and (k % 16 or a.data_ptr() % 16 or weight.data_ptr() % 16):
         raise ValueError(f"tensor descriptors (memory=descriptor) need a and weight at 16-byte aligned addresses with "
                          f"rows of 16-byte multiples; K={k}")
-    kernel = BoundKernel(fp8_gemm_kernel, (tiles, split),
+    programs = config["PROGRAMS"]  # persistent: a few programs per SM (never more than the work items)
+    grid = (min(programs, tiles * split),) if programs else (tiles, split)
+    kernel = BoundKernel(fp8_gemm_kernel, grid,
                          {"num_warps": config["NUM_WARPS"], "num_stages": config["NUM_STAGES"]}, scratch=tma)
     consts = (k, k // SCALE_BLOCK, block_m, block_n, block_k, config["GROUP_M"], split, chunk, split * chunk != k,
               config["SWAP_AB"], config["PROMOTE"], scales == "block", scales == "block" or a_scale.numel() > 1,
-              scales != "tensor", SCALE_BLOCK, tma, config["NUM_STAGES"])
+              scales != "tensor", SCALE_BLOCK, tma, bool(programs), config["NUM_STAGES"])
     contiguous = all(t.is_contiguous() for t in (a, weight, a_scale, w_scale))
 
     def run(a, weight, a_scale, w_scale, out):

@@ -102,7 +102,8 @@ class FP8GemmOperator(Operator):
         g = genome.as_dict()
         config = {"SCALES": self.scales, "OUT_DTYPE": DTYPES[problem.dtype], "BLOCK_M": g["BLOCK_M"],
                   "BLOCK_N": g["BLOCK_N"], "BLOCK_K": g["BLOCK_K"], "GROUP_M": g["GROUP_M"], "SPLIT_K": g["SPLIT_K"],
-                  "SWAP_AB": g["swap_ab"], "PROMOTE": g["promote"], "MEMORY": g["memory"], "NUM_WARPS": g["num_warps"],
+                  "SWAP_AB": g["swap_ab"], "PROMOTE": g["promote"], "MEMORY": g["memory"],
+                  "PROGRAMS": g["persistent"] * target.num_sms, "NUM_WARPS": g["num_warps"],
                   "NUM_STAGES": g["num_stages"]}
         title = (f"evo kernel: {self.name} ({self.math.text}) rendered from genome {genome.hash} for {problem.key} on "
                  f"sm_{target.arch}.\n\n" + textwrap.fill(f"Genome: {genome}", 100))

@@ -102,3 +102,13 @@ def test_promotion_counts_a_second_accumulator():
     assert fam.violations(fam.make(wide), p, HOPPER) == []
     fixed = fam.repair(fam.make(dict(wide, promote=True)), p, HOPPER, None)
     assert not fixed["promote"] and fixed["BLOCK_N"] == 256
+
+
+def test_a_persistent_grid_needs_more_items_than_programs_and_stages_its_output():
+    fam = FP8GemmFamily(mode="tensor")
+    g = fam.base(BLOCK_M=128, BLOCK_N=128, num_stages=4, num_warps=8, memory="descriptor", persistent=1)
+    assert shared_bytes(g) == 163840 and shared_bytes(dict(g, persistent=0)) == 131072  # as sm_90 compiled them
+    big, small = _problem((2048, 28672, 4096)), _problem((256, 4096, 4096))  # 3584 and 64 tiles, 132 SMs
+    assert fam.violations(fam.make(g), big, HOPPER) == fam.violations(fam.make(g), small, HOPPER) == []
+    assert fam.repair(fam.make(g), big, HOPPER, None)["persistent"] == 1
+    assert fam.repair(fam.make(g), small, HOPPER, None)["persistent"] == 0  # soft: no more items than programs

@@ -1,6 +1,6 @@
 """The FP8 GEMM compiles for Hopper (sm_90) without a GPU, one genome per scale mode and structure: the plain tile,
 promotion, a wide W tile (block scales per column), swap_ab with a split of K (decode), a K that is not a multiple of
-BLOCK_K, a and W through tensor descriptors (tests/operators/hopper_compile.py)."""
+BLOCK_K, a and W through tensor descriptors, a persistent grid (tests/operators/hopper_compile.py)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,11 @@ CASES = [
     ("fp8_gemm+block", dict(PREFILL, memory="descriptor"), (2048, 4096, 4096), "bf16"),
     ("fp8_gemm+block", dict(PREFILL, BLOCK_M=64, BLOCK_N=256, num_stages=3, memory="descriptor"), (2048, 6144, 4096),
      "bf16"),
+    # a persistent grid walking the (tile, split) items, its loop flattened
+    ("fp8_gemm", dict(PREFILL, memory="descriptor", persistent=1), (2048, 28672, 4096), "bf16"),
+    ("fp8_gemm+channel", dict(PREFILL, persistent=2), (2048, 4096, 14336), "bf16"),
+    ("fp8_gemm+block", dict(PREFILL, memory="descriptor", persistent=1), (2048, 28672, 4096), "bf16"),
+    ("fp8_gemm+channel", dict(DECODE, SPLIT_K=8, memory="descriptor", persistent=1), (16, 28672, 4096), "bf16"),
 ]
 
 

@@ -270,3 +270,26 @@ def test_evo_run_refuses_a_bad_experiment_in_one_line(tmp_path, edit, words):
     proc = subprocess.run([sys.executable, "-m", "evo", "run", "bad.yaml"], cwd=tmp_path, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 2 and words in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("genes", [dict(GROUP_M=4, persistent=1),
+                                   dict(swap_ab=True, SPLIT_K=4, GROUP_M=1, persistent=2, memory="descriptor")])
+def test_a_persistent_grid_walks_several_items_per_program(name, genes):
+    """Rendered for a GPU of 3 SMs: 3 or 6 programs walk the 30 tiles (120 items with the split), twice over one
+    workspace."""
+    import torch
+
+    from evo.problem import Target
+
+    tiny = Target("3 SMs (Triton's CPU interpreter)", 90, 232448, 3, extra={"interpreted": True})
+    op = operators.get(name)
+    p = op.problem((40, 300, 384), "fp16")
+    g = op.family.make(op.family.base(**{"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 64, "num_stages": 2, **genes}))
+    assert op.family.violations(g, p, tiny) == []
+    module = load_source(op.render(g, p, tiny))
+    assert module.CONFIG["PROGRAMS"] == 3 * genes["persistent"]
+    inputs = op.make_inputs(p, 4, "cpu")
+    first = module.fp8_gemm(*inputs)
+    assert _err(first, op.reference(*inputs)) <= op.tolerance(p)
+    assert torch.equal(first, module.fp8_gemm(*inputs))
