@@ -66,7 +66,8 @@ def _evo_baseline(module):
         result = base(*inputs, **options)
         if out is None:
             return result
-        out.copy_(result)
+        for into, value in zip(out, result) if isinstance(out, tuple) else ((out, result),):
+            into.copy_(value)  # an entry returning several tensors takes a tuple as out=
         return out
 
     baseline.__name__ = baseline.__qualname__ = f"baseline_{_EVO_ENTRY}"

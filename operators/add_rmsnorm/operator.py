@@ -26,9 +26,10 @@ from operators.rmsnorm import EPS
 from operators.rmsnorm import _eager as _eager_norm
 from operators.rowwise import TOLERANCE, fresh_function
 
-__all__ = ["AddRMSNormOperator", "rmsnorm_variant", "KERNEL_FILE"]
+__all__ = ["AddRMSNormOperator", "rmsnorm_variant", "KERNEL_FILE", "SELFCHECK_FILE"]
 
 KERNEL_FILE = Path(__file__).with_name("kernel.py")
+SELFCHECK_FILE = Path(__file__).with_name("selfcheck.py")
 _STORE = {"none": ("", ""), "evict_first": ("", "evict_first"), "streaming": (".cs", "")}  # (cache, eviction)
 
 # The generated part of a rendered module: the genome's constants and the entry function (the rest is pasted).
@@ -162,6 +163,15 @@ class AddRMSNormOperator(Operator):
         return self.baselines() + [Baseline("torch_formula", lambda problem: _formula,
                                             "x + residual, then the fp32 formula x * rsqrt(mean(x^2) + eps) * w "
                                             "in eager PyTorch (several kernels)")]
+
+    def selfcheck_source(self, problem: Problem) -> str:
+        """Plain-torch self-check code for exported kernels: the problem's constants above
+        operators/add_rmsnorm/selfcheck.py pasted verbatim."""
+        d = problem.dims
+        head = ["import torch", "", f"SELFCHECK_SIZES = ({d['rows']}, {d['cols']})  # (rows, cols)",
+                f"SELFCHECK_DTYPE = torch.{DTYPES[problem.dtype]}", f"SELFCHECK_EPS = {EPS!r}",
+                f"SELFCHECK_TOLERANCE = {self.tolerance(problem)!r}", "", ""]
+        return "\n".join(head) + pasted_source(SELFCHECK_FILE)
 
     def flops(self, problem: Problem) -> int:
         """~5 per element: the add, square, sum, and two multiplies."""

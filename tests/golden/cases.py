@@ -58,6 +58,7 @@ PROBLEMS: dict[str, list[tuple[tuple[int, ...], str, int]]] = {
     "moe_down": [((2048, 8, 2, 4096, 14336), "bf16", 2)],
     "cache_attention": [((1, 32, 8, 1, 4097, 128), "bf16", 3)],
     "cache_attention+softcap50": [((1, 16, 8, 1, 4097, 256), "bf16", 3)],  # Gemma-2-9B's decode step
+    "rmsnorm+residual": [((16, 4096), "bf16", 3), ((5, 77), "fp32", 3)],  # a decoder's add_norm
     "fp8_gemm": [((2048, 4096, 4096), "bf16", 4), ((16, 4096, 4096), "fp16", 3)],
     "fp8_gemm+channel": [((16, 14336, 4096), "bf16", 3), ((1000, 3000, 1000), "fp16", 3)],
     "fp8_gemm+block": [((2048, 4096, 4096), "bf16", 3), ((7, 1000, 384), "bf16", 3)],
@@ -65,7 +66,7 @@ PROBLEMS: dict[str, list[tuple[tuple[int, ...], str, int]]] = {
 # operators whose first seed on each problem is also rendered as the module `evo export` writes (header, kernel,
 # self-check)
 EXPORTED = ("gemm", "gemm+bias+gelu", "gemm+swiglu", "gemm+geglu", "softmax", "rmsnorm", "attention",
-            "attention+causal", "linear", "rope_cache")
+            "attention+causal", "linear", "rope_cache", "rmsnorm+residual")
 RANDOM_DRAWS = 60  # random genomes drawn per problem (seeded by the problem), after its family's seeds
 TARGET: Target = HOPPER
 
