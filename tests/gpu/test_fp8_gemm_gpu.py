@@ -1,14 +1,14 @@
 """The FP8 GEMM on a GPU (issue 45 item 3): evo's fp8_gemm in its three scale modes against torch._scaled_mm, the
 eager dequantize-then-matmul and torch.compile of it, in one process, on Llama-3-8B's projections.
 
-Per problem: every seed of the family is rendered, checked against the fp64 reference with the search's own check
-(evo.evaluate.check: the output judged twice, inputs unchanged) and its error kept, so seeds with and without
-`promote` show what Hopper's FP8 accumulation costs in precision; the fastest correct seed by GPU time is evo's
-entry. Every way is checked against the reference; one that cannot run (torch._scaled_mm with block scales, or
-row-wise scales with fp16 out, on some torch builds) is a row with torch's reason. GPU time: CUDA events around one
-launch, L2 flushed, interleaved (evo.evaluate.timing); the call clock (back-to-back eager calls) beside it. Writes
-JSON to $EVO_OUT (or /tmp); prints the table last, with evo / scaled_mm per shape and their geomean per mode (goal:
->= 1.0 geomean, none under 0.95).
+Per problem: every seed of the family is compiled ahead in a process pool, then checked against the fp64 reference
+with the search's own check (evo.evaluate.check: the output judged twice, inputs unchanged) and its error kept, so
+seeds with and without `promote` show what Hopper's FP8 accumulation costs in precision; the fastest correct seed by
+GPU time is evo's entry. Every way is checked against the reference; one that cannot run (torch._scaled_mm with
+block scales, or row-wise scales with fp16 out, on some torch builds) is a row with torch's reason. GPU time: CUDA
+events around one launch, L2 flushed, interleaved (evo.evaluate.timing); the call clock (back-to-back eager calls)
+beside it. Writes JSON to $EVO_OUT (or /tmp); prints the table last, with evo / scaled_mm per shape and their
+geomean per mode (goal: >= 1.0 geomean, none under 0.95).
 
     python tests/gpu/test_fp8_gemm_gpu.py [--modes tensor,channel,block] [--tokens 16,2048] [--roles qkv,o,gate_up,down]
                                           [--dtype bf16] [--no-compile]
@@ -46,8 +46,29 @@ def _err(out: Any, ref: Any) -> float:
     return float((out.float() - ref).norm() / ref.norm())
 
 
-def best_seed(op: Any, problem: Any, inputs: tuple[Any, ...], ref: Any) -> tuple[Any, dict[str, Any]]:
-    """The fastest seed that passes the search's check (GPU time), and each seed's verdict, error and time."""
+def precompile_seeds(cases: list[tuple[str, int, str]], dtype: str) -> dict[str, tuple[str, str, dict]]:
+    """Every seed of every case compiled ahead in a process pool (as a search's compile pool does), so the checks
+    load kernels from Triton's cache: (problem key)/(genome hash) -> (status, reason, resources)."""
+    import os
+
+    import operators
+    from evo.problem import Target
+    from tests.gpu.precompile import precompile
+
+    target = Target.from_torch()
+    items = []
+    for mode, tokens, role in cases:
+        op = operators.get(MODES[mode])
+        sizes = (tokens, *ROLES[role])
+        problem = op.problem(sizes, dtype)
+        items += [(op.name, sizes, dtype, g.canonical(), target) for g in op.family.seeds(problem, target)]
+    return precompile(items, min(16, os.cpu_count() or 1))
+
+
+def best_seed(op: Any, problem: Any, inputs: tuple[Any, ...], ref: Any,
+              compiled: dict[str, tuple[str, str, dict]] | None = None) -> tuple[Any, dict[str, Any]]:
+    """The fastest seed that passes the search's check (GPU time), and each seed's verdict, error and time (a seed
+    the ahead compile refused is a row with its reason, unchecked)."""
     from evo.evaluate.check import check_launcher
     from evo.evaluate.modules import load_source
     from evo.evaluate.timing import time_interleaved
@@ -58,6 +79,11 @@ def best_seed(op: Any, problem: Any, inputs: tuple[Any, ...], ref: Any) -> tuple
     for genome in op.family.seeds(problem, target):
         row: dict[str, Any] = {"genome": str(genome)}
         seeds[genome.hash] = row
+        status, reason, resources = (compiled or {}).get(f"{problem.key}/{genome.hash}", ("ok", "", {}))
+        row.update(registers=resources.get("registers"), spills=resources.get("spills"))
+        if status != "ok":
+            row["failed"] = f"compile: {status}: {reason}"
+            continue
         try:
             fn = getattr(load_source(op.render(genome, problem, target)), op.entry)
             checked = check_launcher(fn, inputs, ref, op.tolerance(problem), DEVICE)
@@ -76,7 +102,8 @@ def best_seed(op: Any, problem: Any, inputs: tuple[Any, ...], ref: Any) -> tuple
     return correct[best][1], {"genome": str(correct[best][0]), "seeds": list(seeds.values())}
 
 
-def run_case(mode: str, tokens: int, role: str, dtype: str, ways: tuple[str, ...]) -> dict[str, Any]:
+def run_case(mode: str, tokens: int, role: str, dtype: str, ways: tuple[str, ...],
+             compiled: dict[str, tuple[str, str, dict]] | None = None) -> dict[str, Any]:
     import torch
 
     import operators
@@ -94,7 +121,7 @@ def run_case(mode: str, tokens: int, role: str, dtype: str, ways: tuple[str, ...
     for way in ways:
         try:
             if way == "evo":
-                fn, info["evo"] = best_seed(op, problem, inputs, ref)
+                fn, info["evo"] = best_seed(op, problem, inputs, ref, compiled)
             else:
                 fn = contenders[way].make(problem)
             err = _err(fn(*inputs), ref)
@@ -166,10 +193,10 @@ def run_all(modes: list[str], tokens: list[int], roles: list[str], dtype: str, w
     device = torch.cuda.get_device_name() if DEVICE == "cuda" else DEVICE
     result: dict[str, Any] = {"device": device, "torch": torch.__version__, "triton": triton.__version__,
                               "dtype": dtype, "cases": []}
-    for mode in modes:
-        for t in tokens:
-            for role in roles:
-                result["cases"].append(run_case(mode, t, role, dtype, ways))
+    cases = [(mode, t, role) for mode in modes for t in tokens for role in roles]
+    compiled = precompile_seeds(cases, dtype) if DEVICE == "cuda" else None
+    for mode, t, role in cases:
+        result["cases"].append(run_case(mode, t, role, dtype, ways, compiled))
     return result
 
 
