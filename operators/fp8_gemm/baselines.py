@@ -70,8 +70,17 @@ class FP8Math:
         """torch._scaled_mm on a [M, K] and W^T (a view: W's rows are K-major, as cuBLASLt's FP8 GEMM takes B), the
         scales as the mode gives them to it: one element each (tensor), a_scale [M, 1] and w_scale [1, N]
         (row-wise; one activation scale expanded to every row), or a_scale [M, K/128] and w_scale^T [K/128,
-        N/128] (block-wise 1x128 and 128x128; `layout` 1 gives a_scale column-major, as cuBLASLt reads it)."""
+        N/128] (block-wise 1x128 and 128x128; `layout` 1 gives a_scale column-major, as cuBLASLt reads it: the copy
+        made once per scale tensor and kept, as a quantizer writing for cuBLASLt would write it so)."""
         import torch
+
+        kept: dict[str, Any] = {}
+
+        def column_major(t: Any) -> Any:
+            key = (t.data_ptr(), t._version, tuple(t.shape))
+            if kept.get("key") != key:
+                kept["key"], kept["value"] = key, t.t().contiguous().t()
+            return kept["value"]
 
         def scaled_mm(a: Any, w: Any, a_scale: Any, w_scale: Any) -> Any:
             a2 = a.reshape(-1, a.shape[-1])
@@ -82,7 +91,7 @@ class FP8Math:
                 sa, sw = a_scale.reshape(-1, 1).expand(m, 1).contiguous(), w_scale.reshape(1, n)
             else:
                 sa = a_scale.reshape(m, -1)
-                sa = sa.t().contiguous().t() if layout == 1 else sa
+                sa = column_major(sa) if layout == 1 else sa
                 sw = w_scale.t()
             y = torch._scaled_mm(a2, w.t(), scale_a=sa, scale_b=sw, out_dtype=out_dtype)
             return y.reshape(*a.shape[:-1], n)
