@@ -293,3 +293,25 @@ def test_a_persistent_grid_walks_several_items_per_program(name, genes):
     first = module.fp8_gemm(*inputs)
     assert _err(first, op.reference(*inputs)) <= op.tolerance(p)
     assert torch.equal(first, module.fp8_gemm(*inputs))
+
+
+def test_scaled_mm_gets_block_scales_in_cublaslt_layouts(monkeypatch):
+    """Block scales as torch._scaled_mm takes them (aten ScaledBlas.cpp: a's 1x128 scales [M, K/128] column-major, W^T's
+    128x128 scales [K/128, N/128] whose transpose is row-major); the column-major copy made once per scale tensor."""
+    import torch
+
+    seen = []
+    monkeypatch.setattr(torch, "_scaled_mm", lambda a, b, scale_a, scale_b, out_dtype: seen.append(
+        (scale_a, scale_b)) or torch.zeros(a.shape[0], b.shape[1], dtype=out_dtype))
+    op = operators.get("fp8_gemm+block")
+    a, w, sa, sw = op.make_inputs(op.problem((16, 384, 256), "bf16"), 0, "cpu")
+    fn = FP8Math("block").scaled_mm(torch.bfloat16, layout=1)
+    fn(a, w, sa, sw)
+    fn(a, w, sa, sw)
+    (first_a, first_b), (second_a, _) = seen
+    assert first_a.shape == (16, 2) and first_a.stride() == (1, 16) and torch.equal(first_a, sa)
+    assert first_b.shape == (2, 3) and first_b.t().is_contiguous() and torch.equal(first_b.t(), sw)
+    assert second_a is first_a  # kept, not copied per call
+    sa.mul_(2)  # written in place: copied again
+    fn(a, w, sa, sw)
+    assert seen[-1][0] is not first_a and torch.equal(seen[-1][0], sa)
