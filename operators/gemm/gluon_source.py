@@ -1,12 +1,14 @@
 """The module evo renders for a GEMM genome with backend=gluon (genomes/gemm_gluon.py): imports, the launch runtime,
-a header of the genome's constants, the Gluon GEMM pasted verbatim (operators/gemm/gluon_split.py, then
-operators/gemm/gluon_kernel.py: real modules whose structure genes are constexpr switches), the kernels the
-launcher binds, and the launcher (operators/gemm/launcher.py: gluon_launcher_source).
+CONFIG (the genome's constants, read by the launch plan), the Gluon GEMM pasted verbatim
+(operators/gemm/gluon_split.py, then operators/gemm/gluon_kernel.py: real modules whose structure genes are
+constexpr switches), the kernels the launcher binds, and the launcher (operators/gemm/launcher.py:
+gluon_launcher_source: operators/gemm/plan.py and gluon_plan.py pasted verbatim, and the entry).
 
 The launcher passes each kernel the arguments its genome uses, in its own order (a second column block's
 descriptors, the epilogue operands, the split-K or stream-K workspace only where they exist). Until it passes
 `gemm_kernel`'s and `sum_partials`' whole parameter lists, `matmul_kernel` and `split_k_reduce` take the launcher's
-arguments and call them with the genome's switches: one call each, the only genome-dependent code of the module.
+arguments and call them with the genome's switches: one call each, the only genome-dependent code of the module
+besides CONFIG. (They stay: the kernel a profile names is `matmul_kernel`, as the Triton rendering's.)
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 from evo.launch import runtime_source
 from genomes.gemm_resources import column_blocks
 from operators._paste import pasted_source
-from operators.gemm.header import constants_table
+from operators.gemm.header import config_lines
 from operators.gemm.header import summary as _summary
 from operators.gemm.launcher import ENTRY_NAME, KERNEL_NAME, gluon_launcher_source
 
@@ -29,6 +31,9 @@ KERNEL_FILE = Path(__file__).with_name("gluon_kernel.py")
 SPLIT_FILE = Path(__file__).with_name("gluon_split.py")
 
 _IMPORTS = """\
+import weakref
+from dataclasses import dataclass
+
 import torch
 import triton
 import triton.language as tl
@@ -121,26 +126,32 @@ def _entries(g: Mapping[str, Any], epilogue: Any) -> str:
     return out
 
 
-def _constants(g: Mapping[str, Any]) -> str:
-    rows = [("BLOCK_M", g["BLOCK_M"], "rows of C per tile"), ("BLOCK_N", g["BLOCK_N"], "columns of C per tile"),
-            ("BLOCK_K", g["BLOCK_K"], "depth of one K step")]
+def _config(g: Mapping[str, Any], epilogue: Any) -> str:
+    """CONFIG: the genome's constants the launch plan reads (operators/gemm/gluon_plan.py), each with why."""
     blocks = column_blocks(g["BLOCK_N"])
-    if len(blocks) > 1:
-        rows.append(("BLOCK_N0, BLOCK_N1", f"{blocks[0]}, {blocks[1]}",
-                     "the tile's two column blocks (a wgmma and a TMA store each)"))
-    unit = "rows" if g["raster"] == "row" else "columns"
-    rows.append(("GROUP_M", g["GROUP_M"], f"tile-{unit} per swizzle group" if g["GROUP_M"] > 1 else "no grouping"))
-    split = g["consumer_split"] == "rows"
-    rows += [("NUM_STAGES", g["num_stages"], "slots of the producer's ring of A and B tiles"),
-             ("CONSUMERS", g["consumers"], "MMA consumers, one warp group each, splitting every tile's rows" if split
-              else "MMA consumers: 1 on every tile, 2 on alternate tiles (ping-pong)"),
-             ("NUM_WARPS", g["num_warps"], "warps of the first consumer (the producer's warp is added)")]
-    if split:
-        rows.append(("ROWS", g["BLOCK_M"] // g["consumers"], "rows of each tile per consumer (its A box and C store)"))
-    if g["split_k"] > 1:
-        rows += [("SPLIT_K", g["split_k"], "K ranges per tile: fp32 partials, then a reducing launch"),
-                 ("REDUCE_R, REDUCE_C", "32, 128", "rows and columns per program of the reduction")]
-    return constants_table(rows)
+    rows, unit = g["consumer_split"] == "rows", "rows" if g["raster"] == "row" else "columns"
+    values = {
+        "BLOCK_M": g["BLOCK_M"], "BLOCK_N": g["BLOCK_N"], "BLOCK_K": g["BLOCK_K"], "BLOCK_N0": blocks[0],
+        "BLOCK_N1": blocks[1] if len(blocks) > 1 else 0, "WIDE": len(blocks) > 1, "GROUP_M": g["GROUP_M"],
+        "NUM_STAGES": g["num_stages"], "CONSUMERS": g["consumers"], "NUM_WARPS": g["num_warps"], "ROW_SPLIT": rows,
+        "ROWS": g["BLOCK_M"] // g["consumers"] if rows else g["BLOCK_M"], "SPLIT_K": g["split_k"],
+        "STREAM_K": g["stream_k"], "PAD_ROWS": g["pad_rows"], **_switches(epilogue)}
+    why = {
+        "BLOCK_M": "rows of C per tile", "BLOCK_N": "columns of C per tile",
+        "BLOCK_N0": "columns of the tile's first column block (a wgmma and a TMA store each)",
+        "GROUP_M": f"tile-{unit} per swizzle group" if g["GROUP_M"] > 1 else "no grouping",
+        "NUM_STAGES": "slots of the producer's ring of A and B tiles",
+        "CONSUMERS": "MMA consumers, one warp group each, splitting every tile's rows" if rows
+        else "MMA consumers: 1 on every tile, 2 on alternate tiles (ping-pong)",
+        "NUM_WARPS": "warps of the first consumer (the producer's warp is added)",
+        "ROW_SPLIT": "the consumers split every tile's rows",
+        "ROWS": "rows of each tile per consumer (its A box and C store)",
+        "SPLIT_K": "K ranges per tile: fp32 partials, then a reducing launch" if g["split_k"] > 1
+        else "K ranges per tile (1: one)"}
+    lines = config_lines(values, why)
+    width = max(len(text) for text, _ in lines)
+    return ("# the genome's constants, as the launch plan reads them (matmul_kernel below passes the kernel's own)\n"
+            "CONFIG = {\n" + "".join(f"    {text.ljust(width)}  # {w}\n" for text, w in lines) + "}\n")
 
 
 def gluon_source(g: Mapping[str, Any], title: str, epilogue: Any = None) -> str:
@@ -164,7 +175,6 @@ def gluon_source(g: Mapping[str, Any], title: str, epilogue: Any = None) -> str:
             if g["pad_rows"] else
             f"Call {ENTRY_NAME}({args}) for fp16 or bf16 operands whose rows are 16-byte multiples, on an sm_90 GPU.")
     header = f'"""{title}\n\n{what}\n{roles}\n{call}\n"""\n'
-    imports = ("import weakref\n\n" if g["pad_rows"] else "") + _IMPORTS  # padded B is copied once per B tensor
-    return (header + "\n" + imports + "\n" + runtime_source() + "\n\n" + _constants(g) + "\n\n"
+    return (header + "\n" + _IMPORTS + "\n" + runtime_source() + "\n\n" + _config(g, epilogue) + "\n\n"
             + pasted_source(SPLIT_FILE) + "\n\n" + pasted_source(KERNEL_FILE) + "\n\n" + _entries(g, epilogue)
             + "\n\n" + gluon_launcher_source(g))

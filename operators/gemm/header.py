@@ -1,6 +1,6 @@
 """The head of a rendered GEMM module: the one-line summary of what its genome turns on (for the module's
-docstring), the CONFIG of a Triton rendering (the kernel's constexprs and launch options, each with why) and the
-table of a Gluon rendering's constants."""
+docstring) and the CONFIG of a Triton rendering (the kernel's constexprs and launch options, each with why); a
+Gluon rendering's CONFIG takes the same lines, with its own why where its genes mean otherwise."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 from genomes.gemm import column_blocks
 
-__all__ = ["summary", "config", "config_lines", "constants_table"]
+__all__ = ["summary", "config", "config_lines"]
 
 _MEMORY_TEXT = {"pointer": "pointer loads", "descriptor": "tensor descriptors (TMA)",
                 "host_descriptor": "host tensor descriptors (TMA)"}
@@ -81,12 +81,8 @@ def config(g: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def config_lines(values: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """(`"NAME": value,`, why) for each entry of a CONFIG, as the module template writes them."""
-    return [(f"{name!r}: {value!r},", _WHY[name]) for name, value in values.items()]
-
-
-def constants_table(rows: list[tuple[str, Any, str]]) -> str:
-    """`NAME = value  # why` lines, the comments aligned, one per (name, value, why)."""
-    width = max(len(f"{n} = {v}") for n, v, _ in rows)
-    return "".join(f"{f'{n} = {v}':<{width}}  # {why}\n" for n, v, why in rows)
+def config_lines(values: Mapping[str, Any], why: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
+    """(`"NAME": value,`, why) for each entry of a CONFIG, as the module template writes them; `why` names the
+    entries whose why differs from the Triton rendering's (or that it has not)."""
+    whys = {**_WHY, **(why or {})}
+    return [(f"{name!r}: {value!r},", whys[name]) for name, value in values.items()]

@@ -5,6 +5,8 @@ runtime (evo/launch/runtime.py).
 evo pastes this file below the marker verbatim after the kernel into every GEMM module it renders; the module's
 header holds CONFIG (the genome's constants, the kernel's constexprs among them) and the entry function, which
 calls `gemm_plan` with it. With pad_rows the module also carries operators/gemm/padding.py (_padded, _row_copier).
+The Gluon GEMM's modules paste this file too: operators/gemm/gluon_plan.py calls its checks, host descriptors, padded
+rows and stream-K shares.
 """
 
 import weakref
@@ -21,7 +23,7 @@ from operators.gemm.tile_store import SPLIT_GROUP
 # ---- evo pastes this file from here on into every module it renders for this family ----
 
 
-_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+_DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}  # the operands' dtypes, named
 # the kernel's constexprs, in the order it declares them (CONFIG holds each)
 CONSTEXPRS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "BLOCK_N0", "BLOCK_N1", "WIDE", "GROUP_M", "COLUMN_MAJOR", "MEMORY",
               "PERSISTENT", "STREAM_K", "SPLIT_K", "SUBTILE", "LOOP_STAGES", "LOOP_UNROLL", "WARP_SPECIALIZE",
@@ -92,14 +94,15 @@ def launch_plan(M, N, K, device, config):
     return LaunchPlan((num_tiles,))
 
 
-def _check_operands(a, b, out, config):
-    """(M, N, K) of the product, after checking A, B and out (ValueError naming what is wrong)."""
+def _check_operands(a, b, out, config, dtypes=_DTYPES):
+    """(M, N, K) of the product, after checking A, B (of one of `dtypes`) and out (ValueError naming what is
+    wrong)."""
     if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.ndim == 2 and b.ndim == 2):
         raise ValueError("matmul expects two 2-D tensors A[M, K] and B[K, N]")
     if a.shape[1] != b.shape[0]:
         raise ValueError(f"inner dimensions differ: A is {tuple(a.shape)}, B is {tuple(b.shape)}")
-    if a.dtype != b.dtype or a.dtype not in _DTYPES:
-        raise ValueError(f"A and B must share one dtype of fp16, bf16, fp32; got {a.dtype} and {b.dtype}")
+    if a.dtype != b.dtype or a.dtype not in dtypes:
+        raise ValueError(f"A and B must share one dtype of {', '.join(dtypes.values())}; got {a.dtype} and {b.dtype}")
     if a.device != b.device:
         raise ValueError(f"A is on {a.device} but B is on {b.device}")
     if not (a.is_contiguous() and b.is_contiguous()):
@@ -164,6 +167,18 @@ def _descriptor_specs(M, N, K, config, strides):
     return specs
 
 
+def _empty_run(M, N, K, new_out, config):
+    """run(a, b, bias, residual, scale, out) of a product with nothing to compute (M, N or K zero), else None."""
+    if M == 0 or N == 0:
+        return lambda a, b, bias, residual, scale, out: new_out() if out is None else out
+    if K == 0:
+        if any(config[s] for s in ("SCALE", "BIAS", "ACTIVATION", "SWIGLU", "GEGLU", "RESIDUAL")):
+            # the epilogue of an empty product is not all zeros: refused rather than guessed
+            raise ValueError("K=0: the product is empty; a fused epilogue needs K > 0")
+        return lambda a, b, bias, residual, scale, out: (new_out() if out is None else out).zero_()
+    return None
+
+
 def gemm_plan(a, b, bias, residual, scale, out, config):
     """Check the arguments (ValueError naming what is wrong) and fix what depends only on their signature: sizes,
     grid, workspace and the bound kernel. Returns run(a, b, bias, residual, scale, out) for every call of this
@@ -175,13 +190,9 @@ def gemm_plan(a, b, bias, residual, scale, out, config):
     def new_out():
         return torch.empty((M, N), dtype=dtype, device=device)
 
-    if M == 0 or N == 0:
-        return lambda a, b, bias, residual, scale, out: new_out() if out is None else out
-    if K == 0:
-        if any(config[s] for s in ("SCALE", "BIAS", "ACTIVATION", "SWIGLU", "GEGLU", "RESIDUAL")):
-            # the epilogue of an empty product is not all zeros: refused rather than guessed
-            raise ValueError("K=0: the product is empty; a fused epilogue needs K > 0")
-        return lambda a, b, bias, residual, scale, out: (new_out() if out is None else out).zero_()
+    empty = _empty_run(M, N, K, new_out, config)
+    if empty is not None:
+        return empty
     _check_alignment(a, b, out, M, N, K, config)
     plan = launch_plan(M, N, K, device, config)
     host = config["MEMORY"] == "host_descriptor"

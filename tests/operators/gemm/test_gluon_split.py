@@ -10,15 +10,16 @@ import types
 import numpy as np
 import pytest
 import torch
-import triton
 
 import operators
+from evo.evaluate.compiler import record_launches
+from evo.evaluate.modules import load_source
 from evo.problem import HOPPER
 from genomes.gemm_gluon import GLUON_FIXED
 from operators._paste import pasted_source
+from operators.gemm.gluon_plan import gluon_stream_k
 from operators.gemm.gluon_source import SPLIT_FILE
-from operators.gemm.launcher import _GLUON_STREAM_K_PLAN
-from operators.gemm.plan import SK_MAX_PARTS
+from operators.gemm.plan import CPU_NUM_SMS, SK_MAX_PARTS
 
 OP = operators.get("gemm")
 FAMILY = OP.family
@@ -41,12 +42,11 @@ def _helpers(program: list[int], programs: int) -> dict:
 
 
 def _plan(num_tiles: int, k_tiles: int, programs: int, consumers: int = 1) -> dict:
-    """The launcher's stream-K plan lines run for a grid of `programs` (tiles of one row, one K step per BLOCK_K)."""
-    scope = {"triton": triton, "torch": torch, "device": torch.device("cpu"), "_num_sms": lambda device: programs,
-             "SK_MAX_PARTS": SK_MAX_PARTS, "CONSUMERS": consumers, "M": 1, "N": num_tiles, "K": k_tiles,
-             "BLOCK_M": 1, "BLOCK_N": 1, "BLOCK_K": 1}
-    exec(_GLUON_STREAM_K_PLAN.replace("\n    ", "\n"), scope)
-    return scope
+    """The launcher's stream-K plan (operators/gemm/gluon_plan.py) for a grid of `programs` (tiles of one row, one K
+    step per BLOCK_K)."""
+    config = {"BLOCK_M": 1, "BLOCK_N": 1, "BLOCK_K": 1, "CONSUMERS": consumers}
+    names = ("sk_share", "sk_slots", "partials", "counters")
+    return dict(zip(names, gluon_stream_k(1, num_tiles, k_tiles, programs, torch.device("cpu"), config), strict=True))
 
 
 @pytest.mark.parametrize("num_tiles, k_tiles, programs", [
@@ -87,7 +87,7 @@ def test_every_k_step_of_every_tile_is_taken_once_and_the_runs_share_the_work_ev
 
 def test_the_plan_counts_one_arrival_counter_per_consumer_of_every_shared_tile():
     plan = _plan(num_tiles=112, k_tiles=64, programs=132, consumers=2)
-    assert plan["grid"] == (132,) and plan["sk_share"] == 55 and plan["sk_slots"] == 3
+    assert plan["sk_share"] == 55 and plan["sk_slots"] == 3
     assert plan["counters"].numel() == 112 * 2 and not plan["counters"].any()
     assert plan["partials"].numel() == 112 * 3 and plan["partials"].dtype == torch.float32
 
@@ -128,11 +128,19 @@ def test_the_rendering_walks_the_runs_in_every_role_and_stores_a_shared_tile_onc
     assert "partials, counters, sk_share, sk_slots" in entry and "STREAM_K=True" in entry
     assert ("BIAS=True" in entry and 'ACTIVATION="gelu"' in entry) == (name != "gemm")
     assert ("ROW_SPLIT=True" in entry) == ("consumer_split" in values)
-    assert "grid = (num_sms,)" in source and "counters = torch.zeros(max(sk_tiles, 1) * CONSUMERS" in source
-    assert "partials, counters, sk_share, sk_slots" in source.split("def run(")[1]
+    # the launch (recorded on meta tensors): a program per SM, the plan's workspace and shares after the sizes
+    module = load_source(source)
+    g = gluon(**values)
+    (launch,) = record_launches(module, module.matmul, tuple(op.make_inputs(SHAPE, 0, device="meta")))
+    rows = "consumer_split" in values
+    partials, counters, share, slots = launch.args[len(launch.args) - 4 - rows:][:4]
+    expected = _plan(num_tiles=7 * 16, k_tiles=4096 // g["BLOCK_K"], programs=CPU_NUM_SMS,
+                     consumers=g["consumers"])  # 777x4096 in 128x256 tiles
+    assert launch.grid[0] == CPU_NUM_SMS and (share, slots) == (expected["sk_share"], expected["sk_slots"])
+    assert partials.numel() == expected["partials"].numel() * 128 * 256
+    assert counters.numel() == expected["counters"].numel() and partials.dtype == torch.float32
     off = op.render(gluon(**values).replace(stream_k=False), SHAPE, HOPPER)
-    assert "STREAM_K=False" in off and "grid = (min(_num_sms(device)" in off and "sk_share" not in off.split(
-        "def matmul_kernel(")[1]
+    assert "STREAM_K=False" in off and "sk_share" not in off.split("def matmul_kernel(")[1].split("\n\n\n")[0]
 
 
 @pytest.mark.slow

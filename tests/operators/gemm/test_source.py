@@ -7,12 +7,10 @@ from __future__ import annotations
 import ast
 import inspect
 import re
-import textwrap
 from pathlib import Path
 
 import pytest
 import torch
-import triton
 
 import operators
 from evo.problem import HOPPER
@@ -149,18 +147,3 @@ def test_the_renderer_writes_text_by_template_only():
         assert not re.search(r"\.replace\(", text), name
     for values in (dict(), dict(split_k=4), dict(persistent=True, stream_k=True, memory="host_descriptor")):
         assert not re.search(r"EPILOGUE_|SWIGLU_SPLIT|EMPTY_K|\{\{|\{%", src(**values))
-
-
-@pytest.mark.parametrize("num_tiles, k_tiles, programs", [(112, 64, 132), (153, 64, 132), (36, 768, 132),
-                                                          (4, 256, 132), (7, 3, 4), (1, 1, 4), (264, 17, 132)])
-def test_the_gluon_launchers_stream_k_plan_shares_the_work_as_the_triton_plan(num_tiles, k_tiles, programs):
-    """The Gluon launcher writes its stream-K plan as template text (templates/stream_k_plan.py.jinja); it must give
-    the shares and slots of plan.stream_k_shares, which the Triton plan runs."""
-    from operators.gemm.launcher import _GLUON_STREAM_K_PLAN
-
-    scope = {"triton": triton, "torch": torch, "device": torch.device("cpu"), "_num_sms": lambda device: programs,
-             "SK_MAX_PARTS": plan.SK_MAX_PARTS, "CONSUMERS": 1, "M": 1, "N": num_tiles, "K": k_tiles,
-             "BLOCK_M": 1, "BLOCK_N": 1, "BLOCK_K": 1}
-    exec(textwrap.dedent(_GLUON_STREAM_K_PLAN), scope)
-    assert (scope["sk_tiles"], scope["sk_share"], scope["sk_slots"]) == plan.stream_k_shares(num_tiles, k_tiles,
-                                                                                             programs)
