@@ -18,6 +18,8 @@ GELU = ModelSpec("gelu-bias", hidden_size=32, intermediate_size=96, num_attentio
                  head_dim=8, vocab_size=50, mlp="gelu", mlp_bias=True)
 GELU_TANH = dataclasses.replace(GELU, name="gelu-tanh", mlp="gelu_tanh", mlp_bias=False)
 SPECS = [TINY, LLAMA, QWEN2, GELU, GELU_TANH]
+TINY_MOE = load_model(MODELS / "tiny-moe.yaml")  # Mixtral-shaped: 4 experts top-2, renormalised
+TINY_GEMMA2 = load_model(MODELS / "tiny-gemma2.yaml")  # a window of 8 keys on even layers, logits capped at 50
 
 
 def hidden_states(spec: ModelSpec, tokens: int, dtype: torch.dtype = torch.float32, seed: int = 1) -> torch.Tensor:

@@ -10,14 +10,14 @@ import torch
 
 import operators
 from evo.bench.zoo_layer import TOLERANCE
-from evo.zoo import layer_problems, load_model
+from evo.zoo import layer_problems
 from evo.zoo.layer import DecoderLayer
 from evo.zoo.layer_gemma import Gemma2DecoderLayer
 from evo.zoo.patch import patch, roles_of
-from tests.zoo._layer_cases import MODELS, TINY, hidden_states
+from tests.zoo._layer_cases import TINY, TINY_GEMMA2, hidden_states
 from tests.zoo._rendered import plan_kernels, rendered
 
-GEMMA = load_model(MODELS / "tiny-gemma2.yaml")  # a window of 8 keys on even layers, logits capped at 50
+GEMMA = TINY_GEMMA2
 
 
 def _rel(y: torch.Tensor, ref: torch.Tensor) -> float:

@@ -12,15 +12,14 @@ import torch
 
 import operators
 from evo.bench.zoo_layer import TOLERANCE
-from evo.zoo import layer_problems, load_model
+from evo.zoo import layer_problems
 from evo.zoo.decode import DecodeState, decode_step
 from evo.zoo.layer import DecoderLayer
 from evo.zoo.layer_moe import MoEDecoderLayer
 from evo.zoo.patch import patch, roles_of
-from tests.zoo._layer_cases import MODELS, TINY, hidden_states
+from tests.zoo._layer_cases import TINY, TINY_MOE, hidden_states
 from tests.zoo._rendered import plan_kernels
 
-TINY_MOE = load_model(MODELS / "tiny-moe.yaml")  # Mixtral-shaped: 4 experts top-2, renormalised
 QWEN_MOE = dataclasses.replace(TINY_MOE, name="qwen-moe-like", num_experts=6, experts_per_token=3,
                                shared_expert_size=48, norm_topk_prob=False, attention_bias=True)
 SPECS = [TINY_MOE, QWEN_MOE]

@@ -60,6 +60,10 @@ def test_moe_models():
     tiny = parse_model(_TINY + "num_experts: 4\nexperts_per_token: 1\n", "yaml", "m.yaml", "m")
     assert (tiny.num_experts, tiny.experts_per_token, tiny.shared_expert_size) == (4, 1, 0)
     assert load_model(MODELS / "llama-3-8b.json").num_experts == 0
+    # the top-k routing weights renormalised: Mixtral's always, Qwen-MoE's as its config says (false by default)
+    assert mixtral.norm_topk_prob and not qwen.norm_topk_prob
+    assert not parse_model(_TINY + "num_experts: 4\nexperts_per_token: 2\nnorm_topk_prob: false\n", "yaml", "m.yaml",
+                           "m").norm_topk_prob
 
 
 def _bad_json(**change):
@@ -107,6 +111,8 @@ def _bad_json(**change):
     (_TINY + "experts_per_token: 2\n", "yaml", "experts_per_token"),
     (_TINY + "num_experts: 8\nexperts_per_token: 2\nmlp: gelu\n", "yaml", "mlp"),
     (_TINY + "num_experts: 8\nexperts_per_token: 2\nshared_expert_size: -1\n", "yaml", "shared_expert_size"),
+    (_TINY + "num_experts: 8\nexperts_per_token: 2\nnorm_topk_prob: 1\n", "yaml", "norm_topk_prob"),
+    (_TINY + "norm_topk_prob: true\n", "yaml", "norm_topk_prob"),
     ("a: [", "yaml", ""),
     ("just text", "yaml", ""),
     ('{"hidden_size": ' + "9" * 5000 + "}", "json", ""),  # more digits than Python's int() reads: a ValueError

@@ -59,6 +59,10 @@ def test_uses_reads_the_module_and_a_module_without_uses_runs_evo_everywhere(mon
     for role in ("cache_attention", "attention_local"):
         assert split_tokens(role, (1, 4, 2, 1, 4097, 128)) == (1, (4, 2, 128))
     assert split_tokens("rope", (16, 28, 4, 128, 6128)) == (16, (28, 4, 128))
+    # the MoE roles (T, E, TOPK, N, K) and the Gemma-2 layer's norms (rows, cols)
+    assert split_tokens("moe_gate_up", (16, 8, 2, 14336, 4096)) == (16, (8, 2, 14336, 4096))
+    assert split_tokens("moe_down", (16, 8, 2)) is None
+    assert split_tokens("post_norm", (16, 3584)) == split_tokens("add_norm", (16, 3584)) == (16, (3584,))
 
 
 def test_a_layer_runs_its_torch_code_where_the_zoo_runs_its_baseline(monkeypatch):
@@ -88,6 +92,35 @@ def test_a_layer_runs_its_torch_code_where_the_zoo_runs_its_baseline(monkeypatch
     assert torch.equal(layer.ffn(x), ref_layer.ffn(x))  # at T=4 the second half is the unpatched layer's own code
     unpatch(layer)
     assert torch_tokens(layer) == {}
+
+
+def test_a_moe_and_a_gemma2_layer_run_their_torch_code_where_the_zoo_runs_its_baseline(monkeypatch):
+    """moe_down's module: evo at T=1, baseline at T=4 (the layer's torch experts run there: a baseline inside the op
+    would be transformers' loop, whose host sync no CUDA graph captures); post_norm's: baseline at T=4."""
+    import operators
+    from evo.zoo.layer_gemma import Gemma2DecoderLayer
+    from evo.zoo.layer_moe import MoEDecoderLayer
+    from tests.zoo._layer_cases import TINY_GEMMA2 as GEMMA
+    from tests.zoo._layer_cases import TINY_MOE
+
+    calls: list[str] = []
+    moe = MoEDecoderLayer(TINY_MOE, dtype=torch.float32)
+    e, k, h, inter = TINY_MOE.num_experts, TINY_MOE.experts_per_token, TINY_MOE.hidden_size, TINY_MOE.intermediate_size
+    down = operators.get("moe_down")
+    patch(moe, {"moe_down": with_uses(lambda *a: down.reference(*a), "moe_down",
+                                      {(1, e, k, h, inter): "evo", (4, e, k, h, inter): "baseline"}, "fp32",
+                                      monkeypatch, calls, "moe_down")})
+    gemma = Gemma2DecoderLayer(GEMMA, dtype=torch.float32)
+    norm = operators.get("rmsnorm")
+    patch(gemma, {"post_norm": with_uses(lambda x, w, eps: norm.reference(x, w), "rmsnorm",
+                                         {(1, GEMMA.hidden_size): "evo", (4, GEMMA.hidden_size): "baseline"}, "fp32",
+                                         monkeypatch, calls, "post_norm")})
+    assert torch_tokens(moe) == {"moe_down": (4,)} and torch_tokens(gemma) == {"post_norm": (4,)}
+    for layer, spec in ((moe, TINY_MOE), (gemma, GEMMA)):
+        for tokens, runs in ((1, True), (4, False)):
+            calls.clear()
+            layer(hidden_states(spec, tokens))
+            assert bool(calls) == runs, (spec.name, tokens)
 
 
 def test_a_hugging_face_model_runs_transformers_code_where_the_zoo_runs_its_baseline(monkeypatch):
