@@ -298,8 +298,10 @@ def fp8_gemm_plan(a, weight, a_scale, w_scale, out, out_dtype, config):
     if split > 1:
         workspace = torch.empty(tiles * split * block_m * block_n, dtype=torch.float32, device=a.device)
         counters = torch.zeros(tiles, dtype=torch.int32, device=a.device)
+    contiguous = all(t.is_contiguous() for t in (a, weight, a_scale, w_scale))
     tma = config["MEMORY"] == "descriptor"
-    if tma and (k % 16 or a.data_ptr() % 16 or weight.data_ptr() % 16):
+    # (operands that are not contiguous are copied per call, into fresh aligned memory)
+    if tma and (k % 16 or contiguous and (a.data_ptr() % 16 or weight.data_ptr() % 16)):
         raise ValueError(f"tensor descriptors (memory=descriptor) need a and weight at 16-byte aligned addresses with "
                          f"rows of 16-byte multiples; K={k}")
     programs = config["PROGRAMS"]  # persistent: a few programs per SM (never more than the work items)
@@ -309,7 +311,6 @@ def fp8_gemm_plan(a, weight, a_scale, w_scale, out, out_dtype, config):
     consts = (k, k // SCALE_BLOCK, block_m, block_n, block_k, config["GROUP_M"], split, chunk, split * chunk != k,
               config["SWAP_AB"], config["PROMOTE"], scales == "block", scales == "block" or a_scale.numel() > 1,
               scales != "tensor", SCALE_BLOCK, tma, bool(programs), config["NUM_STAGES"])
-    contiguous = all(t.is_contiguous() for t in (a, weight, a_scale, w_scale))
 
     def run(a, weight, a_scale, w_scale, out):
         if not contiguous:  # each call copies into contiguous rows first

@@ -315,3 +315,19 @@ def test_scaled_mm_gets_block_scales_in_cublaslt_layouts(monkeypatch):
     sa.mul_(2)  # written in place: copied again
     fn(a, w, sa, sw)
     assert seen[-1][0] is not first_a and torch.equal(seen[-1][0], sa)
+
+
+def test_operands_that_are_not_contiguous_are_copied_even_for_descriptors():
+    """A strided view of a starting 8 bytes into its storage: copied per call into fresh (aligned) rows, so the
+    descriptor path runs it; the same bytes as a contiguous misaligned tensor are refused (test above)."""
+    import torch
+
+    op = operators.get("fp8_gemm+channel")
+    p = op.problem((8, 256, 256), "fp16")
+    fn = _module(op, p, BLOCK_M=16, BLOCK_N=64, BLOCK_K=64, GROUP_M=1, memory="descriptor")
+    a, w, sa, sw = op.make_inputs(p, 0, "cpu")
+    wide = torch.zeros(8, 264).to(torch.float8_e4m3fn)
+    wide[:, 8:] = a
+    view = wide[:, 8:]
+    assert not view.is_contiguous() and view.data_ptr() % 16 == 8
+    assert _err(fn(view, w, sa, sw), op.reference(a, w, sa, sw)) <= op.tolerance(p)
