@@ -99,6 +99,11 @@ class Operator(ABC):
     def bytes(self, problem: Problem) -> int:
         """Fewest bytes the operator must move: each input read once, each output written once."""
 
+    def math_dtype(self, problem: Problem) -> str:
+        """The dtype of the tensor-core math, whose peak bounds the operator's speed (evo.evaluate.roofline): the
+        problem's by default; an operator whose operands are narrower than its output names theirs ("fp8")."""
+        return problem.dtype
+
     # -- operators that write into an input in place (a KV cache) ------------------------------------------
     # the op's arguments it writes in place, as its schema marks them (`Tensor(a!) cache`): torch.compile and CUDA
     # graphs then let the kernel write them directly, without copies

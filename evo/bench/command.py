@@ -60,7 +60,7 @@ def problem_entry(operator: Any, problem: Problem, results: list[ContenderResult
     ukey = unit_key(operator.throughput_unit)
     flops, nbytes = int(operator.flops(problem)), int(operator.bytes(problem))
     floor_ms = nbytes / (copy_GBps * 1e9) * 1e3 if copy_GBps else None
-    peak = peak_tflops(gpu, problem.dtype)
+    peak = peak_tflops(gpu, operator.math_dtype(problem) if hasattr(operator, "math_dtype") else problem.dtype)
     intensity = flops / nbytes if nbytes else None
     if operator.throughput_unit == "GB/s":
         memory_bound = True

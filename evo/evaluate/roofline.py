@@ -18,10 +18,10 @@ from evo.problem import Problem
 __all__ = ["Floor", "floor", "peak_tflops", "copy_bandwidth"]
 
 # Dense tensor-core peaks from NVIDIA's datasheets (TFLOP/s, no sparsity). fp32 is plain fp32 (PyTorch does
-# not use tf32 for fp32 matmuls by default).
-_PEAKS = (("H100 PCIe", {"bf16": 756.0, "fp16": 756.0, "fp32": 51.0}),
-          ("H100", {"bf16": 989.0, "fp16": 989.0, "fp32": 67.0}),
-          ("H200", {"bf16": 989.0, "fp16": 989.0, "fp32": 67.0}),
+# not use tf32 for fp32 matmuls by default); fp8 is the e4m3/e5m2 math of an operator whose math_dtype says so.
+_PEAKS = (("H100 PCIe", {"bf16": 756.0, "fp16": 756.0, "fp32": 51.0, "fp8": 1513.0}),
+          ("H100", {"bf16": 989.0, "fp16": 989.0, "fp32": 67.0, "fp8": 1979.0}),
+          ("H200", {"bf16": 989.0, "fp16": 989.0, "fp32": 67.0, "fp8": 1979.0}),
           ("A100", {"bf16": 312.0, "fp16": 312.0, "fp32": 19.5}))
 
 
@@ -63,6 +63,8 @@ def floor(operator: Any, problem: Problem, gpu: str, copy_GBps: float | None) ->
     if not copy_GBps or copy_GBps <= 0:
         return None
     memory_ms = float(operator.bytes(problem)) / (copy_GBps * 1e9) * 1e3
-    peak = peak_tflops(gpu, problem.dtype)
+    # the math's dtype, where an operator names one narrower than its output's (an FP8 GEMM's e4m3 operands)
+    math_dtype = operator.math_dtype(problem) if hasattr(operator, "math_dtype") else problem.dtype
+    peak = peak_tflops(gpu, math_dtype)
     compute_ms = float(operator.flops(problem)) / (peak * 1e12) * 1e3 if peak else None
     return Floor(max(memory_ms, compute_ms or 0.0), compute_ms, memory_ms, peak, float(copy_GBps))

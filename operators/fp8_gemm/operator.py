@@ -181,6 +181,10 @@ class FP8GemmOperator(Operator):
         d = problem.dims
         return 2 * d["M"] * d["N"] * d["K"]
 
+    def math_dtype(self, problem: Problem) -> str:
+        """e4m3 operands: the speed of light is the FP8 tensor-core peak, not the output dtype's."""
+        return "fp8"
+
     def bytes(self, problem: Problem) -> int:
         """a and W read once (a byte an element), their float32 scales, y written."""
         d = problem.dims

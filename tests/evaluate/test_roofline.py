@@ -46,3 +46,16 @@ def test_no_measured_bandwidth_no_floor_and_unknown_gpus_are_memory_only():
     assert floor(Op(1e9, 1e9), Problem(), "NVIDIA H200", 0.0) is None
     unknown = floor(Op(1e15, 1e9), Problem(), "Some other GPU", 1000.0)
     assert unknown.compute_ms is None and unknown.ms == pytest.approx(1.0)
+
+
+def test_the_peak_is_the_math_dtypes_where_an_operator_names_one():
+    """An FP8 GEMM's output is bf16, its math e4m3: its floor is at the FP8 peak (twice bf16's on Hopper)."""
+    import operators
+
+    op = operators.get("fp8_gemm+channel")
+    problem = op.problem((4096, 4096, 4096), "bf16")
+    assert op.math_dtype(problem) == "fp8" and operators.get("gemm").math_dtype(problem) == "bf16"
+    assert peak_tflops("NVIDIA H100 80GB HBM3", "fp8") == 1979.0 and peak_tflops("NVIDIA A100", "fp8") is None
+    fp8 = floor(op, problem, "NVIDIA H100 80GB HBM3", 3000.0)
+    assert fp8.peak_tflops == 1979.0 and fp8.compute_ms == pytest.approx(2 * 4096**3 / 1979e12 * 1e3)
+    assert floor(Op(1, 1), Problem(), "NVIDIA H200", 2000.0).peak_tflops == 989.0  # no math_dtype: the problem's
