@@ -84,6 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "grouped_mm on a GPU where torch has it) [auto]")
     p.add_argument("--layer-index", type=int, default=0, metavar="I",
                    help="which Gemma-2 layer: 0 slides (a window), 1 attends to every key [0]")
+    p.add_argument("--gemma-attention", default="eager", choices=("eager", "flex"),
+                   help="a Gemma-2 layer's attention in torch: transformers' eager path or FlexAttention [eager]")
     return p
 
 
@@ -280,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
                              "Gemma-2 layer's four norms and capped attention are not in it")
         experts = pick_experts(args.experts, args.device)
         plain, patched, layer = build_layers(spec, zoo_ops, dtype, args.device, args.seed, args.context, room, experts,
-                                             args.layer_index)
+                                             args.layer_index, args.gemma_attention)
     except ValueError as e:
         print(f"evo zoo layer bench: {one_line(str(e))}", file=sys.stderr)
         return 2

@@ -4,7 +4,8 @@ one line saying which of the layer's parts run the zoo's kernels and which run t
 The MoE layer's experts run in torch one of transformers 5's ways (`--experts`): `grouped_mm` (torch._grouped_mm,
 static shapes: torch.compile and CUDA graphs take it) where this torch has it on a GPU, else `loop` (the eager loop
 over the experts hit: a host sync that no graph captures, and that stops torch.compile(fullgraph=True)). A Gemma-2
-layer is one layer of the stack (`--layer-index`, 0: a sliding-window layer; 1: a global one).
+layer is one layer of the stack (`--layer-index`, 0: a sliding-window layer; 1: a global one), its torch attention
+transformers' eager path (`--gemma-attention eager`, the default: SDPA cannot cap) or FlexAttention (`flex`).
 """
 
 from __future__ import annotations
@@ -39,16 +40,17 @@ def kind_name(spec: Any) -> str:
 
 
 def build_layers(spec: Any, zoo_ops: dict[str, Callable[..., Any]], dtype: Any, device: str, seed: int, context: int,
-                 room: int, experts: str, layer_index: int) -> tuple[Any, Any, dict[str, Any]]:
+                 room: int, experts: str, layer_index: int, attention: str = "eager"
+                 ) -> tuple[Any, Any, dict[str, Any]]:
     """(the plain layer, the same layer with the zoo's roles it takes patched in, the document's `layer` entry: kind,
-    experts way, layer index and window, and the zoo's roles this layer does not take); ValueError in one line where
-    the zoo serves none of its roles or an argument does not fit."""
+    experts way, layer index, window and torch attention, and the zoo's roles this layer does not take); ValueError in
+    one line where the zoo serves none of its roles or an argument does not fit."""
     from evo.zoo.layers import decoder_layer
     from evo.zoo.patch import patch, roles_of
 
     def make() -> Any:
-        return decoder_layer(spec, experts=experts, layer_index=layer_index, dtype=dtype, device=device, seed=seed,
-                             context=context, max_tokens=room)
+        return decoder_layer(spec, experts=experts, layer_index=layer_index, attention=attention, dtype=dtype,
+                             device=device, seed=seed, context=context, max_tokens=room)
 
     plain = make()  # one seed, so both layers hold the same weights
     ops = {role: op for role, op in zoo_ops.items() if role in roles_of(plain)}
@@ -59,7 +61,7 @@ def build_layers(spec: Any, zoo_ops: dict[str, Callable[..., Any]], dtype: Any, 
     if kind == "moe":
         info["experts"] = experts
     if kind == "gemma2":
-        info.update(layer_index=layer_index, window=plain.window)
+        info.update(layer_index=layer_index, window=plain.window, attention=attention)
     return plain, patch(make(), ops), info
 
 
@@ -83,5 +85,7 @@ def layer_note(spec: Any, plan: list[Any], roles: dict[str, str], info: dict[str
             "gemma2": f"Gemma-2 layer {info.get('layer_index', 0)}, "
                       + (f"a window of {info['window']} keys" if info.get("window") else "global"),
             "llama": "Llama-style layer"}[kind]
-    experts = f"; the torch layer's experts run by {info['experts']} (--experts)" if kind == "moe" else ""
+    experts = {"moe": f"; the torch layer's experts run by {info.get('experts')} (--experts)",
+               "gemma2": f"; the torch layer's attention runs by {info.get('attention')} (--gemma-attention)",
+               "llama": ""}[kind]
     return f"{spec.name} ({what}): the zoo runs {zoo}; torch runs {'; '.join(torch_parts) or 'nothing else'}{experts}"

@@ -5,9 +5,13 @@ SDPA cannot cap logits), built on the reference layer (evo.zoo.layer.DecoderLaye
       causal, on a sliding layer only the last `sliding_window` keys) -> o_proj -> post_attention_norm, + x = h
     h -> pre_feedforward_norm -> gate_up -> GeGLU (gelu_tanh(gate) * up) -> down -> post_feedforward_norm, + h
 
-Every norm scales by (1 + weight) in fp32 (GemmaRMSNorm); the patched norm roles get 1 + weight as an fp32 weight
-(made once here, as the plan's notes say: the same formula). `layer_index` picks the layer: layer i slides unless
-(i + 1) is a multiple of the spec's sliding_window_pattern (layer 0, the default, slides).
+Torch's attention is transformers' eager path by default (`attention="eager"`: the scores materialised, capped, masked,
+softmax in fp32; SDPA cannot cap), or its FlexAttention (`"flex"`: the cap a score_mod, the causal window a block mask
+made once per token count in an eager call, flex_attention compiled on a GPU as transformers compiles it), the
+stronger torch way where it compiles. Every norm scales by (1 + weight) in fp32 (GemmaRMSNorm); the patched norm
+roles get 1 + weight as an fp32 weight (made once here, as the plan's notes say: the same formula). `layer_index`
+picks the layer: layer i slides unless (i + 1) is a multiple of the spec's sliding_window_pattern (layer 0, the
+default, slides).
 
 Patched roles (evo.zoo.gemma_problems' plan), each where the zoo has it, torch where not:
 - linear_qkv (linear+rmsnorm: op(x, W, 1 + w_in, eps)) | post_norm on the input, then qkv (gemm: op(x, B));
@@ -27,6 +31,8 @@ runs its input norm as the post_norm op (the same shape and operator) and its la
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -34,9 +40,10 @@ from torch import nn
 from evo.zoo.layer import DecoderLayer, RMSNorm
 from evo.zoo.model import ModelSpec
 
-__all__ = ["Gemma2DecoderLayer", "GemmaRMSNorm"]
+__all__ = ["Gemma2DecoderLayer", "GemmaRMSNorm", "ATTENTION"]
 
 NORMS = ("input_norm", "post_attention_norm", "pre_feedforward_norm", "post_feedforward_norm")
+ATTENTION = ("eager", "flex")  # transformers' attention implementations the torch layer runs
 
 
 class GemmaRMSNorm(RMSNorm):
@@ -49,15 +56,21 @@ class GemmaRMSNorm(RMSNorm):
 
 
 class Gemma2DecoderLayer(DecoderLayer):
-    """One Gemma-2 layer of `spec` (post_norms); DecoderLayer's arguments, and `layer_index` (0: a sliding layer)."""
+    """One Gemma-2 layer of `spec` (post_norms); DecoderLayer's arguments, `layer_index` (0: a sliding layer) and
+    `attention` (torch's way, ATTENTION)."""
 
     ROLES = ("post_norm", "add_norm", "qkv", "rope", "attention", "attention_local", "o_proj", "gate_up", "down",
              "linear_qkv", "linear_o_proj", "linear_gate_up", "linear_down")
 
-    def __init__(self, spec: ModelSpec, *args: object, layer_index: int = 0, **kwargs: object) -> None:
+    def __init__(self, spec: ModelSpec, *args: object, layer_index: int = 0, attention: str = "eager",
+                 **kwargs: object) -> None:
         if isinstance(layer_index, bool) or not isinstance(layer_index, int) or layer_index < 0:
             raise ValueError(f"layer_index must be an integer >= 0; got {layer_index!r}")
+        if attention not in ATTENTION:
+            raise ValueError(f"attention must be one of {', '.join(ATTENTION)} (torch's way); got {attention!r}")
         super().__init__(spec, *args, **kwargs)  # type: ignore[arg-type]
+        self.torch_attention = attention
+        self._block_masks: dict[tuple[int, int], object] = {}
         pattern = spec.sliding_window_pattern
         self.window = spec.sliding_window if pattern == 1 or (layer_index + 1) % pattern else 0
         self.scale = (spec.query_pre_attn_scalar or spec.head_dim) ** -0.5
@@ -134,6 +147,8 @@ class Gemma2DecoderLayer(DecoderLayer):
         op = self._op("attention_local" if hides and s.sliding_window_pattern > 1 else "attention", t)
         if op is not None:
             return op(q, k, v, self.scale)
+        if self.torch_attention == "flex":
+            return self._flex(q, k, v, hides)
         group = s.num_attention_heads // s.num_key_value_heads
         if group > 1:
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
@@ -147,3 +162,41 @@ class Gemma2DecoderLayer(DecoderLayer):
             hidden |= key <= pos - self.window
         scores = scores.masked_fill(hidden, torch.finfo(scores.dtype).min)
         return torch.matmul(torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype), v)
+
+    def _flex(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, hides: bool) -> torch.Tensor:
+        """FlexAttention as transformers runs it: compiled on a GPU, the cap a score_mod, the mask a block mask made
+        once per (T, keys) in an eager call (a compiled layer needs one eager call of its token count first)."""
+        from torch.nn.attention.flex_attention import create_block_mask
+
+        t, keys = q.shape[2], k.shape[2]
+        block_mask = self._block_masks.get((t, keys))
+        if block_mask is None:
+            shift, window = keys - t, self.window if hides else 0
+
+            def mask_mod(b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor) -> torch.Tensor:
+                seen = kv_idx <= q_idx + shift
+                return seen & (kv_idx > q_idx + shift - window) if window else seen
+
+            block_mask = self._block_masks[(t, keys)] = create_block_mask(mask_mod, None, None, t, keys,
+                                                                          device=q.device)
+        cap = self.spec.attn_logit_softcapping
+
+        def score_mod(score: torch.Tensor, b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor,
+                      kv_idx: torch.Tensor) -> torch.Tensor:
+            return cap * torch.tanh(score / cap)
+
+        return _flex_fn(q.device.type)(q, k, v, score_mod=score_mod if cap else None, block_mask=block_mask,
+                                       scale=self.scale, enable_gqa=q.shape[1] != k.shape[1])
+
+
+_FLEX: dict[str, Callable[..., torch.Tensor]] = {}
+
+
+def _flex_fn(device_type: str) -> Callable[..., torch.Tensor]:
+    """flex_attention, compiled once per process on a GPU (as transformers' flex integration does; uncompiled it
+    materialises the scores), as it is on the CPU."""
+    if device_type not in _FLEX:
+        from torch.nn.attention.flex_attention import flex_attention
+
+        _FLEX[device_type] = torch.compile(flex_attention, dynamic=False) if device_type == "cuda" else flex_attention
+    return _FLEX[device_type]

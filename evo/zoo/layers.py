@@ -20,12 +20,14 @@ def layer_kind(spec: ModelSpec) -> type[DecoderLayer]:
     return MoEDecoderLayer if spec.num_experts else DecoderLayer
 
 
-def decoder_layer(spec: ModelSpec, experts: str = "loop", layer_index: int = 0, **kwargs: Any) -> DecoderLayer:
+def decoder_layer(spec: ModelSpec, experts: str = "loop", layer_index: int = 0, attention: str = "eager",
+                  **kwargs: Any) -> DecoderLayer:
     """A reference layer of `spec`'s kind with DecoderLayer's arguments `kwargs`; `experts` (how torch runs a MoE
-    layer's experts) and `layer_index` (which Gemma-2 layer: 0 slides) apply to their kind only."""
+    layer's experts), `layer_index` (which Gemma-2 layer: 0 slides) and `attention` (how torch runs a Gemma-2 layer's
+    attention: eager or flex) apply to their kind only."""
     kind = layer_kind(spec)
     if kind is MoEDecoderLayer:
         return MoEDecoderLayer(spec, experts=experts, **kwargs)
     if kind is Gemma2DecoderLayer:
-        return Gemma2DecoderLayer(spec, layer_index=layer_index, **kwargs)
+        return Gemma2DecoderLayer(spec, layer_index=layer_index, attention=attention, **kwargs)
     return DecoderLayer(spec, **kwargs)

@@ -80,6 +80,17 @@ def test_a_gemma2_layer_is_benched_four_ways(rendered_zoo, tmp_path, index):
     assert doc["roles"]["attention"] == "attention+causal+softcap50"
     where = "a window of 8 keys" if index == 0 else "global"
     assert layer["note"].startswith(f"tiny-gemma2 (Gemma-2 layer {index}, {where}): the zoo runs linear_qkv ")
+    assert layer["attention"] == "eager" and layer["note"].endswith("the torch layer's attention runs by eager "
+                                                                    "(--gemma-attention)")
+
+
+@pytest.mark.filterwarnings("ignore:no GPU here", "ignore:.*flex_attention")
+def test_a_gemma2_layer_with_torch_s_flex_attention(rendered_zoo, tmp_path):
+    rendered_zoo(GEMMA)
+    assert bench(GEMMA, tmp_path, "--gemma-attention", "flex") == 0
+    doc = json.loads((tmp_path / "zoo.json").read_text())
+    assert doc["layer"]["attention"] == "flex" and doc["layers"][0]["within_tolerance"]
+    assert doc["layer"]["note"].endswith("the torch layer's attention runs by flex (--gemma-attention)")
 
 
 @pytest.mark.filterwarnings("ignore:no GPU here")

@@ -1,7 +1,7 @@
 """The MoE and Gemma-2 layers on a GPU (evo.bench.zoo_layer.measure_layer, bf16): four ways on both clocks, the zoo
 ways with evo kernels rendered from each operator's seed for the plan's roles, every output within tolerance; the MoE
 layer's torch experts through torch._grouped_mm compile and capture, transformers' eager loop does neither (its
-failures say why). Run on the GPU machine:
+failures say why); the Gemma-2 layer's torch attention eager or FlexAttention. Run on the GPU machine:
     python3 -m pytest tests/gpu/test_zoo_layer_kinds_gpu.py -q
 (a few minutes: torch.compile max-autotune of small layers, four token counts)."""
 
@@ -39,8 +39,9 @@ def _layers(spec, tokens, **kw):
 @pytest.mark.parametrize("spec, kw", [(MOE, {"experts": "grouped_mm"}),
                                       (dataclasses.replace(MOE, shared_expert_size=384, norm_topk_prob=False),
                                        {"experts": "grouped_mm"}),
-                                      (GEMMA, {"layer_index": 0}), (GEMMA, {"layer_index": 1})],
-                         ids=["mixtral-like", "qwen-moe-like", "gemma2-sliding", "gemma2-global"])
+                                      (GEMMA, {"layer_index": 0}), (GEMMA, {"layer_index": 1}),
+                                      (GEMMA, {"layer_index": 0, "attention": "flex"})],
+                         ids=["mixtral-like", "qwen-moe-like", "gemma2-sliding", "gemma2-global", "gemma2-flex"])
 @pytest.mark.parametrize("tokens", [1, 64])
 def test_four_ways_under_graphs(spec, kw, tokens):
     plain, patched = _layers(spec, tokens, **kw)

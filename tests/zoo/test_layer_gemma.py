@@ -74,6 +74,22 @@ def test_it_is_transformers_gemma2_layer(index, cap):
         assert _rel(other(x), theirs) > 1e-3
 
 
+@pytest.mark.filterwarnings("ignore:.*flex_attention")  # uncompiled on the CPU: the scores materialised
+@pytest.mark.parametrize("index", [0, 1], ids=["sliding", "global"])
+@pytest.mark.parametrize("context, tokens", [(0, 12), (6, 5)])
+def test_flex_attention_is_the_eager_path(index, context, tokens):
+    """The torch layer's FlexAttention (the cap a score_mod, the window a block mask) computes the eager layer."""
+    def layer(attention):
+        return Gemma2DecoderLayer(GEMMA, dtype=torch.float32, init_std=0.2, layer_index=index, context=context,
+                                  max_tokens=12, attention=attention)
+
+    eager, flex = layer("eager"), layer("flex")
+    x = hidden_states(GEMMA, tokens)
+    assert _rel(flex(x), eager(x)) < 1e-5 and list(flex._block_masks) == [(tokens, context + tokens)]
+    with pytest.raises(ValueError, match="attention must be one of eager, flex"):
+        layer("sdpa")
+
+
 def test_roles_are_the_plan_s():
     """The plan's roles but cache_attention, the decode step's (a forward pass attends with the attention roles; the
     layer bench's decode loop does not run Gemma-2 layers)."""

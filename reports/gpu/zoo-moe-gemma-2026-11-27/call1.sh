@@ -5,8 +5,9 @@
 # eager, torch.compile (max-autotune-no-cudagraphs), the zoo's kernels patched in, and the zoo under torch.compile.
 # Mixtral's torch layer runs its experts through torch._grouped_mm (--experts auto on a GPU: transformers 5's
 # grouped_mm way, which torch compiles and captures); Gemma 2's layer is a sliding one (layer 0: its 4096-key
-# window hides keys at 4096 + 2048). If time is left, Mixtral's layer at T = 1 with transformers' eager expert loop
-# (its compile and graph ways fail with their reason: a host sync).
+# window hides keys at 4096 + 2048), torch's attention there transformers' eager path (SDPA cannot cap). If time is
+# left: Gemma's layer at T = 2048 with torch's attention as FlexAttention (the stronger torch way, compiled), then
+# Mixtral's at T = 1 with transformers' eager expert loop (its compile and graph ways fail with their reason).
 # Each model gets an equal share of LIMIT seconds: ZOO_PCT % of it for the search, which SIGINT stops (what finished
 # is kept; collect bundles it, and the bench runs torch's code for any role not searched, its line saying so), the
 # rest for the bench, which writes zoo.json and zoo.md after every T (2048 first). Short searches (WALL s and EVALS
@@ -39,10 +40,12 @@ for m in $MODELS; do
   zoo $m $(( ($(left) / (n + 1)) * ZOO_PCT / 100 ))
   layer $m $m $(( end - $(date +%s) - 5 )) --tokens 2048,1
 done
+[ $(left) -gt 80 ] && case " $MODELS " in *" gemma-2-9b "*)
+  layer gemma-2-9b gemma-2-9b-flex $(( $(left) - 5 )) --tokens 2048 --gemma-attention flex;; esac
 [ $(left) -gt 70 ] && case " $MODELS " in *" mixtral-8x7b "*)
   layer mixtral-8x7b mixtral-8x7b-loop $(( $(left) - 5 )) --tokens 1 --experts loop;; esac
 cat $R/lanes.log
-for out in $MODELS mixtral-8x7b-loop; do [ -f $R/layer-$out.log ] || continue; echo "== $out"
+for out in $MODELS gemma-2-9b-flex mixtral-8x7b-loop; do [ -f $R/layer-$out.log ] || continue; echo "== $out"
   grep -E "^evo zoo layer bench: " $R/layer-$out.log | cut -c1-600
   sed -n '/^| T | eager/,/^$/p' $R/$out/zoo.md 2>/dev/null; grep -E "^- T=" $R/$out/zoo.md 2>/dev/null | cut -c1-200
   grep -A5 "^## The zoo's best" $R/$out/zoo.md 2>/dev/null | tail -3; tail -2 $R/layer-$out.log | cut -c1-300; done
