@@ -62,15 +62,23 @@ def zoo_command(args: argparse.Namespace) -> int:
     from evo.problem import DTYPES, operator_file_stem
     from evo.store.atomic_file import write_atomic
     from evo.zoo import ModelError, experiments_for, layer_problems, load_model
+    from evo.zoo.fp8_problems import refuse_fp8
 
     try:
         tokens = parse_tokens(args.tokens)
     except ValueError as e:
         raise usage_error(str(e)) from None
+    weights = "bf16"
+    if args.dtype == "fp8":  # FP8 weights, the activations in bf16 (fp16 under --smoke): evo.zoo.fp8_problems
+        if args.run or args.collect or args.report:
+            raise usage_error("--dtype fp8: evo zoo plans an FP8 layer and writes its experiments (search them with "
+                              "evo run); --run, --collect and --report serve fp16, bf16 and fp32 layers only (the zoo "
+                              "module, the patch and the layer bench have no FP8 layer yet)")
+        weights, args.dtype = "fp8", None
     if args.dtype is None:  # the CPU interpreter of a smoke run computes bf16 wrongly: fp16 is its default
         args.dtype = "fp16" if args.smoke else "bf16"
     if args.dtype not in DTYPES:
-        raise usage_error(f"--dtype {args.dtype!r}: expected one of {', '.join(DTYPES)}")
+        raise usage_error(f"--dtype {args.dtype!r}: expected one of {', '.join(DTYPES)}, or fp8 (FP8 weights)")
     if not 0 < args.wall_s < math.inf:
         raise usage_error(f"--wall-s {args.wall_s!r}: expected a positive number of seconds per problem")
     if args.context < 0:
@@ -89,6 +97,8 @@ def zoo_command(args: argparse.Namespace) -> int:
         raise usage_error(f"-o {args.output}: {folder} is a file, not a folder")
     if sum((args.collect, args.report, args.run)) > 1:
         raise usage_error("--run, --collect and --report: one at a time (--run collects and reports by itself)")
+    if weights == "fp8" and refuse_fp8(spec):
+        raise usage_error(refuse_fp8(spec))
     if args.collect:
         return _collect(spec, tokens, args.dtype, args.context, folder, usage_error)
     if args.report:
@@ -97,7 +107,7 @@ def zoo_command(args: argparse.Namespace) -> int:
         raise usage_error(f"--evaluations {args.evaluations}: expected a positive number per problem")
     texts = experiments_for(spec, tokens, args.dtype, wall_s=args.wall_s, output=str(folder),
                             evaluations=args.evaluations, executor="smoke" if args.smoke else "ray",
-                            context=args.context, objective=args.objective)
+                            context=args.context, objective=args.objective, weights=weights)
     files = {op: folder / f"{operator_file_stem(op)}.yaml" for op in texts}
     # every experiment validated (a ConfigError is one line) before any file is written
     counts = {op: len(parse_experiment(text, str(files[op])).problems) for op, text in texts.items()}
@@ -105,13 +115,14 @@ def zoo_command(args: argparse.Namespace) -> int:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise usage_error(f"cannot create {folder}: {e.strerror or e}") from None
-    problems = layer_problems(spec, tokens, args.dtype, args.context)
+    problems = layer_problems(spec, tokens, args.dtype, args.context, weights=weights)
     experts = (f", {spec.num_experts} experts top-{spec.experts_per_token}"
                + (f" + a shared expert of {spec.shared_expert_size}" if spec.shared_expert_size else "")
                if spec.num_experts else "")
     print(f"model {spec.name}: hidden {spec.hidden_size}, intermediate {spec.intermediate_size} ({spec.mlp}{experts}), "
           f"heads {spec.num_attention_heads}/{spec.num_key_value_heads} kv x {spec.head_dim}, vocab "
-          f"{spec.vocab_size}; {args.dtype}; T new tokens of one sequence after {args.context} tokens in the KV "
+          f"{spec.vocab_size}; {'fp8 weights, ' * (weights == 'fp8')}{args.dtype}; T new tokens of one sequence "
+          f"after {args.context} tokens in the KV "
           "cache; shapes in the operators' dims (gemm and linear MxNxK, rmsnorm/softmax rowsxcols, attention "
           "batchxheadsxkv_headsxq_lenxkv_lenxhead_dim, rope_cache tokensxheadsxkv_headsxhead_dimx(cache capacity - "
           "tokens)); the linear roles serve T <= 16, the gemm roles above")
@@ -128,6 +139,9 @@ def zoo_command(args: argparse.Namespace) -> int:
           f"under {folder}; search them with:")
     for op, path in files.items():
         print(f"  evo run {shlex.quote(str(path))}   # {op}: {counts[op]} problems")
+    if weights == "fp8":
+        print("(an FP8 plan: the zoo module, the patch and the layer bench do not serve it yet: no --collect)")
+        return 0
     again = " ".join(shlex.quote(a) for a in (args.model, *_named(args), "--tokens", args.tokens, "--dtype",
                                               args.dtype, "-o", args.output, "--context", str(args.context)))
     print(f"then bundle their kernels into one module: evo zoo {again} --collect")
@@ -244,7 +258,8 @@ def add_zoo_command(subparsers: Any, usage_error: type[Exception], search_zoo: A
                    help="token counts (the GEMMs' M), comma-separated (default: 1,16,128,2048)")
     z.add_argument("--dtype", default=None,
                    help="fp16, bf16 or fp32 (default: bf16; fp16 with --smoke, whose CPU interpreter computes bf16 "
-                        "wrongly)")
+                        "wrongly); fp8: the projections' weights in e4m3 with per-channel scales, the activations "
+                        "in bf16 (a plan and its experiments; no --run, --collect or --report yet)")
     z.add_argument("-o", "--output", metavar="DIR", default="runs/zoo",
                    help="experiments go to DIR/<model>/<operator>.yaml, their runs beside them (default: runs/zoo)")
     z.add_argument("--context", type=int, default=0, metavar="N",

@@ -25,7 +25,8 @@ The plan per T (issue 40's decode operators):
   fixed capacity with a mask, as transformers' static cache and the zoo's decode loop run it (K and V read once per
   KV head; attention+causal serves the calls without a mask).
 - attention+causal and the sampling softmax at every T, as before.
-A Gemma-2 layer (four norms, capped logits, a window on every other layer) is planned by evo.zoo.gemma_problems.
+A Gemma-2 layer (four norms, capped logits, a window on every other layer) is planned by evo.zoo.gemma_problems, a
+layer with FP8 weights (`weights="fp8"`: its projections as fp8_gemm+channel) by evo.zoo.fp8_problems.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from typing import Any
 
 from evo.experiment.spec import OBJECTIVES, Budget
 from evo.problem import operator_file_stem
+from evo.zoo.fp8_problems import WEIGHTS, fp8_layer_problems
 from evo.zoo.gemma_problems import gemma_layer_problems
 from evo.zoo.model import ModelSpec
 
@@ -76,10 +78,13 @@ class KernelProblem:
 
 
 def layer_problems(spec: ModelSpec, tokens: Sequence[int], dtype: str = "bf16", context: int = 0,
-                   linear_max_tokens: int = LINEAR_MAX_TOKENS) -> list[KernelProblem]:
+                   linear_max_tokens: int = LINEAR_MAX_TOKENS, weights: str = "bf16") -> list[KernelProblem]:
     """The kernel problems of one decoder layer and of the model's head, for each token count in `tokens`, with
     `context` tokens already in the KV cache; the linear roles serve T <= `linear_max_tokens` (0: the gemm roles at
-    every T)."""
+    every T). `weights` "fp8": the projections' weights are e4m3 with per-channel scales (evo.zoo.fp8_problems;
+    ValueError in one line for a layer it cannot serve)."""
+    if weights not in WEIGHTS:
+        raise ValueError(f"weights must be one of {', '.join(WEIGHTS)}; got {weights!r}")
     if isinstance(context, bool) or not isinstance(context, int) or context < 0:
         raise ValueError(f"the context (tokens already in the KV cache) must be an integer >= 0; got {context!r}")
     attention_dtypes = _attention_dtypes()
@@ -89,12 +94,12 @@ def layer_problems(spec: ModelSpec, tokens: Sequence[int], dtype: str = "bf16", 
             raise ValueError(f"token counts must be positive integers; got {t!r}")
     room = max(tokens, default=0)
     for t in tokens:
-        out.extend(_problems_at(spec, t, dtype, context, attention_dtypes, room, linear_max_tokens))
+        out.extend(_problems_at(spec, t, dtype, context, attention_dtypes, room, linear_max_tokens, weights))
     return out
 
 
 def _problems_at(spec: ModelSpec, t: int, dtype: str, context: int, attention_dtypes: tuple[str, ...], room: int,
-                 linear_max_tokens: int) -> list[KernelProblem]:
+                 linear_max_tokens: int, weights: str = "bf16") -> list[KernelProblem]:
     h, inter = spec.hidden_size, spec.intermediate_size
     qkv_width = spec.q_size + 2 * spec.kv_size
 
@@ -107,6 +112,8 @@ def _problems_at(spec: ModelSpec, t: int, dtype: str, context: int, attention_dt
                                                              f"{', '.join(attention_dtypes)}); torch runs it")
     rope = _rope(spec, t, dtype, context, room)
     head = [kp("sampling_softmax", "softmax", (t, spec.vocab_size), scope="model")]
+    if weights == "fp8":
+        return fp8_layer_problems(spec, kp, t, attention, rope, t <= linear_max_tokens) + head
     if spec.post_norms:  # Gemma 2's layer
         return gemma_layer_problems(spec, kp, t, dtype, context, attention_dtypes, rope, t <= linear_max_tokens) + head
     if t <= linear_max_tokens:
@@ -208,8 +215,8 @@ def _attention_dtypes() -> tuple[str, ...]:
 
 def experiments_for(spec: ModelSpec, tokens: Sequence[int], dtype: str = "bf16", *, wall_s: float = 30.0,
                     output: str = "runs/zoo", evaluations: int | None = None, executor: str = "ray",
-                    context: int = 0, objective: str = "gpu", linear_max_tokens: int = LINEAR_MAX_TOKENS
-                    ) -> dict[str, str]:
+                    context: int = 0, objective: str = "gpu", linear_max_tokens: int = LINEAR_MAX_TOKENS,
+                    weights: str = "bf16") -> dict[str, str]:
     """Operator name -> the YAML text of one experiment searching all of that operator's shapes (a shape that
     several roles share is searched once). `wall_s` (and `evaluations`, when given) is the budget per problem;
     run directories go under `output`, each named `run_name(spec, operator)`; `executor` is "ray" (GPUs) or
@@ -220,7 +227,7 @@ def experiments_for(spec: ModelSpec, tokens: Sequence[int], dtype: str = "bf16",
     if isinstance(wall_s, bool) or not isinstance(wall_s, (int, float)) or not 0 < wall_s < math.inf:
         raise ValueError(f"wall_s must be a positive number of seconds; got {wall_s!r}")
     shapes: dict[str, dict[tuple[int, ...], list[str]]] = {}
-    for p in layer_problems(spec, tokens, dtype, context, linear_max_tokens):
+    for p in layer_problems(spec, tokens, dtype, context, linear_max_tokens, weights):
         if p.operator is not None:
             shapes.setdefault(p.operator, {}).setdefault(p.sizes, []).append(f"{p.role} T={p.tokens}")
     if executor not in ("ray", "smoke"):
