@@ -1,6 +1,6 @@
 #!/bin/bash
 # Issue 46, one call on a machine of 4 GPUs (2 GPUs: call-2gpu.sh): how one search scales over 1, 2 and 4 GPUs, from
-# main's last commit (.gpu-head.tgz, made by `git archive -o .gpu-head.tgz HEAD`). `python -m benchmarks.scaling` runs
+# main's last commit (reports/gpu/setup.sh: the checkout, or .gpu-head.tgz where carried). `python -m benchmarks.scaling` runs
 # each workload once per GPU count, one run at a time, and writes scaling-<gpu>.json (GPU and counts named):
 #   gemm: experiments/llm_gemm.yaml, its ten GEMMs in turn (surrogate on), GEMM_MIN minutes per run, shared evenly;
 #   zoo:  llama-3.2-1b's whole zoo at one decode token after a 2048-token context (evo zoo --run: 7 operators,
@@ -13,20 +13,14 @@
 # its problems' wall time plus 1-2 s per problem (hand-over, the 24-evaluation floor); both workloads on 1, 2 and 4 GPUs:
 # 3 x (10 x 4.2 s + ~40 s) + 3 x (9 x 4 s + ~40 s) = about 470 s of the 550. The last run is the one a slow start cuts.
 # The call, from the project root on this machine (the GPU side runs HEAD as committed):
-#   git archive -o .gpu-head.tgz HEAD
-#   run(command="bash reports/gpu/scaling/call.sh", kind="nvidia-h100-x4", timeout_s=600,
-#       carry=[".whl", ".gpu-head.tgz", "evo_kernels.egg-info"])
+#   run(command="bash reports/gpu/scaling/call.sh", kind="nvidia-h100-x4", timeout_s=600, carry=[".whl"])
+# (with helpers editing the checkout: .gpu-head.tgz and evo_kernels.egg-info carried too, reports/gpu/PENDING.md)
 # Results: res.tgz (res/scaling.log, res/scaling-<gpu>.json, res/kept/) and scaling-<gpu>.json beside it; commit the
 # JSON as reports/gpu/scaling-<gpu>.json.
 set -u
 T0=$(date +%s)
-H0=$PWD; mkdir -p /tmp/h && tar xzf .gpu-head.tgz -C /tmp/h && cp -r evo_kernels.egg-info /tmp/h/ && cd /tmp/h || exit 1
-COMMIT=$(python3 -c "import tarfile; print(tarfile.open('$H0/.gpu-head.tgz').pax_headers.get('comment', '?'))")
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $H0/.whl/*.whl \
-  && export PYTHONPATH=/tmp/site:$PWD || { echo "installing .whl failed (carry .whl: bash ../shared/gpu/prepare-wheels.sh)"; exit 1; }
-export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
-python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || echo "pip -e failed: using the carried egg-info"
-R=$OUT/res; mkdir -p $R; nvidia-smi -L; echo "cores: $(nproc); code: $COMMIT"
+. "$(dirname "$0")/../setup.sh" || exit 1
+R=$OUT/res; mkdir -p $R; nvidia-smi -L
 WORK=${WORK:-both}; GPUS=${GPUS:-1 2 4}
 case $WORK in
   both) GEMM_MIN=${GEMM_MIN:-0.7}; ZOO_WALL=${ZOO_WALL:-4};;
