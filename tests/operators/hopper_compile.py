@@ -1,6 +1,10 @@
 """Rendered kernels compiled for Hopper (sm_90) without a GPU, through the product's own ahead-of-time compile
 (evo.evaluate.compiler), in a subprocess: a test process has TRITON_INTERPRET set. The interpreter runs kernels as
-Python, so what only Triton's GPU pipeline refuses is caught here."""
+Python, so what only Triton's GPU pipeline refuses is caught here.
+
+The cases are dealt round-robin to one subprocess per core (at most MAX_WORKERS): a compile is one core's work and
+the test process only waits, so on CI's two cores the compile tests take half the time. The workers share one
+Triton cache (its writes are atomic), so a kernel two workers build is one cache entry, as it was in one process."""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -34,15 +39,45 @@ print("RESULT" + json.dumps(out))
 """
 
 
+MAX_WORKERS = 4
+
+
+def _workers(cases: int) -> int:
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cases, cores, MAX_WORKERS))
+
+
 def compile_for_hopper(cases: list[tuple[str, dict[str, Any], tuple[int, ...], str]], tmp_path: Path,
                        timeout_s: float) -> list[dict[str, Any]]:
-    """Compile each (operator, gene values over its family's base, shape, dtype); one result per case: name,
-    genome, status, reason (its end), shared memory, registers, spills. Skips where Triton has no NVIDIA backend."""
+    """Compile each (operator, gene values over its family's base, shape, dtype); one result per case, in the
+    cases' order: name, genome, status, reason (its end), shared memory, registers, spills. Skips where Triton has
+    no NVIDIA backend."""
     pytest.importorskip("triton.backends.nvidia")
     env = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_CACHE_DIR": str(tmp_path / "cache"),
            "EVO_KERNEL_DIR": str(tmp_path / "kernels"), "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(cases)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout_s)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT")]
-    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
-    return json.loads(lines[-1][len("RESULT"):])
+    n = _workers(len(cases))
+    logs = tmp_path / "compile-logs"
+    logs.mkdir(exist_ok=True)
+    procs = []
+    for w in range(n):
+        with open(logs / f"{w}.out", "w") as out, open(logs / f"{w}.err", "w") as err:
+            procs.append(subprocess.Popen([sys.executable, "-c", SCRIPT, json.dumps(cases[w::n])], cwd=ROOT, env=env,
+                                          stdout=out, stderr=err, text=True))
+    deadline = time.monotonic() + timeout_s
+    try:
+        for proc in procs:
+            proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    results: list[dict[str, Any]] = [{}] * len(cases)
+    for w, proc in enumerate(procs):
+        lines = [line for line in (logs / f"{w}.out").read_text().splitlines() if line.startswith("RESULT")]
+        assert proc.returncode == 0 and lines, (logs / f"{w}.err").read_text()[-3000:]
+        results[w::n] = json.loads(lines[-1][len("RESULT"):])
+    return results

@@ -172,15 +172,17 @@ def test_a_wide_tile_is_two_column_blocks_each_with_its_wgmma_store_and_epilogue
 
 
 def test_every_gluon_seed_compiles_for_hopper_within_its_shared_memory_estimate(tmp_path):
+    # every seed bare and under every epilogue part at once (scale, bias, an activation, the residual): the epilogue
+    # switches are independent constexprs, so a subset of them (gemm+residual, ...) compiles a subset of this code
     cases, estimates = [], []
-    for name in ("gemm", "gemm+residual", "gemm+scale+bias+gelu_tanh+residual"):
+    for name in ("gemm", "gemm+scale+bias+gelu_tanh+residual"):
         family = operators.get(name).family
         for g in (g for g in family.seeds(SQUARE, HOPPER) if g["backend"] == "gluon"):
             cases.append((name, g.as_dict(), SQUARE.sizes, "bf16"))
             estimates.append(gluon_smem(g.as_dict(), "bf16"))
-    assert len(cases) == 36 and sum(c[1]["split_k"] > 1 for c in cases) == 6
-    assert sum(c[1]["BLOCK_N"] == 192 for c in cases) == 12 and sum(c[1]["consumers"] == 3 for c in cases) == 3
-    assert sum(c[1]["BLOCK_N"] == 320 for c in cases) == 3  # cuBLAS's 128x320 (256 + 64), split by rows
+    assert len(cases) == 24 and sum(c[1]["split_k"] > 1 for c in cases) == 4
+    assert sum(c[1]["BLOCK_N"] == 192 for c in cases) == 8 and sum(c[1]["consumers"] == 3 for c in cases) == 2
+    assert sum(c[1]["BLOCK_N"] == 320 for c in cases) == 2  # cuBLAS's 128x320 (256 + 64), split by rows
     results = compile_for_hopper(cases, tmp_path, timeout_s=900)
     for estimate, r in zip(estimates, results, strict=True):
         assert r["status"] == "ok", (r["name"], r["genome"], r["reason"])
