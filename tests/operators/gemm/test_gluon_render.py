@@ -171,6 +171,7 @@ def test_a_wide_tile_is_two_column_blocks_each_with_its_wgmma_store_and_epilogue
     assert "b1_desc" not in entry(plain) and "BLOCK_M, BLOCK_N, BLOCK_K, BLOCK_N, 0, GROUP_M" in entry(plain)
 
 
+@pytest.mark.slow
 def test_every_gluon_seed_compiles_for_hopper_within_its_shared_memory_estimate(tmp_path):
     # every seed bare and under every epilogue part at once (scale, bias, an activation, the residual): the epilogue
     # switches are independent constexprs, so a subset of them (gemm+residual, ...) compiles a subset of this code
