@@ -1,8 +1,8 @@
 """The launch plan of the Gluon GEMM (operators/gemm/gluon_kernel.py): checks, grid, workspace and the bound
-kernels, worked out once per argument signature, as operators/gemm/plan.py does for the Triton GEMM, whose checks,
-host descriptors, padded rows and stream-K shares it reuses.
+kernels, worked out once per argument signature, as operators/gemm/plan.py does for the Triton GEMM; the checks,
+host descriptors, padded rows and stream-K shares are both plans' (operators/gemm/host.py).
 
-evo pastes this file below the marker verbatim into every Gluon GEMM module it renders, after plan.py (and
+evo pastes this file below the marker verbatim into every Gluon GEMM module it renders, after host.py (and
 padding.py for pad_rows); the module's CONFIG holds the genome's constants, and `matmul_kernel` (with
 `split_k_reduce` under split-K) is the module's call of the pasted kernel with the genome's switches
 (operators/gemm/gluon_source.py), whose parameters this plan passes in their order.
@@ -13,7 +13,7 @@ import triton
 from triton.experimental.gluon import language as gl
 
 from evo.launch.runtime import BoundKernel
-from operators.gemm.plan import (
+from operators.gemm.host import (
     _check_alignment,
     _check_epilogue,
     _check_operands,
@@ -31,7 +31,7 @@ matmul_kernel = split_k_reduce = None  # the rendered module's, written for its 
 
 GLUON_DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16"}  # wgmma's 16-bit operands
 _GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
-# plan.py's switches that every Gluon genome sets alike: host tensor descriptors, no gate, no subtile, no hint of
+# host.py's switches that every Gluon genome sets alike: host tensor descriptors, no gate, no subtile, no hint of
 # row alignment (rows of other than 16-byte multiples are refused, or padded with PAD_ROWS)
 GLUON_FIXED = {"MEMORY": "host_descriptor", "SWIGLU": False, "GEGLU": False, "SUBTILE": False, "ROW_ALIGN": 1,
                "ALIGN_K": False, "ALIGN_N": False}
@@ -44,7 +44,7 @@ def _layout(block, dtype):
 
 
 def gluon_stream_k(M, N, K, programs, device, config):
-    """(sk_share, sk_slots, partials, counters) of a stream-K grid of `programs`: plan.py's shares, a partial tile
+    """(sk_share, sk_slots, partials, counters) of a stream-K grid of `programs`: host.py's shares, a partial tile
     per slot of every shared tile, and an arrival counter per consumer of each (a row split's consumers count their
     arrivals apiece). Like cuBLAS's workspace, the plan's own: not for launches running concurrently on different
     streams (each tile's last run resets its counter)."""

@@ -2,7 +2,7 @@
 CONFIG (the genome's constants, read by the launch plan), the Gluon GEMM pasted verbatim
 (operators/gemm/gluon_split.py, then operators/gemm/gluon_kernel.py: real modules whose structure genes are
 constexpr switches), the kernels the launcher binds, and the launcher (operators/gemm/launcher.py:
-gluon_launcher_source: operators/gemm/plan.py and gluon_plan.py pasted verbatim, and the entry).
+gluon_launcher_source: operators/gemm/host.py and gluon_plan.py pasted verbatim, and the entry).
 
 The launcher passes each kernel the arguments its genome uses, in its own order (a second column block's
 descriptors, the epilogue operands, the split-K or stream-K workspace only where they exist). Until it passes

@@ -2,7 +2,7 @@
 
 evo renders a module for a genome by writing a header (the genome's constants and the entry function) and pasting
 below it operators/gemm/tile_store.py (the epilogue, the store, the split-K and stream-K reductions), this file
-below the marker verbatim, then operators/gemm/plan.py (the launch plan): the code a search measured and a
+below the marker verbatim, then operators/gemm/host.py and plan.py (the launch plan): the code a search measured and a
 user exports is this file. Every structure gene is a constexpr switch, so Triton compiles only the branches a genome
 turns on:
 - MEMORY: "pointer" loads (rows and columns past the edge read row/column 0, never stored; only the last K step is

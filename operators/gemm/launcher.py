@@ -1,5 +1,5 @@
-"""The host side of a Gluon GEMM rendering (operators/gemm/gluon_source.py): the Triton GEMM's launch plan
-(operators/gemm/plan.py: checks, host descriptors, padded rows, stream-K shares) and the Gluon GEMM's own
+"""The host side of a Gluon GEMM rendering (operators/gemm/gluon_source.py): what both GEMM launchers share
+(operators/gemm/host.py: checks, host descriptors, padded rows, stream-K shares) and the Gluon GEMM's launch plan
 (operators/gemm/gluon_plan.py), pasted verbatim (with operators/gemm/padding.py for pad_rows), then the entry function
 written by one template (templates/gluon_launcher.py.jinja). The genome reaches them only through the module's CONFIG.
 
@@ -22,7 +22,7 @@ ENTRY_NAME = "matmul"
 HERE = Path(__file__).parent
 TEMPLATE = HERE / "templates" / "gluon_launcher.py.jinja"
 # the real modules a Gluon rendering pastes (read as text: they import torch and triton)
-PLAN_FILE = HERE / "plan.py"
+HOST_FILE = HERE / "host.py"
 GLUON_PLAN_FILE = HERE / "gluon_plan.py"
 PADDING_FILE = HERE / "padding.py"
 
@@ -37,5 +37,5 @@ def gluon_launcher_source(g: Mapping[str, Any]) -> str:
         what=f"A @ B with the fused epilogue {ep.name}" if ep else "A @ B",
         epilogue_args=", ".join(n if n in operands else "None" for n in ("bias", "residual", "scale")),
         pad_elements=constant(PADDING_FILE, "PAD_ELEMENTS") if g["pad_rows"] else None,
-        plan=pasted_source(PLAN_FILE).rstrip("\n"), gluon_plan=pasted_source(GLUON_PLAN_FILE).rstrip("\n"),
+        host=pasted_source(HOST_FILE).rstrip("\n"), gluon_plan=pasted_source(GLUON_PLAN_FILE).rstrip("\n"),
         padding=pasted_source(PADDING_FILE).rstrip("\n") if g["pad_rows"] else "")

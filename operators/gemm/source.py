@@ -1,7 +1,7 @@
 """The module of one Triton GEMM genome: the header template (operators/gemm/templates/module.py.jinja: summary,
-CONFIG, entry) above operators/gemm/tile_store.py, operators/gemm/kernel.py and operators/gemm/plan.py pasted
-verbatim (and, for pad_rows, operators/gemm/padding.py). The genome reaches the code only through CONFIG: the
-kernel's constexprs switch its structure, and the plan reads its launch options.
+CONFIG, entry) above operators/gemm/tile_store.py, operators/gemm/kernel.py, operators/gemm/host.py and
+operators/gemm/plan.py pasted verbatim (and, for pad_rows, operators/gemm/padding.py). The genome reaches the code
+only through CONFIG: the kernel's constexprs switch its structure, and the plan reads its launch options.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ __all__ = ["gemm_source", "KERNEL_NAME", "ENTRY_NAME", "KERNEL_FILE", "PLAN_FILE
 HERE = Path(__file__).parent
 STORE_FILE = HERE / "tile_store.py"  # pasted before the kernel, which calls it
 KERNEL_FILE = HERE / "kernel.py"
+HOST_FILE = HERE / "host.py"  # the checks, descriptors and padded rows both GEMM launchers share
 PLAN_FILE = HERE / "plan.py"
 PADDING_FILE = HERE / "padding.py"  # pasted for pad_rows (read as text: the module imports torch and triton)
 TEMPLATE = HERE / "templates" / "module.py.jinja"
@@ -55,5 +56,5 @@ def gemm_source(g: Mapping[str, Any], title: str, row_align: int = 1, aligned_di
         tensor_operands=[n for n in operands if n != "scale"],
         epilogue_args=", ".join(n if n in operands else "None" for n in ("bias", "residual", "scale")),
         kernel=pasted_source(STORE_FILE) + "\n\n" + pasted_source(KERNEL_FILE).rstrip("\n"),
-        plan=pasted_source(PLAN_FILE).rstrip("\n"),
+        plan=pasted_source(HOST_FILE) + "\n\n" + pasted_source(PLAN_FILE).rstrip("\n"),
         padding=pasted_source(PADDING_FILE).rstrip("\n") if g["pad_rows"] else "")

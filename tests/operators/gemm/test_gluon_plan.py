@@ -1,8 +1,10 @@
-"""The Gluon GEMM's launch plan (operators/gemm/gluon_plan.py, with plan.py's checks) as its rendered modules run it:
+"""The Gluon GEMM's launch plan (operators/gemm/gluon_plan.py, on host.py's checks) as its rendered modules run it:
 on the CPU, where no Gluon kernel runs, its refusals, and the launches it makes on meta tensors (recorded, not run:
 evo.evaluate.compiler.record_launches, as the compile step finds them)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,7 +14,9 @@ from evo.evaluate.compiler import record_launches
 from evo.evaluate.modules import load_source
 from evo.problem import HOPPER
 from genomes.gemm_gluon import GLUON_FIXED
-from operators.gemm.plan import CPU_NUM_SMS
+from operators._paste import pasted_source
+from operators.gemm import gluon_plan, host, padding, plan
+from operators.gemm.host import CPU_NUM_SMS
 
 
 def _module(name: str, sizes: tuple[int, int, int], **values):
@@ -34,6 +38,17 @@ def _launches(module, *args):
 
 def _meta(*shape, dtype=torch.bfloat16):
     return torch.empty(*shape, dtype=dtype, device="meta")
+
+
+def test_the_launcher_pastes_the_shared_host_code_and_the_gluon_plan_and_only_they_read_the_genome():
+    module = _module("gemm", (1000, 3001, 588), BLOCK_M=128, BLOCK_N=256, num_warps=8, num_stages=3, pad_rows=True)
+    source = Path(module.__file__).read_text()
+    for pasted in (host, padding, gluon_plan):
+        assert pasted_source(pasted.__file__) in source
+    assert pasted_source(plan.__file__) not in source and "def gemm_plan(" not in source  # the Triton plan's own
+    entry = source.split("\ndef matmul(")[1]
+    assert "gluon_plan(a, b, None, None, None, out, CONFIG)" in entry and "BLOCK" not in entry
+    assert module.CONFIG["PAD_ROWS"] and module.CONFIG["ROWS"] == 128 and not module.CONFIG["ROW_SPLIT"]
 
 
 def test_bad_arguments_are_refused_in_one_line_naming_what_is_wrong():

@@ -19,7 +19,7 @@ from genomes.gemm_gluon import GLUON_FIXED
 from operators._paste import pasted_source
 from operators.gemm.gluon_plan import gluon_stream_k
 from operators.gemm.gluon_source import SPLIT_FILE
-from operators.gemm.plan import CPU_NUM_SMS, SK_MAX_PARTS
+from operators.gemm.host import CPU_NUM_SMS, SK_MAX_PARTS
 
 OP = operators.get("gemm")
 FAMILY = OP.family

@@ -15,7 +15,7 @@ import torch
 import operators
 from evo.problem import HOPPER
 from operators._paste import pasted_source
-from operators.gemm import kernel, padding, plan
+from operators.gemm import host, kernel, padding, plan
 from operators.gemm.source import KERNEL_FILE, PLAN_FILE
 
 OP = operators.get("gemm")
@@ -40,7 +40,7 @@ def test_the_module_is_the_header_then_the_kernel_and_the_plan_verbatim():
         s = src(OP.problem((256, 250, 500), "fp16"), **values)
         ast.parse(s)
         kernel_at, plan_at = s.index(pasted_source(KERNEL_FILE)), s.index(pasted_source(PLAN_FILE))
-        assert kernel_at < plan_at
+        assert kernel_at < s.index(pasted_source(host.__file__)) < plan_at  # the checks both GEMM launchers share
         assert (pasted_source(padding.__file__) in s) == bool(values)  # the padding copies only where rows are padded
         assert s.index("CONFIG = {") < s.index("def matmul(a, b, out=None):") < kernel_at
 
@@ -105,9 +105,9 @@ def _config(**values) -> dict:
 
 @pytest.mark.parametrize("values, grid, workspace", [
     (dict(), (16,), False),  # 256 x 256 in 64 x 64 tiles
-    (dict(persistent=True), (plan.CPU_NUM_SMS,), False),
+    (dict(persistent=True), (host.CPU_NUM_SMS,), False),
     (dict(split_k=4), (64,), True),
-    (dict(persistent=True, stream_k=True), (plan.CPU_NUM_SMS,), True),
+    (dict(persistent=True, stream_k=True), (host.CPU_NUM_SMS,), True),
 ])
 def test_the_launch_plan_follows_the_structure(values, grid, workspace):
     p = plan.launch_plan(256, 256, 512, torch.device("cpu"), _config(**values))
@@ -115,29 +115,29 @@ def test_the_launch_plan_follows_the_structure(values, grid, workspace):
     if values.get("split_k"):
         assert p.counters.shape == (16,) and not p.counters.any() and p.partials.numel() == 16 * 4 * 64 * 64
     if values.get("persistent"):
-        assert p.num_sms == plan.CPU_NUM_SMS
+        assert p.num_sms == host.CPU_NUM_SMS
 
 
 @pytest.mark.parametrize("num_tiles, k_tiles, programs", [(112, 64, 132), (153, 64, 132), (36, 768, 132),
                                                           (4, 256, 132), (7, 3, 4), (1, 1, 4), (8, 5, 4)])
 def test_stream_k_shares_cover_every_k_step_of_the_shared_tiles(num_tiles, k_tiles, programs):
-    sk_tiles, share, slots = plan.stream_k_shares(num_tiles, k_tiles, programs)
+    sk_tiles, share, slots = host.stream_k_shares(num_tiles, k_tiles, programs)
     assert sk_tiles == num_tiles % programs and share >= 1
     steps = sk_tiles * k_tiles
     assert share * programs >= steps  # every step taken
-    assert -(-k_tiles // share) <= plan.SK_MAX_PARTS + 1 and slots >= -(-k_tiles // share)
+    assert -(-k_tiles // share) <= host.SK_MAX_PARTS + 1 and slots >= -(-k_tiles // share)
 
 
 def test_host_descriptors_of_a_subtiled_swiglu_and_a_wide_tile():
     sub = _config(memory="host_descriptor", epilogue_subtile=True)
-    specs = plan._descriptor_specs(100, 200, 300, sub, (300, 200, 200))
+    specs = host._descriptor_specs(100, 200, 300, sub, (300, 200, 200))
     assert specs == {0: ([100, 300], [300, 1], [64, 32]), 1: ([300, 200], [200, 1], [32, 64]),
                      3: ([100, 200], [200, 1], [64, 32])}
     wide = _config(memory="host_descriptor", BLOCK_N=192)
-    specs = plan._descriptor_specs(100, 200, 300, wide, (300, 200, 200))
+    specs = host._descriptor_specs(100, 200, 300, wide, (300, 200, 200))
     assert specs[1][2] == [32, 128] and specs[2] == ([300, 200], [200, 1], [32, 64]) and specs[4][2] == [64, 64]
     swiglu = {**sub, "SWIGLU": True, "SUBTILE": False}
-    assert plan._descriptor_specs(100, 200, 300, swiglu, (300, 200, 200))[1] == ([300, 400], [400, 1], [32, 64])
+    assert host._descriptor_specs(100, 200, 300, swiglu, (300, 200, 200))[1] == ([300, 400], [400, 1], [32, 64])
 
 
 def test_the_renderer_writes_text_by_template_only():
