@@ -45,3 +45,11 @@ def tiny_zoo(tmp_path_factory):
     from tests.fixtures.tiny_zoo import make_tiny_zoo
 
     return make_tiny_zoo(tmp_path_factory.mktemp("zoo"))
+
+
+@pytest.fixture(scope="session")
+def tiny_fp8_zoo(tmp_path_factory):
+    """The tiny model's collected FP8 zoo module (tests/fixtures/tiny_fp8_zoo.py), built once for the session."""
+    from tests.fixtures.tiny_fp8_zoo import make_tiny_fp8_zoo
+
+    return make_tiny_fp8_zoo(tmp_path_factory.mktemp("fp8_zoo"))

@@ -331,25 +331,35 @@ def kernel_for(sizes, dtype):
     return _evo_baseline(module) if USES[key][0] == "baseline" else getattr(module, _EVO_ENTRY)
 {baseline}
 
-def _evo_choose(inputs):
+def _evo_out_dtype(options):
+    """The output dtype the options ask for (out_dtype=, else out='s), None for none: an operator whose problem dtype
+    is its output's (fp8_gemm: e4m3 inputs, bf16 or fp16 out) is chosen by it."""
+    dtype = options.get("out_dtype")
+    return dtype if dtype is not None else getattr(options.get("out"), "dtype", None)
+
+
+def _evo_choose(inputs, options):
     """The entry function for inputs like these (chosen once per input shapes and dtype)."""
     import torch
 
     first = _evo_load(next(iter(_EVO_VARIANTS)))
     sizes = tuple(first.problem_sizes(*inputs))
-    tensor = next(t for t in inputs if isinstance(t, torch.Tensor))
-    dtype = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}.get(tensor.dtype, str(tensor.dtype))
+    if hasattr(first, "problem_dtype"):  # the problem's dtype is not its first tensor's (fp8_gemm: the output's)
+        torch_dtype = first.problem_dtype(*inputs, **options)
+    else:
+        torch_dtype = next(t for t in inputs if isinstance(t, torch.Tensor)).dtype
+    dtype = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}.get(torch_dtype, str(torch_dtype))
     fn = kernel_for(sizes, dtype)
-    _EVO_CHOSEN[(tuple(getattr(t, "shape", None) for t in inputs), inputs[0].dtype)] = fn
+    _EVO_CHOSEN[(tuple(getattr(t, "shape", None) for t in inputs), inputs[0].dtype, _evo_out_dtype(options))] = fn
     return fn
 
 
 def {entry}(*inputs, **options):
     """Run the elite kernel for the problem these inputs form (`options`: the entry's own, e.g. out=)."""
-    try:  # a dictionary look-up per call: the choice is made once per input shapes and dtype
-        fn = _EVO_CHOSEN[(tuple(getattr(t, "shape", None) for t in inputs), inputs[0].dtype)]
+    try:  # a dictionary look-up per call: the choice is made once per input shapes and dtypes
+        fn = _EVO_CHOSEN[(tuple(getattr(t, "shape", None) for t in inputs), inputs[0].dtype, _evo_out_dtype(options))]
     except (KeyError, IndexError, AttributeError):
-        fn = _evo_choose(inputs)
+        fn = _evo_choose(inputs, options)
     return fn(*inputs, **options)
 
 
@@ -409,7 +419,8 @@ def export_all(store: Store, experiment: Experiment | None = None) -> tuple[str,
     lines = ["\n".join(f"# {line}".rstrip() for line in head), "", "import os as _evo_os", "",
              NO_GPU_PREAMBLE.split("\n", 2)[2].rstrip(), "",
              f"_EVO_OPERATOR = {op.name!r}", f"_EVO_ENTRY = {op.entry!r}", f"_EVO_DIMS = {tuple(op.dims)!r}",
-             "_EVO_LOADED = {}", "_EVO_WARNED = set()", "_EVO_CHOSEN = {}  # (input shapes, dtype) -> entry function",
+             "_EVO_LOADED = {}", "_EVO_WARNED = set()",
+             "_EVO_CHOSEN = {}  # (input shapes, dtype, out dtype) -> entry function",
              "# problem -> (what runs it: evo or baseline, why); never slower than what it replaces",
              "USES = {" + ", ".join(f"{k!r}: ({c.use!r}, {c.why!r})" for k, c in (
                  (f"{e.problem.shape_text}:{e.problem.dtype}", choices[e.problem.key]) for e in found)) + "}",

@@ -35,11 +35,12 @@ def module_path(folder: Path, spec: ModelSpec) -> Path:
     return folder / f"{spec.name}_kernels.py"
 
 
-def collect(spec: ModelSpec, tokens: list[int], dtype: str, folder: Path, context: int = 0
+def collect(spec: ModelSpec, tokens: list[int], dtype: str, folder: Path, context: int = 0, weights: str = "bf16"
             ) -> tuple[Path, dict[str, str], list[str]]:
     """Bundle the runs under `folder` into the model's module; returns (its path, role -> operator of the roles it
-    serves, the operators left out with why). Raises CollectError when no operator has a correct kernel."""
-    problems = [p for p in layer_problems(spec, tokens, dtype, context) if p.operator is not None]
+    serves, the operators left out with why). `weights` "fp8": the plan of FP8 weights (evo.zoo.fp8_problems).
+    Raises CollectError when no operator has a correct kernel."""
+    problems = [p for p in layer_problems(spec, tokens, dtype, context, weights=weights) if p.operator is not None]
     roles = {p.role: p.operator for p in problems}
     sources: dict[str, str] = {}
     choices: dict[str, KernelChoice] = {}  # problem key -> what the module runs for it

@@ -62,7 +62,7 @@ def zoo_command(args: argparse.Namespace) -> int:
     from evo.problem import DTYPES, operator_file_stem
     from evo.store.atomic_file import write_atomic
     from evo.zoo import ModelError, experiments_for, layer_problems, load_model
-    from evo.zoo.fp8_problems import refuse_fp8
+    from evo.zoo.fp8_problems import fp8_name, refuse_fp8
 
     try:
         tokens = parse_tokens(args.tokens)
@@ -70,11 +70,8 @@ def zoo_command(args: argparse.Namespace) -> int:
         raise usage_error(str(e)) from None
     weights = "bf16"
     if args.dtype == "fp8":  # FP8 weights, the activations in bf16 (fp16 under --smoke): evo.zoo.fp8_problems
-        if args.run or args.collect or args.report:
-            raise usage_error("--dtype fp8: evo zoo plans an FP8 layer and writes its experiments (search them with "
-                              "evo run); --run, --collect and --report serve fp16, bf16 and fp32 layers only (the zoo "
-                              "module, the patch and the layer bench have no FP8 layer yet)")
         weights, args.dtype = "fp8", None
+    args.weights = weights
     if args.dtype is None:  # the CPU interpreter of a smoke run computes bf16 wrongly: fp16 is its default
         args.dtype = "fp16" if args.smoke else "bf16"
     if args.dtype not in DTYPES:
@@ -87,6 +84,10 @@ def zoo_command(args: argparse.Namespace) -> int:
         spec = load_model(args.model, name=args.name)
     except ModelError as e:
         raise usage_error(str(e)) from None
+    if weights == "fp8" and refuse_fp8(spec):
+        raise usage_error(refuse_fp8(spec))
+    if weights == "fp8" and args.name is None:  # its own folder and runs beside the model's bf16 zoo
+        spec = fp8_name(spec)
     # (a Gemma-2 layer's plan computes its window: attention+causal+...+window<W>, evo.zoo.gemma_problems)
     if spec.sliding_window and not spec.post_norms and args.context + max(tokens) > spec.sliding_window:
         raise usage_error(f"--context {args.context} and --tokens up to {max(tokens)}: {spec.name} attends to a "
@@ -97,12 +98,10 @@ def zoo_command(args: argparse.Namespace) -> int:
         raise usage_error(f"-o {args.output}: {folder} is a file, not a folder")
     if sum((args.collect, args.report, args.run)) > 1:
         raise usage_error("--run, --collect and --report: one at a time (--run collects and reports by itself)")
-    if weights == "fp8" and refuse_fp8(spec):
-        raise usage_error(refuse_fp8(spec))
     if args.collect:
-        return _collect(spec, tokens, args.dtype, args.context, folder, usage_error)
+        return _collect(spec, tokens, args.dtype, args.context, folder, usage_error, weights)
     if args.report:
-        return _report(spec, tokens, args.dtype, args.context, folder, args.layer_results, usage_error)
+        return _report(spec, tokens, args.dtype, args.context, folder, args.layer_results, usage_error, weights)
     if args.evaluations is not None and args.evaluations < 1:
         raise usage_error(f"--evaluations {args.evaluations}: expected a positive number per problem")
     texts = experiments_for(spec, tokens, args.dtype, wall_s=args.wall_s, output=str(folder),
@@ -139,18 +138,21 @@ def zoo_command(args: argparse.Namespace) -> int:
           f"under {folder}; search them with:")
     for op, path in files.items():
         print(f"  evo run {shlex.quote(str(path))}   # {op}: {counts[op]} problems")
-    if weights == "fp8":
-        print("(an FP8 plan: the zoo module, the patch and the layer bench do not serve it yet: no --collect)")
-        return 0
     again = " ".join(shlex.quote(a) for a in (args.model, *_named(args), "--tokens", args.tokens, "--dtype",
-                                              args.dtype, "-o", args.output, "--context", str(args.context)))
+                                              _dtype_arg(args), "-o", args.output, "--context", str(args.context)))
     print(f"then bundle their kernels into one module: evo zoo {again} --collect")
     return 0
 
 
+def _dtype_arg(args: argparse.Namespace) -> str:
+    """The --dtype a printed command repeats: fp8 for FP8 weights (args.dtype is then the activations')."""
+    return "fp8" if getattr(args, "weights", "bf16") == "fp8" else args.dtype
+
+
 def _named(args: argparse.Namespace) -> tuple[str, ...]:
-    """`--name NAME` where it was given: a command printed to run again must find the same folder."""
-    return ("--name", args.name) if args.name is not None else ()
+    """`--name NAME` where it was given, and `--smoke`: a command printed to run again must find the same folder and
+    problems (an FP8 plan's activations are fp16 under --smoke, bf16 without)."""
+    return (("--name", args.name) if args.name is not None else ()) + (("--smoke",) if args.smoke else ())
 
 
 def _run_all(args: argparse.Namespace, spec: Any, tokens: list[int], folder: Path, files: dict[str, Path],
@@ -170,15 +172,17 @@ def _run_all(args: argparse.Namespace, spec: Any, tokens: list[int], folder: Pat
             continue
         runs.append(ZooRun(op, path, rd.exists(), roles))
     again = " ".join(shlex.quote(a) for a in ("evo", "zoo", args.model, *_named(args), "--tokens", args.tokens,
-                                              "--dtype", args.dtype, "-o", args.output, "--context", str(args.context),
-                                              "--run"))
+                                              "--dtype", _dtype_arg(args), "-o", args.output, "--context",
+                                              str(args.context), "--run"))
     status = args.search_zoo(runs, again, args.usage_error) if runs else 0
     if status != 0:
         print(f"[zoo] stopped (exit status {status}); `evo zoo` with the same arguments and --run continues where it "
               "stopped", flush=True)
         return status
-    status = _collect(spec, tokens, args.dtype, args.context, folder, args.usage_error)
-    return status or _report(spec, tokens, args.dtype, args.context, folder, args.layer_results, args.usage_error)
+    weights = getattr(args, "weights", "bf16")
+    status = _collect(spec, tokens, args.dtype, args.context, folder, args.usage_error, weights)
+    return status or _report(spec, tokens, args.dtype, args.context, folder, args.layer_results, args.usage_error,
+                             weights)
 
 
 @dataclass(frozen=True)
@@ -207,11 +211,11 @@ def _finished(rd: Any, experiment: Any, path: Path) -> bool:
 
 
 def _collect(spec: Any, tokens: list[int], dtype: str, context: int, folder: Path,
-             usage_error: type[Exception]) -> int:
+             usage_error: type[Exception], weights: str = "bf16") -> int:
     from evo.surface.zoo_collect import CollectError, collect
 
     try:
-        path, served, missing = collect(spec, tokens, dtype, folder, context)
+        path, served, missing = collect(spec, tokens, dtype, folder, context, weights)
     except CollectError as e:
         raise usage_error(str(e)) from None
     except OSError as e:
@@ -224,14 +228,14 @@ def _collect(spec: Any, tokens: list[int], dtype: str, context: int, folder: Pat
 
 
 def _report(spec: Any, tokens: list[int], dtype: str, context: int, folder: Path, layer_results: str | None,
-            usage_error: type[Exception]) -> int:
+            usage_error: type[Exception], weights: str = "bf16") -> int:
     from evo.surface.zoo_report import write_zoo_report
 
     if not folder.is_dir():
         raise usage_error(f"no zoo at {folder}: plan it and run its experiments first (evo zoo MODEL -o DIR)")
     try:
         path = write_zoo_report(spec, tokens, dtype, context, folder,
-                                Path(layer_results) if layer_results else None)
+                                Path(layer_results) if layer_results else None, weights)
     except ValueError as e:
         raise usage_error(str(e)) from None
     except OSError as e:
@@ -259,7 +263,7 @@ def add_zoo_command(subparsers: Any, usage_error: type[Exception], search_zoo: A
     z.add_argument("--dtype", default=None,
                    help="fp16, bf16 or fp32 (default: bf16; fp16 with --smoke, whose CPU interpreter computes bf16 "
                         "wrongly); fp8: the projections' weights in e4m3 with per-channel scales, the activations "
-                        "in bf16 (a plan and its experiments; no --run, --collect or --report yet)")
+                        "in bf16 (fp16 with --smoke); the zoo is named <model>-fp8 unless --name is given")
     z.add_argument("-o", "--output", metavar="DIR", default="runs/zoo",
                    help="experiments go to DIR/<model>/<operator>.yaml, their runs beside them (default: runs/zoo)")
     z.add_argument("--context", type=int, default=0, metavar="N",

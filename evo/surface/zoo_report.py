@@ -38,7 +38,7 @@ def report_path(folder: Path) -> Path:
     return folder / "report.html"
 
 
-def _kernel_rows(spec: ModelSpec, tokens: list[int], dtype: str, context: int, folder: Path
+def _kernel_rows(spec: ModelSpec, tokens: list[int], dtype: str, context: int, folder: Path, weights: str = "bf16"
                  ) -> tuple[list[dict[str, Any]], dict[str, float]]:
     """One row per (role, token count), and the best FLOP/s and bytes/s any timing of these problems reached."""
     import operators
@@ -48,7 +48,7 @@ def _kernel_rows(spec: ModelSpec, tokens: list[int], dtype: str, context: int, f
     best = {"flops": 0.0, "bytes": 0.0}
     rows = []
     try:
-        for p in layer_problems(spec, tokens, dtype, context):
+        for p in layer_problems(spec, tokens, dtype, context, weights=weights):
             row: dict[str, Any] = {"role": p.role, "operator": p.operator, "tokens": p.tokens, "uses": p.uses,
                                    "scope": p.scope, "shape": p.shape_text, "status": "torch (no evo operator)"}
             rows.append(row)
@@ -120,8 +120,8 @@ def _breakdown(rows: list[dict[str, Any]], tokens: list[int]) -> dict[str, Any]:
 
 
 def zoo_report_data(spec: ModelSpec, tokens: list[int], dtype: str, context: int, folder: Path,
-                    layer_doc: dict[str, Any] | None = None) -> dict[str, Any]:
-    rows, best = _kernel_rows(spec, tokens, dtype, context, folder)
+                    layer_doc: dict[str, Any] | None = None, weights: str = "bf16") -> dict[str, Any]:
+    rows, best = _kernel_rows(spec, tokens, dtype, context, folder, weights)
     smoke = any(r.get("smoke") for r in rows)
     points = [{"key": f"{r['role']} T={r['tokens']}", "x": r["intensity"], "y": r["tflops"], "best": True,
                "genome": r.get("genome", ""), "ratio": r.get("ratio")}
@@ -130,14 +130,14 @@ def zoo_report_data(spec: ModelSpec, tokens: list[int], dtype: str, context: int
     if points and best["flops"] and best["bytes"]:
         roofline = {"points": points, "peak_tflops": _num(best["flops"] / 1e12), "peak_gbps": _num(best["bytes"] / 1e9)}
     gpus = sorted({r["gpu"] for r in rows if r.get("gpu")})
-    return {"model": spec.name, "spec": dataclasses.asdict(spec), "tokens": tokens, "dtype": dtype,
+    return {"model": spec.name, "spec": dataclasses.asdict(spec), "tokens": tokens, "dtype": dtype, "weights": weights,
             "context": context, "folder": str(folder), "smoke": smoke, "gpus": gpus, "kernels": rows,
             "breakdown": None if smoke else _breakdown(rows, tokens), "overview": {"roofline": roofline},
             "layer": layer_doc}
 
 
 def write_zoo_report(spec: ModelSpec, tokens: list[int], dtype: str, context: int, folder: Path,
-                     layer_json: Path | None = None) -> Path:
+                     layer_json: Path | None = None, weights: str = "bf16") -> Path:
     """Write `folder`/report.html; `layer_json` is the layer benchmark's zoo.json (None: `folder`/zoo.json when
     it exists). ValueError (one line) for a zoo.json that cannot be read or is of another model."""
     from evo.store.atomic_file import write_atomic
@@ -155,5 +155,5 @@ def write_zoo_report(spec: ModelSpec, tokens: list[int], dtype: str, context: in
         if layer_doc.get("model") != spec.name:
             raise ValueError(f"{path} holds the layer of {layer_doc.get('model')!r}, not of {spec.name!r}")
     out = report_path(folder)
-    write_atomic(out, zoo_page(zoo_report_data(spec, tokens, dtype, context, folder, layer_doc)))
+    write_atomic(out, zoo_page(zoo_report_data(spec, tokens, dtype, context, folder, layer_doc, weights)))
     return out

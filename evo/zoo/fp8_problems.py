@@ -9,6 +9,8 @@ each projection, the norms' fusion (the `norm` role: rmsnorm, twice a layer), Sw
 adds and any bias. The head keeps bf16 weights, as FP8 checkpoints do: linear_lm_head (linear+rmsnorm, the final norm
 fused) at T <= 16, lm_head (gemm) above. Attention, RoPE and the sampling softmax are the bf16 plan's.
 Mixture-of-Experts and Gemma-2 layers are refused in one line: no FP8 operator serves their experts or their norms.
+An FP8 zoo is named `<model>-fp8` (fp8_name) unless `--name` says otherwise, so it never shares a folder or a run
+with the model's bf16 zoo.
 """
 
 from __future__ import annotations
@@ -17,10 +19,19 @@ from typing import Any
 
 from evo.zoo.model import ModelSpec
 
-__all__ = ["FP8_OPERATOR", "WEIGHTS", "fp8_layer_problems", "refuse_fp8"]
+__all__ = ["FP8_OPERATOR", "FP8_ROLES", "WEIGHTS", "fp8_layer_problems", "fp8_name", "refuse_fp8"]
 
 FP8_OPERATOR = "fp8_gemm+channel"
 WEIGHTS = ("bf16", "fp8")  # the weights a plan takes: the activations' dtype, or e4m3 with per-channel scales
+FP8_ROLES = ("fp8_qkv", "fp8_o_proj", "fp8_gate_up", "fp8_up", "fp8_down")  # role -> nn.Linear: evo.zoo.layer_fp8
+SUFFIX = "-fp8"
+
+
+def fp8_name(spec: ModelSpec) -> ModelSpec:
+    """`spec` named `<name>-fp8` (the FP8 zoo's folder and runs), unless its name already ends so."""
+    from dataclasses import replace
+
+    return spec if spec.name.endswith(SUFFIX) else replace(spec, name=spec.name + SUFFIX)
 
 
 def refuse_fp8(spec: ModelSpec) -> str | None:

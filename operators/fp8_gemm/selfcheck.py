@@ -77,3 +77,10 @@ def selfcheck_baseline(a, w, a_scale, w_scale):
 
 def problem_sizes(a, w, *scales):
     return (a.numel() // a.shape[-1], w.shape[0], a.shape[-1])
+
+
+def problem_dtype(a, w, *scales, out=None, out_dtype=None):
+    """The problem's dtype is the output's (the operands are e4m3): out_dtype, else out's, else the rendered one."""
+    if out_dtype is not None:
+        return out_dtype
+    return SELFCHECK_DTYPE if out is None else out.dtype

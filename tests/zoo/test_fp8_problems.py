@@ -1,6 +1,7 @@
 """`evo zoo MODEL --dtype fp8` (evo.zoo.fp8_problems): a Llama-style layer with FP8 weights planned with its
-projections as fp8_gemm+channel, what the FP8 GEMM does not fuse noted as torch's, its experiments written; what it
-cannot serve (MoE and Gemma-2 layers, --run, --collect, --report) refused in one line, exit status 2."""
+projections as fp8_gemm+channel, what the FP8 GEMM does not fuse noted as torch's, its experiments written under
+<model>-fp8; what it cannot serve (MoE and Gemma-2 layers) refused in one line, exit status 2. --run and --collect:
+tests/surface/test_zoo_fp8.py."""
 
 from __future__ import annotations
 
@@ -58,23 +59,28 @@ def test_evo_zoo_writes_the_fp8_experiments(tmp_path, capsys):
     assert main(["zoo", str(MODELS / "llama-3-8b.json"), "--dtype", "fp8", "--tokens", "16,2048", "-o",
                  str(tmp_path), "--wall-s", "5"]) == 0
     out = capsys.readouterr().out
-    assert "fp8 weights, bf16" in out and "no --collect" in out and "--collect\n" not in out
-    experiment = load_experiment(tmp_path / "llama-3-8b" / "fp8_gemm-channel.yaml")
+    # its own folder and runs beside a bf16 zoo of the model; the printed --collect repeats --dtype fp8
+    assert "fp8 weights, bf16" in out and "--dtype fp8" in out and out.rstrip().endswith("--context 0 --collect")
+    assert not (tmp_path / "llama-3-8b").exists()
+    experiment = load_experiment(tmp_path / "llama-3-8b-fp8" / "fp8_gemm-channel.yaml")
+    assert experiment.name == "llama-3-8b-fp8_fp8_gemm-channel"
     assert experiment.operator == FP8_OPERATOR and experiment.budget.wall_s == 5
     assert [p.key for p in experiment.problems][:2] == ["fp8_gemm+channel:16x6144x4096:bf16",
                                                          "fp8_gemm+channel:16x4096x4096:bf16"]
     assert len(experiment.problems) == 8
     assert main(["zoo", str(MODELS / "tiny.yaml"), "--dtype", "fp8", "--smoke", "-o", str(tmp_path)]) == 0
-    smoke = load_experiment(tmp_path / "tiny" / "fp8_gemm-channel.yaml")
+    smoke = load_experiment(tmp_path / "tiny-fp8" / "fp8_gemm-channel.yaml")
     assert {p.dtype for p in smoke.problems} == {"fp16"} and smoke.executor.kind == "smoke"
+    assert main(["zoo", str(MODELS / "tiny.yaml"), "--dtype", "fp8", "--name", "mine", "-o", str(tmp_path)]) == 0
+    assert (tmp_path / "mine" / "fp8_gemm-channel.yaml").exists()  # --name names it as given
 
 
 @pytest.mark.parametrize("model,extra,words", [
-    ("llama-3-8b.json", ["--run"], "--dtype fp8: evo zoo plans an FP8 layer"),
-    ("llama-3-8b.json", ["--collect"], "--run, --collect and --report serve fp16, bf16 and fp32 layers only"),
-    ("llama-3-8b.json", ["--report"], "no FP8 layer yet"),
     ("mixtral-8x7b.json", [], "mixtral-8x7b is a Mixture-of-Experts model"),
+    ("mixtral-8x7b.json", ["--run"], "no FP8 operator serves its experts yet"),
     ("gemma-2-9b.json", [], "gemma-2-9b is a Gemma-2 layer"),
+    ("gemma-2-9b.json", ["--collect"], "the FP8 plan serves Llama-style layers only"),
+    ("llama-3-8b.json", ["--report"], "no zoo at"),
     ("llama-3-8b.json", ["--dtype", "fp4"], "expected one of fp16, bf16, fp32, or fp8"),
 ])
 def test_what_the_fp8_plan_cannot_serve_is_one_line(tmp_path, capsys, model, extra, words):
