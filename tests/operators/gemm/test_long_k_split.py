@@ -14,7 +14,7 @@ from operators.gemm.plan import split_workspace
 
 OP = operators.get("gemm")
 FAMILY = OP.family
-SHAPE = (64, 64, 20000)  # 4 tiles of 32 x 32, 313 K steps of 64
+SHAPE = (64, 64, 10000)  # 4 tiles of 32 x 32, 157 K steps of 64 (the last 16 wide): one or two per split at 128
 
 
 def _module(split: int, dtype: str, memory: str = "pointer"):
