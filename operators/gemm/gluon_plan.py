@@ -8,6 +8,8 @@ padding.py for pad_rows); the module's CONFIG holds the genome's constants, and 
 (operators/gemm/gluon_source.py), whose parameters this plan passes in their order.
 """
 
+import operator
+
 import torch
 import triton
 from triton.experimental.gluon import language as gl
@@ -41,6 +43,16 @@ REDUCE_R, REDUCE_C = 32, 128  # rows and columns per program of the split-K redu
 def _layout(block, dtype):
     # the widest swizzle the block's rows allow: fewest TMA and wgmma shared-memory transactions
     return gl.NVMMASharedLayout.get_default_for(block, _GL_DTYPES[dtype])
+
+
+def _picker(taken):
+    """A function of (bias, residual, scale) giving those at the positions `taken` as a tuple: the epilogue's operands
+    in matmul_kernel's order."""
+    if len(taken) > 1:
+        return operator.itemgetter(*taken)
+    if taken:
+        return lambda given, i=taken[0]: (given[i],)
+    return lambda given: ()
 
 
 def gluon_stream_k(M, N, K, programs, device, config):
@@ -94,7 +106,7 @@ def gluon_plan(a, b, bias, residual, scale, out, config):
     order = (0, 1, 2, 3, 4) if wide else (0, 1, 3)
     kernel = BoundKernel(matmul_kernel, grid, {"num_warps": config["NUM_WARPS"]},
                          descriptors={i: (*specs[p], _layout(specs[p][2], dtype)) for i, p in enumerate(order)})
-    taken = [i for i, name in enumerate(("BIAS", "RESIDUAL", "SCALE")) if config[name]]  # the epilogue's operands
+    pick = _picker([i for i, name in enumerate(("BIAS", "RESIDUAL", "SCALE")) if config[name]])
     if split:  # fp32 partials of every split, summed by a second launch that applies the epilogue
         partials = workspace = torch.empty((config["SPLIT_K"] * M, N), dtype=torch.float32, device=device)
         reduce = BoundKernel(split_k_reduce, (triton.cdiv(M, REDUCE_R), triton.cdiv(N, REDUCE_C)), {"num_warps": 4})
@@ -105,14 +117,15 @@ def gluon_plan(a, b, bias, residual, scale, out, config):
             c = out = new_out() if out is None else out
         else:
             a, b, c = pad.inputs(a, b, out, new_out)
-        given = (bias, residual, None if scale is None else float(scale))
-        operands = tuple(given[i] for i in taken)
-        blocks = (a, b, b, c, c) if wide else (a, b, c)
+        # the scale a float on every call (Triton would compile an int 1 as a constant)
+        operands = pick((bias, residual, None if scale is None else float(scale)))
         if split:
-            kernel(*blocks, partials, *sizes)
+            kernel(*((a, b, b, c, c) if wide else (a, b, c)), partials, *sizes)
             reduce(partials, c, *operands, *reduce_sizes)
+        elif wide:
+            kernel(a, b, b, c, c, *operands, *sizes)
         else:
-            kernel(*blocks, *operands, *sizes)
+            kernel(a, b, c, *operands, *sizes)
         return out if pad is None else pad.output(c, out)
 
     run.kernel = kernel  # for inspection

@@ -31,8 +31,8 @@ KERNEL_FILE = Path(__file__).with_name("gluon_kernel.py")
 SPLIT_FILE = Path(__file__).with_name("gluon_split.py")
 
 _IMPORTS = """\
+import operator
 import weakref
-from dataclasses import dataclass
 
 import torch
 import triton

@@ -11,12 +11,12 @@ import torch
 
 import operators
 from evo.evaluate.compiler import record_launches
-from evo.evaluate.modules import load_source
 from evo.problem import HOPPER
 from genomes.gemm_gluon import GLUON_FIXED
 from operators._paste import pasted_source
 from operators.gemm import gluon_plan, host, padding, plan
 from operators.gemm.host import CPU_NUM_SMS
+from tests.operators.gemm.launches import load_jit
 
 
 def _module(name: str, sizes: tuple[int, int, int], **values):
@@ -25,11 +25,7 @@ def _module(name: str, sizes: tuple[int, int, int], **values):
     g = family.make(family.base(**{**GLUON_FIXED, "backend": "gluon", **values}))
     problem = op.problem(sizes, "bf16")
     assert family.violations(g, problem, HOPPER) == [], family.violations(g, problem, HOPPER)
-    from triton.experimental import gluon  # noqa: F401  (imported first as this process's triton.language is)
-
-    with pytest.MonkeyPatch.context() as mp:  # the module's @triton.jit kernels as JIT functions (the recorder
-        mp.setenv("TRITON_INTERPRET", "0")  # swaps those), not the interpreter's
-        return load_source(op.render(g, problem, HOPPER))
+    return load_jit(op.render(g, problem, HOPPER))
 
 
 def _launches(module, *args):

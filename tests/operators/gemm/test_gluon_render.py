@@ -254,10 +254,9 @@ def test_gluon_launcher_reads_padded_rows_through_their_strides(values):
     """Under pad_rows the descriptors of A, B and C take the padded copies' row strides and a call copies A (and a
     new B) first, C out last (its launches recorded on meta tensors, as the compile step finds them)."""
     import torch
-    from triton.experimental import gluon as _  # noqa: F401  (imported first as this process's triton.language is)
 
     from evo.evaluate.compiler import record_launches
-    from evo.evaluate.modules import load_source
+    from tests.operators.gemm.launches import load_jit
 
     problem = OP.problem((1000, 3001, 588), "bf16")
     g = gluon(**{"num_stages": 3, **values, "pad_rows": True})
@@ -265,9 +264,7 @@ def test_gluon_launcher_reads_padded_rows_through_their_strides(values):
     source = OP.render(g, problem, HOPPER)
     ast.parse(source)
     assert "import weakref" in source and "def copy_rows_kernel" in source and "import triton.language as tl" in source
-    with pytest.MonkeyPatch.context() as mp:  # the @triton.jit copies as JIT functions, which the recorder swaps
-        mp.setenv("TRITON_INTERPRET", "0")
-        module = load_source(source)
+    module = load_jit(source)
     a, b, out = (torch.empty(*shape, dtype=torch.bfloat16, device="meta") for shape in ((1000, 588), (588, 3001),
                                                                                          (1000, 3001)))
     launches = record_launches(module, module.matmul, (a, b, out))

@@ -13,13 +13,13 @@ import torch
 
 import operators
 from evo.evaluate.compiler import record_launches
-from evo.evaluate.modules import load_source
 from evo.problem import HOPPER
 from genomes.gemm_gluon import GLUON_FIXED
 from operators._paste import pasted_source
 from operators.gemm.gluon_plan import gluon_stream_k
 from operators.gemm.gluon_source import SPLIT_FILE
 from operators.gemm.host import CPU_NUM_SMS, SK_MAX_PARTS
+from tests.operators.gemm.launches import load_jit
 
 OP = operators.get("gemm")
 FAMILY = OP.family
@@ -129,7 +129,7 @@ def test_the_rendering_walks_the_runs_in_every_role_and_stores_a_shared_tile_onc
     assert ("BIAS=True" in entry and 'ACTIVATION="gelu"' in entry) == (name != "gemm")
     assert ("ROW_SPLIT=True" in entry) == ("consumer_split" in values)
     # the launch (recorded on meta tensors): a program per SM, the plan's workspace and shares after the sizes
-    module = load_source(source)
+    module = load_jit(source)
     g = gluon(**values)
     (launch,) = record_launches(module, module.matmul, tuple(op.make_inputs(SHAPE, 0, device="meta")))
     rows = "consumer_split" in values
