@@ -24,6 +24,15 @@ replayed for every step (evo.bench.zoo_decode: a fixed-capacity KV cache whose l
 Without a GPU it refuses in one line (exit status 2) unless `--device cpu` is given: then only the eager ways
 run (the zoo's kernels in the Triton interpreter, as the tests do), compile and graphs recorded as needing CUDA.
 
+`--weights fp8` (by default whenever the zoo module holds the fp8_* roles of `evo zoo MODEL --dtype fp8`): the layer
+has FP8 weights (evo.zoo.layer_fp8; `--dtype` is then the activations'), torch running its FP8 GEMMs by
+torch._scaled_mm where it runs, else dequantize + matmul (the layer's line says which). The model is named
+<model>-fp8, as the FP8 zoo is. Two correct FP8 layers differ by more than the dtype's rounding: a difference before
+a quantization step flips some e4m3 roundings (each a 1/16 step of one value) in what follows. So the tolerance of
+each T is the larger of the dtype's and the FP8 layer's own quantization error (its output against the bf16 layer of
+the same seed, `fp8_quantization_error` in the row): the zoo's FP8 layer may differ from torch's by as much as FP8
+differs from bf16, and no more. The floor counts the e4m3 weights and their scales, and the FP8 peak.
+
 `--profile`: after all the timings, where each token count's time goes (evo.bench.zoo_profile): torch.profiler
 over a few calls of each way that ran (its call path, as the call clock times it) and, on a GPU, over a CUDA graph's
 replay of `compile` and `zoo_compile` (as `compile_graph`, `zoo_compile_graph`). Each layer row of zoo.json gets
@@ -86,6 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="which Gemma-2 layer: 0 slides (a window), 1 attends to every key [0]")
     p.add_argument("--gemma-attention", default="eager", choices=("eager", "flex"),
                    help="a Gemma-2 layer's attention in torch: transformers' eager path or FlexAttention [eager]")
+    p.add_argument("--weights", default="auto", choices=("auto", "bf16", "fp8"),
+                   help="the projections' weights: fp8 (e4m3, per-channel scales; --dtype the activations') or the "
+                        "activations' dtype; auto: fp8 where the zoo holds fp8_* roles [auto]")
     return p
 
 
@@ -133,8 +145,9 @@ def _modules(plain: Any, patched: Any, cuda: bool) -> dict[str, Any]:
 
 
 def measure_layer(plain: Any, patched: Any, tokens: int, dtype: str, device: str, seed: int = 0,
-                  rounds: int = 7) -> dict[str, Any]:
-    """One token count's row of zoo.json: the eight times, the errors against the plain eager layer, failures."""
+                  rounds: int = 7, tolerance: float | None = None) -> dict[str, Any]:
+    """One token count's row of zoo.json: the eight times, the errors against the plain eager layer, failures;
+    `tolerance` (default: the dtype's) bounds the errors."""
     import torch
 
     from evo.evaluate.check import relative_error
@@ -188,8 +201,8 @@ def measure_layer(plain: Any, patched: Any, tokens: int, dtype: str, device: str
             failures[f"{w}_graph"] = NEEDS_CUDA if not cuda else f"{w} failed"
     row["errors"] = errors
     row["max_rel_error"] = max(errors.values()) if errors else None
-    row["tolerance"] = TOLERANCE[dtype]
-    row["within_tolerance"] = row["max_rel_error"] is None or row["max_rel_error"] <= TOLERANCE[dtype]
+    row["tolerance"] = TOLERANCE[dtype] if tolerance is None else tolerance
+    row["within_tolerance"] = row["max_rel_error"] is None or row["max_rel_error"] <= row["tolerance"]
     row["failures"] = failures
     return row
 
@@ -236,12 +249,25 @@ def _copy_GBps(device: str) -> float | None:
     return round(copy_bandwidth("cuda", nbytes=1 << 28), 1)
 
 
+def _fp8_quantization_error(plain: Any, bf16: Any, tokens: int, dtype: str, device: str, seed: int) -> float:
+    """The FP8 layer's output at `tokens` against the bf16 layer's of the same seed (what FP8 weights cost)."""
+    import torch
+
+    from evo.evaluate.check import relative_error
+
+    x = _input(plain, tokens, dtype, device, seed)
+    with torch.no_grad():
+        return relative_error(plain(x), bf16(x))
+
+
 def _setup(args: argparse.Namespace) -> tuple[Any, dict[str, Callable[..., Any]], list[int]]:
-    """The model, the zoo's ops (role -> torch op) and the token counts; ValueError names what is wrong."""
+    """The model, the zoo's ops (role -> torch op) and the token counts; ValueError names what is wrong. Sets
+    args.weights from auto (fp8 where the zoo holds fp8_* roles); an FP8 model is named as its zoo (<model>-fp8)."""
     from evo.api import load_zoo
     from evo.problem import DTYPES
     from evo.surface.zoo_command import parse_tokens
     from evo.zoo import load_model
+    from evo.zoo.fp8_problems import FP8_ROLES, fp8_name, refuse_fp8
 
     if args.dtype not in DTYPES:
         raise ValueError(f"--dtype {args.dtype!r}: expected one of {', '.join(DTYPES)}")
@@ -252,7 +278,21 @@ def _setup(args: argparse.Namespace) -> tuple[Any, dict[str, Callable[..., Any]]
     if not 0 <= args.decode_steps <= 1 << 20:
         raise ValueError(f"--decode-steps must be between 0 and {1 << 20}, got {args.decode_steps}")
     tokens = parse_tokens(args.tokens)
-    return load_model(args.model), load_zoo(args.zoo_module), tokens
+    spec, ops = load_model(args.model), load_zoo(args.zoo_module)
+    fp8_roles = sorted(set(ops) & set(FP8_ROLES))
+    if args.weights == "auto":
+        args.weights = "fp8" if fp8_roles else "bf16"
+    if args.weights == "fp8":
+        if refuse_fp8(spec):
+            raise ValueError(refuse_fp8(spec))
+        if not fp8_roles:
+            raise ValueError(f"--weights fp8: {args.zoo_module} holds no fp8_* role (a zoo of `evo zoo MODEL --dtype "
+                             "fp8` does)")
+        spec = fp8_name(spec)
+    elif fp8_roles:
+        raise ValueError(f"--weights bf16: {args.zoo_module} is an FP8 zoo ({', '.join(fp8_roles)}); its layer has "
+                         "FP8 weights (--weights fp8)")
+    return spec, ops, tokens
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -271,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from evo.problem import DTYPES
     from evo.zoo import layer_problems
+    from evo.zoo.layers import decoder_layer
     from evo.zoo.patch import torch_tokens
 
     dtype = getattr(torch, DTYPES[args.dtype])
@@ -282,17 +323,20 @@ def main(argv: list[str] | None = None) -> int:
                              "Gemma-2 layer's four norms and capped attention are not in it")
         experts = pick_experts(args.experts, args.device)
         plain, patched, layer = build_layers(spec, zoo_ops, dtype, args.device, args.seed, args.context, room, experts,
-                                             args.layer_index, args.gemma_attention)
+                                             args.layer_index, args.gemma_attention, args.weights)
     except ValueError as e:
         print(f"evo zoo layer bench: {one_line(str(e))}", file=sys.stderr)
         return 2
-    plan = layer_problems(spec, tokens, args.dtype, args.context)
+    fp8 = args.weights == "fp8"
+    bf16 = decoder_layer(spec, dtype=dtype, device=args.device, seed=args.seed, context=args.context,
+                         max_tokens=room) if fp8 else None  # the FP8 layer before quantization
+    plan = layer_problems(spec, tokens, args.dtype, args.context, weights=args.weights)
     operators = {p.role: p.operator for p in plan}
     roles = {role: str(operators.get(role)) for role in patched.kernels}
     layer["note"] = layer_note(spec, plan, roles, layer)
     print(f"evo zoo layer bench: {layer['note']}", file=sys.stderr)
     doc: dict[str, Any] = {"model": spec.name, "gpu": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
-                           "device": args.device, "versions": versions(), "dtype": args.dtype,
+                           "device": args.device, "versions": versions(), "dtype": args.dtype, "weights": args.weights,
                            "context": args.context, "copy_GBps": _copy_GBps(args.device),
                            "zoo_module": str(Path(args.zoo_module).resolve()), "roles": roles, "layer": layer,
                            "layers": [],
@@ -300,9 +344,19 @@ def main(argv: list[str] | None = None) -> int:
     if doc["torch_tokens"]:
         print("evo zoo layer bench: torch's code where the zoo runs its baseline: " + "; ".join(
             f"{role} at T={','.join(map(str, t))}" for role, t in doc["torch_tokens"].items()), file=sys.stderr)
+    tolerances = []
     for t in tokens:
-        row = measure_layer(plain, patched, t, args.dtype, args.device, seed=args.seed, rounds=args.rounds)
-        row["floor"] = layer_floor(plain, t, doc["copy_GBps"], doc["gpu"] if args.device == "cuda" else "", args.dtype)
+        tolerance, quantization = TOLERANCE[args.dtype], None
+        if bf16 is not None:  # the FP8 layer's own error against bf16 bounds how far two FP8 layers may differ
+            quantization = _fp8_quantization_error(plain, bf16, t, args.dtype, args.device, args.seed)
+            tolerance = max(tolerance, quantization)
+        tolerances.append(tolerance)
+        row = measure_layer(plain, patched, t, args.dtype, args.device, seed=args.seed, rounds=args.rounds,
+                            tolerance=tolerance)
+        if quantization is not None:
+            row["fp8_quantization_error"] = quantization
+        row["floor"] = layer_floor(plain, t, doc["copy_GBps"], doc["gpu"] if args.device == "cuda" else "",
+                                   "fp8" if fp8 else args.dtype)
         row["floor_share"] = floor_shares(row)
         doc["layers"].append(row)
         json_path, _ = write_zoo(doc, args.out)
@@ -310,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
               + f"; error {row['max_rel_error']} (tolerance {row['tolerance']:g})", file=sys.stderr)
     if args.decode_steps:
         decode = doc["decode"] = measure_decode(plain, patched, args.decode_steps, args.dtype, args.device,
-                                                TOLERANCE[args.dtype], seed=args.seed, compile_mode=COMPILE_MODE)
+                                                max(tolerances), seed=args.seed, compile_mode=COMPILE_MODE)
         json_path, _ = write_zoo(doc, args.out)
         print(f"decode, {args.decode_steps} steps: " + ", ".join(
             f"{w} {decode[k]:.4g} ms" for w in WAYS for k in (f"{w}_ms", f"{w}_graph_ms") if decode[k] is not None)

@@ -6,6 +6,9 @@ static shapes: torch.compile and CUDA graphs take it) where this torch has it on
 over the experts hit: a host sync that no graph captures, and that stops torch.compile(fullgraph=True)). A Gemma-2
 layer is one layer of the stack (`--layer-index`, 0: a sliding-window layer; 1: a global one), its torch attention
 transformers' eager path (`--gemma-attention eager`, the default: SDPA cannot cap) or FlexAttention (`flex`).
+With FP8 weights (`--weights fp8`, evo.zoo.layer_fp8) the layer is a Llama-style one whose projections are e4m3 with
+per-channel scales, torch running them by torch._scaled_mm where it runs, else dequantize + matmul (the line says
+which).
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ _TORCH_PARTS = {
     "moe": ("the router's softmax and top-k", "the residual adds"),
     "gemma2": ("the residual adds after the post norms", "the layer's last residual add (a stack's next add_norm)"),
     "llama": (),
+    "fp8": ("the per-token FP8 quantization of each projection's input", "SwiGLU (or GELU) after fp8_gate_up (fp8_up)",
+            "the residual adds"),
 }
 
 
@@ -40,7 +45,7 @@ def kind_name(spec: Any) -> str:
 
 
 def build_layers(spec: Any, zoo_ops: dict[str, Callable[..., Any]], dtype: Any, device: str, seed: int, context: int,
-                 room: int, experts: str, layer_index: int, attention: str = "eager"
+                 room: int, experts: str, layer_index: int, attention: str = "eager", weights: str = "bf16"
                  ) -> tuple[Any, Any, dict[str, Any]]:
     """(the plain layer, the same layer with the zoo's roles it takes patched in, the document's `layer` entry: kind,
     experts way, layer index, window and torch attention, and the zoo's roles this layer does not take); ValueError in
@@ -50,14 +55,16 @@ def build_layers(spec: Any, zoo_ops: dict[str, Callable[..., Any]], dtype: Any, 
 
     def make() -> Any:
         return decoder_layer(spec, experts=experts, layer_index=layer_index, attention=attention, dtype=dtype,
-                             device=device, seed=seed, context=context, max_tokens=room)
+                             device=device, seed=seed, context=context, max_tokens=room, weights=weights)
 
     plain = make()  # one seed, so both layers hold the same weights
     ops = {role: op for role, op in zoo_ops.items() if role in roles_of(plain)}
     if not ops:
         raise ValueError(f"the zoo module serves none of {spec.name}'s layer roles ({', '.join(roles_of(plain))})")
-    kind = kind_name(spec)
+    kind = "fp8" if weights == "fp8" else kind_name(spec)
     info: dict[str, Any] = {"kind": kind, "unused_roles": sorted(set(zoo_ops) - set(ops))}
+    if kind == "fp8":
+        info.update(weights="fp8", torch_way=plain.torch_way, torch_way_note=plain.torch_way_note)
     if kind == "moe":
         info["experts"] = experts
     if kind == "gemma2":
@@ -84,8 +91,9 @@ def layer_note(spec: Any, plan: list[Any], roles: dict[str, str], info: dict[str
     what = {"moe": f"MoE layer, {spec.num_experts} experts top-{spec.experts_per_token}",
             "gemma2": f"Gemma-2 layer {info.get('layer_index', 0)}, "
                       + (f"a window of {info['window']} keys" if info.get("window") else "global"),
-            "llama": "Llama-style layer"}[kind]
+            "llama": "Llama-style layer",
+            "fp8": "Llama-style layer, FP8 weights: e4m3 with per-channel scales, activations per token"}[kind]
     experts = {"moe": f"; the torch layer's experts run by {info.get('experts')} (--experts)",
                "gemma2": f"; the torch layer's attention runs by {info.get('attention')} (--gemma-attention)",
-               "llama": ""}[kind]
+               "llama": "", "fp8": f"; {info.get('torch_way_note')}"}[kind]
     return f"{spec.name} ({what}): the zoo runs {zoo}; torch runs {'; '.join(torch_parts) or 'nothing else'}{experts}"

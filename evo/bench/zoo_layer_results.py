@@ -66,6 +66,11 @@ def to_markdown(doc: dict[str, Any]) -> str:
              "|" + " --- |" * 12]
     if doc.get("layer", {}).get("note"):
         lines[2:2] = [f"Layer: {doc['layer']['note']}.", ""]
+    quantized = [r for r in doc["layers"] if r.get("fp8_quantization_error") is not None]
+    if quantized:  # evo.bench.zoo_layer: an FP8 layer's tolerance is at least its own error against bf16
+        lines[2:2] = ["FP8 weights: the FP8 layer's error against the bf16 layer of the same seed, the least tolerance "
+                      "of each T: " + ", ".join(f"T={r['tokens']} {r['fp8_quantization_error']:.3g}"
+                                                for r in quantized) + ".", ""]
     for layer in doc["layers"]:
         cells = [str(layer["tokens"])] + [_ms(layer.get(k)) for k in TIME_KEYS]
         for _, rival, zoo, goal in GOALS:

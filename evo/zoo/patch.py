@@ -25,6 +25,8 @@ residual; operators/rmsnorm.py: x, weight, eps):
     linear_gate_up    linear+rmsnorm+swiglu                op(h, W_gate_up, post_attention_norm.weight, eps)
     linear_down       linear[+bias]+residual               op(hidden, W_down[, bias], residual)
     linear_lm_head    linear+rmsnorm                       op(x, W_lm_head, norm.weight, eps)     LMHead only
+    fp8_qkv, fp8_o_proj, fp8_gate_up | fp8_up, fp8_down   fp8_gemm+channel   op(x_q, W_q, x_scale, w_scale, dtype)
+                      (evo.zoo.layer_fp8's FP8 weights: W_q e4m3 [out, in] in place; x quantized per token in torch)
 
 The `linear_*` roles (evo.zoo.problems.LINEAR_ROLES) read nn.Linear's weight W [out, in] in place (no copy) and run
 at T <= 16 (LINEAR_MAX_TOKENS); at more rows the gemm role (or torch) runs. One that fuses a norm replaces that norm's
@@ -127,6 +129,9 @@ def _dims(module: DecoderLayer | LMHead, role: str) -> tuple[int, ...] | None:
         return (s.num_experts, s.experts_per_token, n, k)
     if base == "sampling_softmax":
         return (s.vocab_size,)
+    fp8 = module.fp8_linears() if hasattr(module, "fp8_linears") else {}  # evo.zoo.layer_fp8: (N, K) of W_q
+    if base in fp8:
+        return (fp8[base].out_features, fp8[base].in_features)
     linear = linears(module).get(base)
     if linear is None:
         return None

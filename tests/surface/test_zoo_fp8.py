@@ -78,3 +78,28 @@ def test_collect_and_report_again_find_the_fp8_runs(tiny_fp8_zoo, capsys):
     assert main(["zoo", *ARGS, "--smoke", "-o", str(out), "--report"]) == 0
     page = (out / NAME / "report.html").read_text()
     assert "fp8_gate_up" in page and "fp8_gemm+channel" in page
+
+
+@pytest.mark.slow
+def test_the_fp8_zoo_patched_into_the_fp8_layer(tiny_fp8_zoo):
+    import torch
+
+    from evo.api import load_zoo
+    from evo.zoo import load_model
+    from evo.zoo.layer_fp8 import FP8DecoderLayer
+    from evo.zoo.patch import patch, roles_of
+    from tests.fixtures.tiny_zoo import CONTEXT, TINY
+
+    spec = load_model(TINY)
+    ops = load_zoo(tiny_fp8_zoo)
+    kwargs = dict(dtype=torch.float16, init_std=0.2, context=CONTEXT, max_tokens=4)
+    layer_ops = {r: ops[r] for r in roles_of(FP8DecoderLayer(spec, **kwargs)) if r in ops}
+    assert set(layer_ops) == {"norm", "fp8_qkv", "rope", "attention", "cache_attention", "fp8_o_proj", "fp8_gate_up",
+                              "fp8_down"}
+    for tokens in (1, 4):
+        x = torch.randn(tokens, spec.hidden_size, generator=torch.Generator().manual_seed(tokens)).half()
+        plain = FP8DecoderLayer(spec, **kwargs)
+        patched = patch(FP8DecoderLayer(spec, **kwargs), layer_ops)
+        out, ref = patched(x).float(), plain(x).float()
+        assert float((out - ref).norm() / ref.norm()) < 5e-3, tokens
+        assert float((patched.kv_cache - plain.kv_cache).float().norm() / plain.kv_cache.float().norm()) < 5e-3
