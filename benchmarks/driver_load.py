@@ -185,7 +185,9 @@ def run_load(gpus: int, seconds: float = 10.0, backend: LoadTestBackend | None =
         try:
             profiler = cProfile.Profile() if profile else None
             busy0, total0 = _machine_busy()
+            load0 = round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
             cpu0, ray_cpu0 = time.process_time(), _tree_cpu_s(os.getpid())
+            thread0 = time.thread_time()
             if profiler is not None:
                 profiler.enable()
             t0 = time.time()
@@ -194,6 +196,8 @@ def run_load(gpus: int, seconds: float = 10.0, backend: LoadTestBackend | None =
             if profiler is not None:
                 profiler.disable()
             driver_cpu = time.process_time() - cpu0
+            search_thread_cpu = time.thread_time() - thread0  # the driver's less its threads (surrogate refits)
+            load1 = round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
             ray_cpu = _tree_cpu_s(os.getpid()) - ray_cpu0
             busy1, total1 = _machine_busy()
             slots, compile_slots = ex.slots, ex._compile_slots
@@ -222,8 +226,11 @@ def run_load(gpus: int, seconds: float = 10.0, backend: LoadTestBackend | None =
         "slots": slots, "compile_slots": compile_slots,
         "compile_busy_share": round(compile_busy / (compile_slots * window), 3),
         "driver_cpu_share": round(driver_cpu / wall, 3),
+        "search_thread_cpu_share": round(search_thread_cpu / wall, 3),
+        "driver_cpu_ms_per_candidate": round(1000.0 * driver_cpu / max(1, summary.session_evaluations), 2),
         "ray_processes_cpu_share": round(ray_cpu / wall, 3),
         "machine_cpu_share": round((busy1 - busy0) / (total1 - total0), 3) if total1 > total0 else None,
+        "load_average_1min": [load0, load1],  # at the start and the end (other users' work included)
         "statuses": {s: sum(r.status == s for r in rows) for s in sorted({r.status for r in rows})},
         "queue": queue,
     }

@@ -155,7 +155,13 @@ class Surrogate:
             raise RuntimeError("surrogate is not trained yet (see `ready`)")
         base = np.array([features(self.family, g, problem) for g in genomes])
         X = self._with_resources(base)
-        per_tree = np.stack([t.predict(X) for t in self._speed.estimators_])
+        # the trees' own input (float32, as the forest converts it), checked once here, not once per tree: a tree's
+        # predict checks its input in about 0.2 ms, which 48 trees made most of a guided proposal's scoring
+        # (benchmarks.driver_load, reports/gpu/driver-load-simulated.md); the predictions are the same numbers
+        X32 = np.ascontiguousarray(X, dtype=np.float32)
+        if not np.isfinite(X32).all():
+            raise ValueError(f"surrogate: features of {problem.key} are not all finite")
+        per_tree = np.stack([t.predict(X32, check_input=False) for t in self._speed.estimators_])
         if self._fail is None:
             p_fail = np.full(len(genomes), self._fail_const or 0.0)
         else:

@@ -24,6 +24,7 @@ from genomes.base import Genome, GenomeFamily, InvalidGenome
 __all__ = ["Proposal", "Variation", "coerce", "TRANSFER_LIMIT"]
 
 TRANSFER_LIMIT = 32  # at most this many elites of earlier problems seed the next one (best ratios first)
+_PARENTS_KEPT = 4096  # parents kept read back (an archive of a problem holds fewer elites than this)
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,9 @@ class Variation:
         self.mutators = mutators
         self.selection = selection
         self.redraws = redraws
+        # parents read back from their stored text once, not once per child: a guided proposal draws a pool of 32
+        # children, and parsing the parents' JSON was a sixth of a child's time (reports/gpu/driver-load-simulated.md)
+        self._parents: dict[str, Genome] = {}
 
     def initial(self, rng: np.random.Generator, n_random: int, transfer: Iterable[Elite] = (),
                 seen: set[str] | frozenset[str] = frozenset(), memory: Iterable[Any] = (),
@@ -119,7 +123,7 @@ class Variation:
                 mutator = self.mutators.choose(rng)
                 parents = selection.select(archive, mutator.num_parents, rng)
                 try:
-                    genome = mutator([coerce(self.family, e.genome) for e in parents], self.family, self.problem,
+                    genome = mutator([self._parent(e.genome) for e in parents], self.family, self.problem,
                                      self.target, rng)
                 except InvalidGenome:
                     continue
@@ -127,6 +131,15 @@ class Variation:
                 if genome.hash not in seen:
                     return last
         return self.random_child(seen, rng, last)
+
+    def _parent(self, text: str) -> Genome:
+        """coerce(family, text), kept by its text (a Genome is immutable); at most _PARENTS_KEPT of them."""
+        genome = self._parents.get(text)
+        if genome is None:
+            if len(self._parents) >= _PARENTS_KEPT:
+                self._parents.clear()
+            genome = self._parents[text] = coerce(self.family, text)
+        return genome
 
     def random_child(self, seen: set[str], rng: np.random.Generator, last: Proposal | None = None) -> Proposal:
         """A random valid genome not in `seen`; failing that after `redraws` draws, the last one drawn (or

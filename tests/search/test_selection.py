@@ -97,3 +97,26 @@ def test_child_of_an_exhausted_space_is_accepted():
     only = family.make(family.base())
     p = var.child(archive, {only.hash}, np.random.default_rng(0))
     assert p.genome == only
+
+
+def test_children_read_each_parent_once_and_are_the_same(monkeypatch):
+    """Variation keeps parents read back from their text: the same children, one coerce per distinct parent."""
+    from evo.search import variation as variation_module
+
+    family, archive = filled_archive(30)
+    mix = MutatorMix({"mutate": 1.0, "crossover_uniform": 1.0})
+
+    def children(var):
+        rng, seen = np.random.default_rng(7), set()
+        return [var.child(archive, seen, rng) for _ in range(60)]
+
+    cached = Variation(family, PROBLEM, HOPPER, mix, UniformSelection())
+    plain = Variation(family, PROBLEM, HOPPER, mix, UniformSelection())
+    monkeypatch.setattr(plain, "_parent", lambda text: variation_module.coerce(family, text))  # read every time
+    calls = []
+    real = variation_module.coerce
+    monkeypatch.setattr(variation_module, "coerce", lambda fam, text: calls.append(text) or real(fam, text))
+    got = children(cached)
+    assert len(calls) == len(set(calls)) <= len(archive)  # each parent read once
+    monkeypatch.setattr(variation_module, "coerce", real)
+    assert got == children(plain)

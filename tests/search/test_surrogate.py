@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from scipy.stats import spearmanr
 
 from evo.evaluate.executor import LocalExecutor
 from evo.search.loop import Search
-from evo.search.surrogate import Surrogate, genome_features
+from evo.search.surrogate import Surrogate, features, genome_features
 from evo.store.sqlite import Store
 from tests.fixtures import search_fixtures as fx
 
@@ -85,3 +87,27 @@ def test_surrogate_predicts_failures():
     assert failing.any() and (~failing).any()
     assert p[failing].min() > p[~failing].max()  # every failing kernel ranked as riskier than every working one
     assert len(genome_features(op.family, test[0])) == len(op.family.genes)
+
+
+def test_prediction_is_the_checked_trees_own(tmp_path, monkeypatch):
+    """predict checks its input once, not once per tree: the same numbers as every tree's own checked predict."""
+    import operators
+
+    op = operators.get(fx.OPERATOR)
+    exp = fx.experiment(sizes=(512,), evaluations=30, seed=3)
+    with Store(tmp_path / "s.sqlite") as store, LocalExecutor(fx.StandInBackend(), lookup=store.lookup) as ex:
+        Search(exp, op, store, ex, run_id="t#1").run()
+        rows = store.evaluations()
+    surrogate = Surrogate(op.family, trees=8, min_rows=12, seed=0)
+    assert surrogate.fit(rows)
+    problem = exp.problems[0]
+    genomes = _all_valid(op, problem)[:20]
+    X = surrogate._with_resources(np.array([features(op.family, g, problem) for g in genomes]))
+    per_tree = np.stack([t.predict(X) for t in surrogate._speed.estimators_])  # each tree checking its input
+    pred = surrogate.predict(genomes, problem)
+    assert np.array_equal(pred.speed, np.exp(per_tree.mean(axis=0)))
+    assert np.array_equal(pred.speed_std, per_tree.std(axis=0))
+    # what each tree's check refused, predict still refuses (in one line)
+    monkeypatch.setattr(surrogate, "_with_resources", lambda base: np.full((len(base), X.shape[1]), math.inf))
+    with pytest.raises(ValueError, match="not all finite"):
+        surrogate.predict(genomes[:1], problem)
