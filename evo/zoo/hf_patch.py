@@ -33,6 +33,10 @@ sampling softmax (transformers samples in its own code), `rope` (transformers' o
 `linear_lm_head` (its fused norm is the final norm, which transformers runs over every row before lm_head takes the
 last one).
 
+A model whose projections are FP8 (evo.zoo.hf_fp8.quantize_model_fp8: e4m3 weights with per-channel scales) runs an
+FP8 zoo's fp8_* roles (fp8_gemm+channel on each input quantized per token) through evo.zoo.hf_fp8's layer forward;
+its norms, attention and lm_head are bound here as in any model, and a bf16 zoo's GEMM roles are kept, with why.
+
 Gemma 2 (ATTENTION_ONLY): its layers keep transformers' forward (four norms with (1 + weight), GeGLU, the residual
 adds after the post norms: evo's decoder forward is Llama's), and only its attention runs the zoo's
 `attention+causal+softcap<cap>` ops (and `...+window<W>` on its sliding layers; `cache_attention+softcap<cap>` for the
@@ -51,7 +55,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from evo.zoo import hf_attention
+from evo.zoo import hf_attention, hf_fp8
 from evo.zoo.hf_forward import LayerRoles, decoder_forward, lm_head_forward, norm_forward
 from evo.zoo.hf_roles import (
     DEFAULT_OPERATORS,
@@ -72,7 +76,9 @@ ATTENTION_ONLY = ("gemma2",)  # families whose layers keep their own forward: on
 _GEMMS = ("qkv", "o_proj", "gate_up", "down")
 _NOT_ROUTED = {"sampling_softmax": "transformers samples in its own code",
                "up": "a GELU MLP's role; these families gate theirs (gate_up)",
-               "rope": "transformers' own RoPE and cache update: its caches are not rope_cache's"}
+               "rope": "transformers' own RoPE and cache update: its caches are not rope_cache's",
+               **{r: "the model's projections are not FP8 (evo.zoo.hf_fp8.quantize_model_fp8 makes them so)"
+                  for r in hf_fp8.FP8_ROLES}}
 
 
 @dataclass(frozen=True)
@@ -129,8 +135,9 @@ def _check_model(model: Any) -> str:
     return kind
 
 
-def _dims(model: nn.Module) -> dict[str, tuple[int, ...]]:
-    """Role -> the sizes its measured problems must have besides the token count (see served_tokens)."""
+def _dims(model: nn.Module, fp8: bool = False) -> dict[str, tuple[int, ...]]:
+    """Role -> the sizes its measured problems must have besides the token count (see served_tokens); an FP8 model's
+    projections are not among them (evo.zoo.hf_fp8 binds its fp8_* roles)."""
     layer = _base(model).layers[0]
     attn, mlp = layer.self_attn, layer.mlp
     heads, kv_heads = model.config.num_attention_heads, model.config.num_key_value_heads
@@ -138,26 +145,32 @@ def _dims(model: nn.Module) -> dict[str, tuple[int, ...]]:
     if model.config.model_type in ATTENTION_ONLY:
         return {"attention": (heads, kv_heads, d)}
     hidden, inter = mlp.down_proj.out_features, mlp.down_proj.in_features
-    dims = {"norm": (hidden,), "attention": (heads, kv_heads, d), "qkv": (q + 2 * kv, hidden),
-            "o_proj": (hidden, q), "gate_up": (inter, hidden), "down": (hidden, inter)}
+    dims = {"norm": (hidden,), "attention": (heads, kv_heads, d)}
+    if not fp8:
+        dims.update(qkv=(q + 2 * kv, hidden), o_proj=(hidden, q), gate_up=(inter, hidden), down=(hidden, inter))
     head = getattr(model, "lm_head", None)
     if isinstance(head, nn.Linear):
         dims["lm_head"] = (head.out_features, head.in_features)
     return dims
 
 
-def _bind(model: nn.Module, ops: Mapping[str, Callable[..., Any]], dtype: torch.dtype, torch_at: dict[str, Any]
-          ) -> tuple[dict[str, tuple[Bound, ...]], dict[str, str]]:
+def _bind(model: nn.Module, ops: Mapping[str, Callable[..., Any]], dtype: torch.dtype, torch_at: dict[str, Any],
+          fp8: bool = False) -> tuple[dict[str, tuple[Bound, ...]], dict[str, str]]:
     """Role -> the ops that can serve it in this model (a zoo's `linear_qkv` serves qkv, as `qkv` does), and zoo
     role name -> why torch keeps it; `torch_at` gets zoo role name -> the token counts its baseline runs (torch's
     code runs them)."""
-    dims, layer = _dims(model), _base(model).layers[0]
+    dims, layer = _dims(model, fp8), _base(model).layers[0]
     kept: dict[str, str] = {}
     bound: dict[str, list[Bound]] = {}
     for key, op in ops.items():
         if not callable(op):
             raise ValueError(f"the op for role {key!r} is not callable: {op!r}")
         role = base_role(key)
+        if fp8 and key in hf_fp8.FP8_ROLES:  # evo.zoo.hf_fp8.bind's
+            continue
+        if fp8 and role in _GEMMS:
+            kept[key] = "the model's projections are FP8 (an FP8 zoo's fp8_* roles serve them)"
+            continue
         if role not in dims:
             kept[key] = _NOT_ROUTED.get(key, "not a role of this model") if model.config.model_type not in \
                 ATTENTION_ONLY else f"{model.config.model_type}'s layers keep their own forward (attention only)"
@@ -282,13 +295,17 @@ def patch_model(model: nn.Module, ops: Mapping[str, Callable[..., Any]], quiet: 
         raise ValueError(f"ops must map roles to callables; got {type(ops).__name__}")
     param = next(model.parameters())
     torch_at: dict[str, tuple[int, ...]] = {}
-    bound, kept = _bind(model, ops, param.dtype, torch_at)
+    fp8 = model.config.model_type not in ATTENTION_ONLY and hf_fp8.is_fp8(model)
+    bound, kept = _bind(model, ops, param.dtype, torch_at, fp8)
+    fp8_bound, fp8_kept = hf_fp8.bind(model, ops, param.dtype, torch_at) if fp8 else ({}, {})
+    kept.update(fp8_kept)
     unpatch_model(model)
     hf_attention.register()
     base = _base(model)
     copied = 0
     for layer in base.layers:
         copied += _patch_layer(layer, bound)
+        copied += hf_fp8.patch_layer(layer, fp8_bound) if fp8 else 0
     if "norm" in bound:
         norms = [m for layer in base.layers for m in (layer.input_layernorm, layer.post_attention_layernorm)]
         for norm in norms + ([base.norm] if isinstance(getattr(base, "norm", None), nn.Module) else []):
@@ -308,7 +325,7 @@ def patch_model(model: nn.Module, ops: Mapping[str, Callable[..., Any]], quiet: 
     _forget_compiled(model)
     report = PatchReport(type(model).__name__, len(base.layers), DTYPE_NAMES.get(param.dtype, str(param.dtype)),
                          {b.key: (b.operator, None if b.tokens is None else tuple(sorted(b.tokens)))
-                          for bs in bound.values() for b in bs}, kept, copied,
+                          for bs in (*bound.values(), *fp8_bound.values()) for b in bs}, kept, copied,
                          {k: t for k, t in torch_at.items() if k not in kept})
     if not quiet:
         print(report.line(), file=sys.stderr)
