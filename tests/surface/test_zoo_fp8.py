@@ -103,3 +103,7 @@ def test_the_fp8_zoo_patched_into_the_fp8_layer(tiny_fp8_zoo):
         out, ref = patched(x).float(), plain(x).float()
         assert float((out - ref).norm() / ref.norm()) < 5e-3, tokens
         assert float((patched.kv_cache - plain.kv_cache).float().norm() / plain.kv_cache.float().norm()) < 5e-3
+    # torch.compile traces the patched FP8 layer whole (the zoo's ops are custom ops; the quantization is torch's)
+    compiled = torch.compile(patched, backend="aot_eager", fullgraph=True)
+    with torch.no_grad():
+        assert float((compiled(x).float() - ref).norm() / ref.norm()) < 5e-3
