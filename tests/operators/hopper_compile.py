@@ -2,14 +2,17 @@
 (evo.evaluate.compiler), in a subprocess: a test process has TRITON_INTERPRET set. The interpreter runs kernels as
 Python, so what only Triton's GPU pipeline refuses is caught here.
 
-The cases are dealt round-robin to one subprocess per core (at most MAX_WORKERS): a compile is one core's work and
-the test process only waits, so on CI's two cores the compile tests take half the time. The workers share one
-Triton cache (its writes are atomic), so a kernel two workers build is one cache entry, as it was in one process."""
+The cases are dealt to one subprocess per core (at most MAX_WORKERS), in a fixed shuffled order so that a case list
+built in a pattern (causal every other case, ...) does not load one worker with the slow half: a compile is one
+core's work and the test process only waits, so on CI's two cores the compile tests take about half the time. The
+workers share one Triton cache (its writes are atomic), so a kernel two workers build is one cache entry, as it was
+in one process."""
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 import time
@@ -59,13 +62,17 @@ def compile_for_hopper(cases: list[tuple[str, dict[str, Any], tuple[int, ...], s
     env = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_CACHE_DIR": str(tmp_path / "cache"),
            "EVO_KERNEL_DIR": str(tmp_path / "kernels"), "PYTHONPATH": str(ROOT)}
     n = _workers(len(cases))
+    order = list(range(len(cases)))
+    random.Random(0).shuffle(order)
+    chunks = [order[w::n] for w in range(n)]
     logs = tmp_path / "compile-logs"
     logs.mkdir(exist_ok=True)
     procs = []
     for w in range(n):
         with open(logs / f"{w}.out", "w") as out, open(logs / f"{w}.err", "w") as err:
-            procs.append(subprocess.Popen([sys.executable, "-c", SCRIPT, json.dumps(cases[w::n])], cwd=ROOT, env=env,
-                                          stdout=out, stderr=err, text=True))
+            chunk = json.dumps([cases[i] for i in chunks[w]])
+            procs.append(subprocess.Popen([sys.executable, "-c", SCRIPT, chunk], cwd=ROOT, env=env, stdout=out,
+                                          stderr=err, text=True))
     deadline = time.monotonic() + timeout_s
     try:
         for proc in procs:
@@ -79,5 +86,6 @@ def compile_for_hopper(cases: list[tuple[str, dict[str, Any], tuple[int, ...], s
     for w, proc in enumerate(procs):
         lines = [line for line in (logs / f"{w}.out").read_text().splitlines() if line.startswith("RESULT")]
         assert proc.returncode == 0 and lines, (logs / f"{w}.err").read_text()[-3000:]
-        results[w::n] = json.loads(lines[-1][len("RESULT"):])
+        for i, result in zip(chunks[w], json.loads(lines[-1][len("RESULT"):]), strict=True):
+            results[i] = result
     return results
