@@ -175,7 +175,8 @@ def zoo_page(data: dict[str, Any]) -> str:
                if data["smoke"] else "")
     facts = (f"hidden {spec['hidden_size']}, intermediate {spec['intermediate_size']} ({spec['mlp']}), heads "
              f"{spec['num_attention_heads']}/{spec['num_key_value_heads']} kv × {spec['head_dim']}, vocab "
-             f"{spec['vocab_size']}; {data['dtype']}; token counts {', '.join(map(str, data['tokens']))}; KV cache of "
+             f"{spec['vocab_size']}; {'FP8 weights (e4m3, per-channel scales), ' * (data.get('weights') == 'fp8')}"
+             f"{data['dtype']}; token counts {', '.join(map(str, data['tokens']))}; KV cache of "
              f"{data['context']} tokens; GPU {', '.join(data['gpus']) or '-'}; runs under {data['folder']}")
     return "\n".join([
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',

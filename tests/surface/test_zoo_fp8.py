@@ -78,6 +78,7 @@ def test_collect_and_report_again_find_the_fp8_runs(tiny_fp8_zoo, capsys):
     assert main(["zoo", *ARGS, "--smoke", "-o", str(out), "--report"]) == 0
     page = (out / NAME / "report.html").read_text()
     assert "fp8_gate_up" in page and "fp8_gemm+channel" in page
+    assert "FP8 weights (e4m3, per-channel scales), fp16" in page
 
 
 @pytest.mark.slow
