@@ -18,6 +18,12 @@ against eager's (evo.bench.generate_results says how). Writes `OUT/generate.json
 every way (the GPU named) and prints the table last; exit status 1 when a zoo way's logits are outside the
 tolerance, 2 for bad input (one line). Without a GPU it refuses unless `--device cpu`: then the eager ways only,
 the zoo's kernels in Triton's interpreter (what the tests run on a tiny config).
+
+`--weights fp8` (by default where the zoo holds the fp8_* roles of `evo zoo MODEL --dtype fp8`): the model's
+projections are quantized by evo.zoo.hf_fp8.quantize_model_fp8 before any way runs (every way then has FP8 weights;
+torch's FP8 linears use torch._scaled_mm where it runs), and the tolerance is at least the FP8 model's own error
+against the model before quantization (its prompt's last logits, `fp8_quantization_error`): two correct FP8 models
+differ by more than rounding, a difference before a quantization step flipping e4m3 roundings after it.
 """
 
 from __future__ import annotations
@@ -57,6 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reps", type=int, default=3, help="timed runs per way, the median kept [3]")
     p.add_argument("--seed", type=int, default=0, help="seed of the weights and the prompt [0]")
     p.add_argument("--out", default="reports/bench/generate", help="folder for generate.json and .md")
+    p.add_argument("--weights", default="auto", choices=("auto", "bf16", "fp8"),
+                   help="fp8: the model's projections quantized to FP8 first (auto: where the zoo holds fp8_* roles)")
     return p
 
 
@@ -187,6 +195,20 @@ def _refuse(message: str) -> int:
     return 2
 
 
+def _quantize(model: Any, ids: Any) -> float:
+    """Quantize `model`'s projections to FP8 in place (evo.zoo.hf_fp8); returns the relative error of the prompt's
+    last logits against the model's before."""
+    import torch
+
+    from evo.zoo.hf_fp8 import quantize_model_fp8
+
+    with torch.no_grad():
+        before = model(ids).logits[:, -1].float()
+        quantize_model_fp8(model)
+        after = model(ids).logits[:, -1].float()
+    return float((after - before).norm() / before.norm())
+
+
 def _setup(args: argparse.Namespace) -> tuple[Any, str, dict[str, Any]]:
     """The config, the model's name and the zoo's ops; ValueError (LoadError too) names what is wrong."""
     for flag, value in (("--prompt", args.prompt), ("--new-tokens", args.new_tokens), ("--reps", args.reps)):
@@ -195,6 +217,16 @@ def _setup(args: argparse.Namespace) -> tuple[Any, str, dict[str, Any]]:
     from evo.api import load_zoo
 
     ops = load_zoo(args.zoo_module)
+    from evo.zoo.fp8_problems import FP8_ROLES
+
+    fp8_roles = sorted(set(ops) & set(FP8_ROLES))
+    if args.weights == "auto":
+        args.weights = "fp8" if fp8_roles else "bf16"
+    if args.weights == "fp8" and not fp8_roles:
+        raise ValueError(f"--weights fp8: {args.zoo_module} holds no fp8_* role (a zoo of `evo zoo MODEL --dtype fp8` "
+                         "does)")
+    if args.weights == "bf16" and fp8_roles:
+        raise ValueError(f"--weights bf16: {args.zoo_module} is an FP8 zoo ({', '.join(fp8_roles)}): --weights fp8")
     config, name = hf_config(args.model, args.layers)
     limit = getattr(config, "max_position_embeddings", None)
     if limit and args.prompt + args.new_tokens + 1 > limit:
@@ -229,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
     ids = torch.randint(3, config.vocab_size, (1, args.prompt), generator=torch.Generator().manual_seed(args.seed))
     ids = ids.to(args.device)
     tolerance = TOLERANCE[args.dtype]
+    quantization = _quantize(model, ids) if args.weights == "fp8" else None
+    tolerance = tolerance if quantization is None else max(tolerance, quantization)
     import transformers
 
     doc: dict[str, Any] = {
@@ -237,7 +271,8 @@ def main(argv: list[str] | None = None) -> int:
         "versions": {**versions(), "transformers": transformers.__version__}, "dtype": args.dtype,
         "layers": config.num_hidden_layers, "config_layers": json.loads(Path(args.model).read_text())[
             "num_hidden_layers"], "prompt_tokens": args.prompt, "new_tokens": args.new_tokens, "reps": args.reps,
-        "seed": args.seed, "zoo_module": str(Path(args.zoo_module).resolve()), "tolerance": tolerance, "ways": {}}
+        "seed": args.seed, "zoo_module": str(Path(args.zoo_module).resolve()), "tolerance": tolerance, "ways": {},
+        "weights": args.weights, **({} if quantization is None else {"fp8_quantization_error": quantization})}
     ways: dict[str, dict[str, Any]] = {}
     for way in WAYS:
         if way in ZOO_WAYS and "patch" not in doc:

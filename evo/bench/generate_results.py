@@ -77,6 +77,10 @@ def to_markdown(doc: dict[str, Any]) -> str:
              f"{doc['reps']} runs. torch {v.get('torch', '?')}, triton {v.get('triton', '?')}, transformers "
              f"{v.get('transformers', '?')}.", "",
              f"Zoo: `{doc['zoo_module']}`", ""]
+    if doc.get("weights") == "fp8":  # evo.bench.generate --weights fp8
+        lines += [f"FP8 weights (every way): the projections e4m3 with per-channel scales (evo.zoo.hf_fp8); the FP8 "
+                  f"model's own error against the model before quantization, {doc.get('fp8_quantization_error', 0):.3g}"
+                  ", is the least tolerance.", ""]
     if doc.get("device") != "cuda":
         lines += ["NOT a timing: on the CPU the zoo's kernels run in Triton's interpreter (a check of the flow).", ""]
     lines += [f"`{doc.get('patch', 'not patched yet')}`", "",
