@@ -233,6 +233,9 @@ def run_load(gpus: int, seconds: float = 10.0, backend: LoadTestBackend | None =
         "load_average_1min": [load0, load1],  # at the start and the end (other users' work included)
         "statuses": {s: sum(r.status == s for r in rows) for s in sorted({r.status for r in rows})},
         "queue": queue,
+        # proposals by emitter (the guided one draws and scores a pool of children: most of the driver's time)
+        "proposed": {name: sum(p.emitters.get(name, {}).get("proposed", 0) for p in summary.problems)
+                     for name in sorted({n for p in summary.problems for n in p.emitters})},
     }
     if profiler is not None:
         result["driver_profile_s"] = _profile_parts(profiler, wall)

@@ -42,6 +42,10 @@ def test_two_fake_gpus_get_a_wider_window(monkeypatch):
                           warmup_s=1.5)
     assert one["statuses"] == {"ok": one["evaluations"]} and one["gpu_evaluated"] == one["evaluations"]
     assert one["per_minute"] > 0.5 * one["ideal_per_minute"]
+    # what says whether the driver keeps up: its CPU per candidate, the search thread's share, the box's load
+    assert 0 < one["search_thread_cpu_share"] <= one["driver_cpu_share"] and one["driver_cpu_ms_per_candidate"] > 0
+    assert len(one["load_average_1min"]) == 2 and sum(one["proposed"].values()) <= one["evaluations_with_warmup"]
+    assert set(one["proposed"]) == {"variation", "guided", "exploit", "restart"}  # by emitter, surrogate on
     # the window grew past the old fixed one of 2 x GPUs + 2; what that buys (1.9x one fake GPU on a quiet machine,
     # 1.3x in a loaded CI run of 3 s) is the load test's figure, in reports/gpu/driver-load-simulated.md, not a
     # timed test's
