@@ -27,6 +27,7 @@ from genomes.base import Descriptor, Genome, GenomeFamily
 from genomes.genes import Boolean, Categorical, Gene, IntChoice, PowerOfTwo
 from genomes.rowwise import next_pow2
 from genomes.rule_table import FromTable, Rule, unmovable
+from genomes.tile_rules import block_fits, split_has_steps
 
 __all__ = ["FP8GemmFamily", "MODES", "SCALE_BLOCK", "accumulator_registers", "shared_bytes", "rules",
            "MAX_ACC_REGISTERS"]
@@ -49,10 +50,6 @@ def shared_bytes(g: Mapping[str, Any]) -> int:
     tile too (sm_90 compiles: 131,072 bytes for 128x128x128 at 4 stages, 163,840 persistent)."""
     pipeline = max(1, g["num_stages"]) * (g["BLOCK_M"] + g["BLOCK_N"]) * g["BLOCK_K"]
     return pipeline + (2 * g["BLOCK_M"] * g["BLOCK_N"] if g["persistent"] else 0)
-
-
-def _k_steps(g: Mapping[str, Any], p: Problem) -> int:
-    return -(-p.dims["K"] // g["BLOCK_K"])
 
 
 def rules(mode: str) -> tuple[Rule, ...]:
@@ -105,24 +102,6 @@ def rules(mode: str) -> tuple[Rule, ...]:
     def fix_smem(fam, g, p, t):
         return fam._step_down(g, "num_stages") or fam._step_down(g, "BLOCK_K")
 
-    def block_m_fits(g, p, t):
-        m = p.dims["M"]
-        return f"BLOCK_M={g['BLOCK_M']} is wider than M={m} needs" if g["BLOCK_M"] > max(16, next_pow2(m)) else None
-
-    def block_n_fits(g, p, t):
-        n = p.dims["N"]
-        return f"BLOCK_N={g['BLOCK_N']} is wider than N={n} needs" if g["BLOCK_N"] > max(16, next_pow2(n)) else None
-
-    def block_k_fits(g, p, t):
-        k = p.dims["K"]
-        return f"BLOCK_K={g['BLOCK_K']} is wider than K={k} needs" if g["BLOCK_K"] > max(32, next_pow2(k)) else None
-
-    def split_has_steps(g, p, t):
-        steps = _k_steps(g, p)
-        if g["SPLIT_K"] > steps:
-            return f"SPLIT_K={g['SPLIT_K']} exceeds the {steps} BLOCK_K steps of K={p.dims['K']}"
-        return None
-
     def persistent_has_work(g, p, t):
         d = p.dims
         items = -(-d["M"] // g["BLOCK_M"]) * -(-d["N"] // g["BLOCK_N"]) * g["SPLIT_K"]
@@ -141,12 +120,12 @@ def rules(mode: str) -> tuple[Rule, ...]:
         Rule("step_in_one_group", step_in_one_group, lambda fam, g, p, t: fam._step_down(g, "BLOCK_K")),
         Rule("descriptor_rows_aligned", descriptor_rows_aligned, lambda fam, g, p, t: fam._set(g, "memory", "pointer")),
         Rule("promote_canonical", promote_canonical, lambda fam, g, p, t: fam._set(g, "promote", False)),
-        Rule("block_m_fits", block_m_fits, lambda fam, g, p, t: fam._step_down(g, "BLOCK_M"), hard=False),
-        Rule("block_n_fits", block_n_fits, lambda fam, g, p, t: fam._step_down(g, "BLOCK_N"), hard=False),
-        Rule("block_k_fits", block_k_fits, lambda fam, g, p, t: fam._step_down(g, "BLOCK_K"), hard=False),
+        block_fits("BLOCK_M", "M", 16),
+        block_fits("BLOCK_N", "N", 16),
+        block_fits("BLOCK_K", "K", 32),
         Rule("registers", fits_registers, fix_registers),
         Rule("smem_fits", smem_fits, fix_smem),
-        Rule("split_has_steps", split_has_steps, lambda fam, g, p, t: fam._step_down(g, "SPLIT_K"), hard=False),
+        split_has_steps(),
         Rule("persistent_has_work", persistent_has_work, lambda fam, g, p, t: fam._set(g, "persistent", 0),
              hard=False),
         Rule("group_has_rows", group_has_rows, lambda fam, g, p, t: fam._set(g, "GROUP_M", 1), hard=False),

@@ -24,6 +24,7 @@ from genomes.base import Descriptor, Genome, GenomeFamily
 from genomes.genes import Categorical, Gene, IntChoice, PowerOfTwo
 from genomes.rowwise import ELEM_BYTES, next_pow2
 from genomes.rule_table import FromTable, Rule
+from genomes.tile_rules import block_fits, split_has_steps
 
 __all__ = ["LinearFamily", "block_m", "registers", "rules", "MAX_REGISTERS", "DOT_ROWS"]
 
@@ -66,10 +67,6 @@ def _smem(g: Mapping[str, Any], problem: Problem, tiles: int) -> int:
     return g["num_stages"] * (tiles * g["BLOCK_N"] + bm) * g["BLOCK_K"] * ELEM_BYTES[problem.dtype]
 
 
-def _k_steps(g: Mapping[str, Any], p: Problem) -> int:
-    return -(-p.dims["K"] // g["BLOCK_K"])
-
-
 def rules(tiles: int = 1, norm: bool = False) -> tuple[Rule, ...]:
     """The family's rule table, in priority order."""
 
@@ -87,20 +84,6 @@ def rules(tiles: int = 1, norm: bool = False) -> tuple[Rule, ...]:
 
     def canonical_reduce_k(g, p, t):
         return "tl.dot reduces over K itself: reduce_k=step" if g["math"] == "dot" and g["reduce_k"] != "step" else None
-
-    def block_n_fits(g, p, t):
-        n = p.dims["N"]
-        return f"BLOCK_N={g['BLOCK_N']} is wider than N={n} needs" if g["BLOCK_N"] > max(16, next_pow2(n)) else None
-
-    def block_k_fits(g, p, t):
-        k = p.dims["K"]
-        return f"BLOCK_K={g['BLOCK_K']} is wider than K={k} needs" if g["BLOCK_K"] > max(32, next_pow2(k)) else None
-
-    def split_has_steps(g, p, t):
-        steps = _k_steps(g, p)
-        if g["SPLIT_K"] > steps:
-            return f"SPLIT_K={g['SPLIT_K']} exceeds the {steps} BLOCK_K steps of K={p.dims['K']}"
-        return None
 
     def fix_split(fam, g, p, t):
         return fam._step_down(g, "SPLIT_K") or fam._step_down(g, "BLOCK_K")
@@ -146,10 +129,10 @@ def rules(tiles: int = 1, norm: bool = False) -> tuple[Rule, ...]:
             else None
 
     return (
-        Rule("block_n_fits", block_n_fits, lambda fam, g, p, t: fam._step_down(g, "BLOCK_N"), hard=False),
-        Rule("block_k_fits", block_k_fits, lambda fam, g, p, t: fam._step_down(g, "BLOCK_K"), hard=False),
+        block_fits("BLOCK_N", "N", 16),
+        block_fits("BLOCK_K", "K", 32),
         Rule("registers", fits_registers, fix_registers),
-        Rule("split_has_steps", split_has_steps, fix_split, hard=False),
+        split_has_steps(fix_split),
         Rule("threads_busy", threads_busy, fix_threads),
         Rule("smem_fits", smem_fits, lambda fam, g, p, t: fam._step_down(g, "num_stages")),
         Rule("tiles_reduce_in_order", tiles_reduce_in_order, lambda fam, g, p, t: fam._set(g, "reduction", "ordered")),

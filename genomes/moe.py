@@ -24,6 +24,7 @@ from genomes.base import Descriptor, Genome, GenomeFamily
 from genomes.genes import Boolean, Categorical, Gene, IntChoice, PowerOfTwo
 from genomes.rowwise import ELEM_BYTES, next_pow2
 from genomes.rule_table import FromTable, Rule
+from genomes.tile_rules import block_fits
 
 __all__ = ["MoEGateUpFamily", "MoEDownFamily", "registers", "smem_bytes", "rules", "MAX_REGISTERS", "DIMS",
            "programs", "routes_in_kernel", "ROUTE_IN_KERNEL_SLOTS", "ROUTE_IN_KERNEL_CELLS"]
@@ -72,14 +73,6 @@ def rules(tiles: int) -> tuple[Rule, ...]:
         return f"BLOCK_M={g['BLOCK_M']} is taller than the {rows} routed rows need" \
             if g["BLOCK_M"] > max(16, next_pow2(rows)) else None
 
-    def block_n_fits(g, p, t):
-        n = p.dims["N"]
-        return f"BLOCK_N={g['BLOCK_N']} is wider than N={n} needs" if g["BLOCK_N"] > max(16, next_pow2(n)) else None
-
-    def block_k_fits(g, p, t):
-        k = p.dims["K"]
-        return f"BLOCK_K={g['BLOCK_K']} is wider than K={k} needs" if g["BLOCK_K"] > max(32, next_pow2(k)) else None
-
     def fits_registers(g, p, t):
         regs = registers(g, p.dtype, tiles)
         return f"needs ~{regs} registers per thread (> {MAX_REGISTERS}: it would spill)" if regs > MAX_REGISTERS \
@@ -122,8 +115,8 @@ def rules(tiles: int) -> tuple[Rule, ...]:
 
     table = [
         Rule("block_m_fits", block_m_fits, lambda fam, g, p, t: fam._step_down(g, "BLOCK_M"), hard=False),
-        Rule("block_n_fits", block_n_fits, lambda fam, g, p, t: fam._step_down(g, "BLOCK_N"), hard=False),
-        Rule("block_k_fits", block_k_fits, lambda fam, g, p, t: fam._step_down(g, "BLOCK_K"), hard=False),
+        block_fits("BLOCK_N", "N", 16),
+        block_fits("BLOCK_K", "K", 32),
         Rule("registers", fits_registers, fix_registers),
         Rule("threads_busy", threads_busy, lambda fam, g, p, t: fam._step_down(g, "num_warps")),
         Rule("smem_fits", smem_fits, fix_smem),
