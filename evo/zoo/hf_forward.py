@@ -47,7 +47,8 @@ class LayerRoles:
     sliding_window: int | None  # what the family passes the attention interface (Llama: nothing; None)
 
 
-def _path(obj: Any, path: tuple[str, ...]) -> Any:
+def attribute_at(obj: Any, path: tuple[str, ...]) -> Any:
+    """The attribute `path` names below `obj` (("mlp", "down_proj", "weight") is obj.mlp.down_proj.weight)."""
     for name in path:
         obj = getattr(obj, name)
     return obj
@@ -57,8 +58,8 @@ def _gemm(layer: nn.Module, r: LayerRoles, b: Bound, x: torch.Tensor, norm: nn.M
           residual: torch.Tensor | None = None) -> torch.Tensor:
     """One GEMM role through its op: the bias where the op takes it, else added after it (a bias the op lacks)."""
     form = b.form
-    bias = _path(layer, r.biases[b.role]) if b.role in r.biases else None
-    y = b.op(*form.args(x, _path(layer, r.weights[f"{b.role}:{form.weight}"]), bias, norm, residual))
+    bias = attribute_at(layer, r.biases[b.role]) if b.role in r.biases else None
+    y = b.op(*form.args(x, attribute_at(layer, r.weights[f"{b.role}:{form.weight}"]), bias, norm, residual))
     return y if bias is None or form.bias else y + bias
 
 
@@ -93,6 +94,30 @@ def _residual_gemm(layer: nn.Module, r: LayerRoles, bounds: tuple[Bound, ...], l
     return residual + linear(x)
 
 
+def attend(layer: nn.Module, r: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, shape: torch.Size,
+           attention_mask: torch.Tensor | None, position_ids: torch.Tensor | None, cache: Any, use_cache: bool | None,
+           position_embeddings: tuple[torch.Tensor, torch.Tensor], kwargs: dict[str, Any]) -> torch.Tensor:
+    """The attention between a layer's projections as transformers runs it: q, k, v ([tokens, heads * head_dim]) split
+    into heads, rotated (r.rope), K and V written into the cache, then the model's attention interface (r's eager one
+    by default); returns the output as rows [tokens, heads * head_dim]. `r` holds rope, eager_attention and
+    sliding_window (LayerRoles, FP8LayerRoles)."""
+    attn = layer.self_attn
+    heads = (*shape[:-1], -1, attn.head_dim)
+    q, k, v = (t.reshape(heads).transpose(1, 2) for t in (q, k, v))
+    cos, sin = position_embeddings
+    q, k = r.rope(q, k, cos, sin)
+    # what the attention module's **kwargs would hold: the layer's own, position_ids and use_cache
+    kw = {"position_ids": position_ids, "use_cache": use_cache, **kwargs}
+    if cache is not None:
+        k, v = cache.update(k, v, attn.layer_idx, kwargs=kw)
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    interface = ALL_ATTENTION_FUNCTIONS.get_interface(attn.config._attn_implementation, r.eager_attention)
+    out, _ = interface(attn, q, k, v, attention_mask, dropout=0.0, scaling=attn.scaling,
+                       sliding_window=r.sliding_window, **kw)
+    return out.reshape(q.shape[0] * q.shape[2], -1)
+
+
 def decoder_forward(self: nn.Module, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None,
                     position_ids: torch.Tensor | None = None, cache: Any = None, use_cache: bool | None = False,
                     position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
@@ -109,20 +134,7 @@ def decoder_forward(self: nn.Module, hidden_states: torch.Tensor, attention_mask
     shape = hidden_states.shape
     x = hidden_states.reshape(-1, shape[-1])
     q, k, v = _qkv(self, r, x)
-    heads = (*shape[:-1], -1, attn.head_dim)
-    q, k, v = (t.reshape(heads).transpose(1, 2) for t in (q, k, v))
-    cos, sin = position_embeddings
-    q, k = r.rope(q, k, cos, sin)
-    # what the attention module's **kwargs would hold: the layer's own, position_ids and use_cache
-    kw = {"position_ids": position_ids, "use_cache": use_cache, **kwargs}
-    if cache is not None:
-        k, v = cache.update(k, v, attn.layer_idx, kwargs=kw)
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-
-    interface = ALL_ATTENTION_FUNCTIONS.get_interface(attn.config._attn_implementation, r.eager_attention)
-    out, _ = interface(attn, q, k, v, attention_mask, dropout=0.0, scaling=attn.scaling,
-                       sliding_window=r.sliding_window, **kw)
-    a = out.reshape(x.shape[0], -1)
+    a = attend(self, r, q, k, v, shape, attention_mask, position_ids, cache, use_cache, position_embeddings, kwargs)
     h = _residual_gemm(self, r, r.o_proj, attn.o_proj, a, x)
     y = _residual_gemm(self, r, r.down, self.mlp.down_proj, _mlp_hidden(self, r, h), h)
     return y.view(shape)

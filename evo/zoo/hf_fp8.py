@@ -31,6 +31,7 @@ from torch import nn
 
 from evo.zoo.fp8_linear import FP8Linear, pick_torch_way, quantize_tokens
 from evo.zoo.fp8_problems import FP8_OPERATOR, FP8_ROLES
+from evo.zoo.hf_forward import attend, attribute_at
 from evo.zoo.hf_roles import DTYPE_NAMES, Bound, measured, pick, served_tokens
 from evo.zoo.uses import baseline_tokens
 
@@ -184,12 +185,6 @@ def patch_layer(layer: nn.Module, bound: dict[str, tuple[Bound, ...]]) -> int:
     return copied
 
 
-def _path(obj: Any, path: tuple[str, ...]) -> Any:
-    for name in path:
-        obj = getattr(obj, name)
-    return obj
-
-
 def _project(layer: nn.Module, r: FP8LayerRoles, key: str, x: torch.Tensor) -> torch.Tensor | None:
     """x through the zoo's op of `key` where it serves these rows (its bias added in torch), else None."""
     b = pick(r.ops.get(key, ()), x.shape[0], x.dtype)
@@ -197,8 +192,8 @@ def _project(layer: nn.Module, r: FP8LayerRoles, key: str, x: torch.Tensor) -> t
         return None
     weight, scale, bias = r.weights[key]
     x_q, x_scale = quantize_tokens(x)
-    y = b.op(x_q, _path(layer, weight), x_scale, _path(layer, scale), x.dtype)
-    return y if bias is None else y + _path(layer, bias)
+    y = b.op(x_q, attribute_at(layer, weight), x_scale, attribute_at(layer, scale), x.dtype)
+    return y if bias is None else y + attribute_at(layer, bias)
 
 
 def fp8_decoder_forward(self: nn.Module, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None,
@@ -224,19 +219,7 @@ def fp8_decoder_forward(self: nn.Module, hidden_states: torch.Tensor, attention_
         q, k, v = attn.qkv_proj(xn).split(r.split, dim=-1)
     else:
         q, k, v = attn.q_proj(xn), attn.k_proj(xn), attn.v_proj(xn)
-    heads = (*shape[:-1], -1, attn.head_dim)
-    q, k, v = (t.reshape(heads).transpose(1, 2) for t in (q, k, v))
-    cos, sin = position_embeddings
-    q, k = r.rope(q, k, cos, sin)
-    kw = {"position_ids": position_ids, "use_cache": use_cache, **kwargs}
-    if cache is not None:
-        k, v = cache.update(k, v, attn.layer_idx, kwargs=kw)
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-
-    interface = ALL_ATTENTION_FUNCTIONS.get_interface(attn.config._attn_implementation, r.eager_attention)
-    out, _ = interface(attn, q, k, v, attention_mask, dropout=0.0, scaling=attn.scaling,
-                       sliding_window=r.sliding_window, **kw)
-    a = out.reshape(x.shape[0], -1)
+    a = attend(self, r, q, k, v, shape, attention_mask, position_ids, cache, use_cache, position_embeddings, kwargs)
     o = _project(self, r, "fp8_o_proj", a)
     h = x + (attn.o_proj(a) if o is None else o)
     hn = self.post_attention_layernorm(h)
