@@ -12,10 +12,7 @@
 # and zoo.md after every T (2048 first), then the zoo's report.html with the layer's results. Short searches (WALL s
 # and EVALS evaluations a problem) are what a 10-minute call allows.
 set -u
-# ray and its dependencies, carried as wheels (.whl/, ignored by git: carry it); nothing else is installed
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl 2>/dev/null
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || echo "pip -e failed: using the carried egg-info"
+. "$(dirname "$0")/../setup.sh" || exit 1  # the wheels, the project, PYTHONPATH (once per machine call)
 R=$OUT/res; mkdir -p $R; nvidia-smi -L; T0=$(date +%s); LIMIT=${LIMIT:-555}; ZOO_PCT=${ZOO_PCT:-50}
 python3 -c "import torch, triton;print(torch.cuda.get_device_name(), torch.__version__, triton.__version__)"
 M=llama-3-8b; Z=$M-fp8  # the FP8 zoo's name: the model's with -fp8 (runs/zoo/$Z/${Z}_kernels.py)

@@ -14,9 +14,7 @@
 # evaluations a problem) are what a 10-minute call allows; MODELS=mixtral-8x7b (then gemma-2-9b) in two calls with
 # WALL=10 gives each model's zoo better kernels.
 set -u
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl 2>/dev/null
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || echo "pip -e failed: using the carried egg-info"
+. "$(dirname "$0")/../setup.sh" || exit 1  # the wheels, the project, PYTHONPATH (once per machine call)
 R=$OUT/res; mkdir -p $R; nvidia-smi -L; T0=$(date +%s); LIMIT=${LIMIT:-555}; ZOO_PCT=${ZOO_PCT:-50}
 python3 -c "import torch, triton;print(torch.cuda.get_device_name(), torch.__version__, triton.__version__)"
 MODELS=${MODELS:-"mixtral-8x7b gemma-2-9b"}
