@@ -108,7 +108,8 @@ def gluon_plan(a, b, bias, residual, scale, out, config):
                          descriptors={i: (*specs[p], _layout(specs[p][2], dtype)) for i, p in enumerate(order)})
     pick = _picker([i for i, name in enumerate(("BIAS", "RESIDUAL", "SCALE")) if config[name]])
     if split:  # fp32 partials of every split, summed by a second launch that applies the epilogue
-        partials = workspace = torch.empty((config["SPLIT_K"] * M, N), dtype=torch.float32, device=device)
+        partials = torch.empty((config["SPLIT_K"] * M, N), dtype=torch.float32, device=device)
+        workspace = (partials, None)  # (partials, arrival counters) as the Triton plan's: none, a launch sums
         reduce = BoundKernel(split_k_reduce, (triton.cdiv(M, REDUCE_R), triton.cdiv(N, REDUCE_C)), {"num_warps": 4})
         reduce_sizes = (M, N, config["SPLIT_K"], REDUCE_R, REDUCE_C)
 

@@ -101,7 +101,7 @@ def run_cases() -> dict[str, Any]:
             # every plan of the module (the check's calls with out= are a signature of their own); the Gluon
             # rendering's split-K sums in a second launch and counts nothing
             counters = [run.workspace[1] for run in module._PLANS.values()
-                        if getattr(run, "workspace", None) is not None]
+                        if getattr(run, "workspace", None) is not None and run.workspace[1] is not None]
             row.update(graph_equal=bool(torch.equal(eager, replayed)),
                        counters_zero=not any(bool(c.any()) for c in counters))
             ms = bench(lambda m=module, x=inputs: m.matmul(*x))
