@@ -71,6 +71,11 @@ def to_markdown(doc: dict[str, Any]) -> str:
         lines[2:2] = ["FP8 weights: the FP8 layer's error against the bf16 layer of the same seed, the least tolerance "
                       "of each T: " + ", ".join(f"T={r['tokens']} {r['fp8_quantization_error']:.3g}"
                                                 for r in quantized) + ".", ""]
+    tied = [r for r in doc["layers"] if r.get("routing_near_ties")]
+    if tied:  # evo.bench.zoo_tolerance: tokens either expert may take are left out of the comparison
+        lines[2:2] = ["MoE routing: tokens whose top-k router logits tie within the dtype's rounding, left out of the "
+                      "error (either expert is correct): " + ", ".join(
+                          f"T={r['tokens']} {r['routing_near_ties']}" for r in tied) + ".", ""]
     for layer in doc["layers"]:
         cells = [str(layer["tokens"])] + [_ms(layer.get(k)) for k in TIME_KEYS]
         for _, rival, zoo, goal in GOALS:

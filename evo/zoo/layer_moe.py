@@ -56,6 +56,8 @@ class MoEDecoderLayer(DecoderLayer):
 
     def _make_mlp(self, spec: ModelSpec, eps: float) -> None:
         h, inter, e = spec.hidden_size, spec.intermediate_size, spec.num_experts
+        # True: ffn keeps its router logits [T, E] in router_logits (evo.bench.zoo_tolerance finds near ties there)
+        self.keep_router_logits, self.router_logits = False, None
         self.router = nn.Linear(h, e, bias=False)
         self.experts_gate_up = nn.Parameter(torch.empty(e, 2 * inter, h))
         self.experts_down = nn.Parameter(torch.empty(e, h, inter))
@@ -93,7 +95,10 @@ class MoEDecoderLayer(DecoderLayer):
     def ffn(self, h: torch.Tensor) -> torch.Tensor:
         """h + the routed experts (+ the shared expert) of post_attention_norm(h)."""
         x = self._norm(self.post_attention_norm, h)
-        weights, ids = self.route(self._dense("router", self.router, x))
+        logits = self._dense("router", self.router, x)
+        if self.keep_router_logits:
+            self.router_logits = logits.detach()
+        weights, ids = self.route(logits)
         y = self._experts(x, ids, weights)
         if self.spec.shared_expert_size:
             y = y + self._shared(x)

@@ -1,0 +1,55 @@
+"""How far the layer bench (evo.bench.zoo_layer) lets a way's output lie from the plain layer's, and on which tokens.
+
+Two correct layers differ by their roundings: the dtype's tolerance (`TOLERANCE`) bounds that for a dense layer.
+Two kinds of layer amplify a rounding into a larger, equally correct difference, and the bench accounts for each:
+
+- FP8 weights: a difference before a quantization step flips some e4m3 roundings in what follows, so the tolerance
+  of each T is at least the FP8 layer's own error against the bf16 layer of the same seed
+  (`fp8_quantization_error`).
+- Mixture-of-Experts routing: a token whose k-th and (k+1)-th largest router logits lie within the dtype's rounding
+  of each other goes to either expert depending on the last bit of its logits, and then its output differs by a whole
+  expert's share; torch.compile of the plain layer routes some of them otherwise too. Such near ties are found from
+  the plain layer's own logits (`routing_near_ties`: gap <= the dtype's tolerance times the largest logit magnitude)
+  and left out of every way's comparison; their count is recorded. Every other token must match as a dense layer's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["TOLERANCE", "fp8_quantization_error", "routing_near_ties"]
+
+# bf16 and fp16: gemm_epilogue's tolerances (a layer's output is a residual plus a few such GEMMs' sums); fp32:
+# the GPU's tl.dot rounds fp32 operands to tf32 (11 bits) where the plain layer's matmuls stay fp32, as there.
+TOLERANCE = {"bf16": 1.5e-2, "fp16": 3e-3, "fp32": 3e-3}
+
+
+def fp8_quantization_error(plain: Any, bf16: Any, x: Any) -> float:
+    """The FP8 layer's output on `x` against the bf16 layer's of the same seed (what FP8 weights cost)."""
+    import torch
+
+    from evo.evaluate.check import relative_error
+
+    with torch.no_grad():
+        return relative_error(plain(x), bf16(x))
+
+
+def routing_near_ties(plain: Any, x: Any, margin: float) -> Any:
+    """[T] bool tensor of the tokens of `x` whose top-k routing in `plain` is a near tie (the k-th and (k+1)-th largest
+    router logits within `margin` times the largest logit magnitude), or None for a layer without routing."""
+    import torch
+
+    if not hasattr(plain, "keep_router_logits"):
+        return None
+    plain.keep_router_logits = True
+    try:
+        with torch.no_grad():
+            plain(x)
+        logits = plain.router_logits.float()
+    finally:
+        plain.keep_router_logits, plain.router_logits = False, None
+    k = plain.spec.experts_per_token
+    if k >= logits.shape[-1]:  # every expert is taken: no choice to tie
+        return torch.zeros(logits.shape[0], dtype=torch.bool, device=logits.device)
+    top = torch.topk(logits, k + 1, dim=-1).values
+    return (top[:, k - 1] - top[:, k]) <= margin * float(logits.abs().max())
