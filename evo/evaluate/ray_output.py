@@ -49,7 +49,10 @@ class _Router(io.TextIOBase):
                 pass
 
     def isatty(self) -> bool:
-        return self.usual.isatty()
+        try:  # asked at exit too (Ray's colorama resets the terminal), when the usual stream may be closed
+            return self.usual.isatty()
+        except (OSError, ValueError):
+            return False
 
     def fileno(self) -> int:
         return self.usual.fileno()

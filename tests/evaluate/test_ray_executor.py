@@ -48,7 +48,9 @@ def _collect(ex, n, timeout_s=60.0):
 
 
 def test_the_next_call_waits_on_the_actor_not_on_the_driver(ray_up, tmp_path):
-    ex = _executor(tmp_path, delay_s=0.3)
+    # each evaluation holds the worker for 1 s: long enough for the second compile to reach the actor while the
+    # first call evaluates, also on a box busy with another test worker
+    ex = _executor(tmp_path, delay_s=1.0)
     try:
         assert ex.slots == 5  # one worker: its two calls, one more compiled, two ahead
         cands = [candidate(n=1024 + 16 * k) for k in range(2)]
@@ -57,7 +59,7 @@ def test_the_next_call_waits_on_the_actor_not_on_the_driver(ray_up, tmp_path):
         deadline = time.monotonic() + 30
         while len(ex._workers[0].calls) < 2 and time.monotonic() < deadline:  # both compiled and sent to the actor
             assert ex.poll(timeout_s=0.05) == []
-        time.sleep(1.5)  # the driver looks away for longer than both evaluations take
+        time.sleep(3.0)  # the driver looks away for longer than both evaluations take
         rows = sorted((ev for _, ev in _collect(ex, 2)), key=lambda ev: ev.started_at)
     finally:
         ex.shutdown()
