@@ -24,12 +24,6 @@ if not HAS_CUDA:
     import triton  # noqa: F401, E402
 
 
-def pytest_xdist_auto_num_workers(config):
-    """Worker processes for `-n auto` (pyproject's addopts): two on a machine without CUDA, CI's two cores busy; none
-    where CUDA is (the suite runs in this one process: GPU tests time kernels, and two workers would share the GPU)."""
-    return 0 if HAS_CUDA else min(2, os.cpu_count() or 1)
-
-
 def pytest_collection_modifyitems(config, items):
     if HAS_CUDA:
         return

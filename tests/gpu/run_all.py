@@ -70,8 +70,7 @@ def main(argv: list[str] | None = None) -> int:
             row.update(outcome="not run", seconds=0.0, summary=f"out of time ({left:.0f} s left)")
         else:
             t0 = time.monotonic()
-            cmd = [sys.executable, "-m", "pytest", "-n", "0", "-v", "-rA", "-p", "no:cacheprovider", "--durations=0",
-                   str(f)]  # one process (as with CUDA anyway): a GPU file's timings share the GPU with no worker
+            cmd = [sys.executable, "-m", "pytest", "-v", "-rA", "-p", "no:cacheprovider", "--durations=0", str(f)]
             try:
                 done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=left)
                 code, log = done.returncode, done.stdout + done.stderr
