@@ -81,7 +81,9 @@ def _product(a_rows, w_rows, m0, n0, as_rows, ws_rows, k_lo, K: tl.constexpr, CH
             a = tl.load(a_rows + ks[None, :])
             w = tl.load(w_rows + ks[None, :])
         if BLOCK_SCALES:
-            group = k // SCALE_BLOCK
+            # a split's last chunk may run whole steps past K (their a and W read as zeros): their scales are the
+            # last group's, never a read past the scale rows (0 x an unread NaN is NaN)
+            group = tl.minimum(k // SCALE_BLOCK, K // SCALE_BLOCK - 1)
             sa = tl.load(as_rows + group)  # [BLOCK_M]
             sw = tl.load(ws_rows + group)  # [BLOCK_N], or the tile's one scale
             if SWAP_AB:
