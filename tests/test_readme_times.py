@@ -1,8 +1,9 @@
 """README's test-suite times against the last measurements (issue 41: they were 5-7x too low on two cores).
 
-The figures: CI's last whole run took 1203 s, install included (stop 49, 2026-11-27); on a two-core machine 9 minutes
-for `pytest -m "not slow"` and 22 for the whole suite (measured 2026-11-27: 8 min 32 s and 21 min 40 s). A README that promises less again fails here; new
-measurements (`.ci/run` prints its install and test seconds) go into both places.
+The figures: CI's last whole run took 1203 s, install included (stop 49, 2026-11-27); on a two-core machine 9
+minutes for `pytest -m "not slow"` and 22 for the whole suite (measured 2026-11-27: 8 min 32 s and 21 min 40 s). A
+README that promises less again fails here; new measurements (`.ci/run` prints its install and test seconds) go into
+both places.
 """
 
 from __future__ import annotations

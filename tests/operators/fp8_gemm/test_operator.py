@@ -15,6 +15,7 @@ from evo.evaluate.modules import load_source
 from evo.problem import INTERPRETED_HOPPER
 from operators._paste import MARKER
 from operators.fp8_gemm.baselines import ContenderUnavailable, FP8Math, _scaled
+from tests.fixtures.guarded import guarded
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 TARGET = INTERPRETED_HOPPER
@@ -333,29 +334,18 @@ def test_operands_that_are_not_contiguous_are_copied_even_for_descriptors():
     assert _err(fn(view, w, sa, sw), op.reference(a, w, sa, sw)) <= op.tolerance(p)
 
 
-def _nan_padded(t, pad: int = 1024):
-    """t's values inside a larger buffer whose other elements are NaN (e4m3's 0x7F): a read past t shows as NaN."""
-    import torch
-
-    flat = torch.empty(t.numel() + 2 * pad, dtype=t.dtype)
-    (flat.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else flat).fill_(0x7F if t.dtype == torch.float8_e4m3fn
-                                                                                 else float("nan"))
-    view = flat[pad:pad + t.numel()].view(t.shape)
-    view.copy_(t)
-    return view
-
 
 @pytest.mark.parametrize("swap_ab", [False, True])
 def test_a_split_past_k_reads_no_scale_past_its_rows(swap_ab):
-    """K = 384 in two splits of 256 (BLOCK_K 128): the second split's last whole step lies past K. Its a and W read as zeros, and its
-    block scales must be the last group's: a read past the scale rows (whatever memory holds there, here NaN) made
-    0 x NaN and a NaN tile, seen once on a CPU run whose memory past the scales held NaN."""
+    """K = 384 in two splits of 256 (BLOCK_K 128): the second split's last whole step lies past K. Its a and W read as
+    zeros, and its block scales must be the last group's: a read past the scale rows (whatever memory holds there,
+    here NaN) made 0 x NaN and a NaN tile, seen once on a CPU run whose memory past the scales held NaN."""
     import torch
 
     op = operators.get("fp8_gemm+block")
     p = op.problem((17, 130, 384), "fp16")
     fn = _module(op, p, BLOCK_M=32, BLOCK_N=128, BLOCK_K=128, SPLIT_K=2, GROUP_M=1, swap_ab=swap_ab)
     inputs = op.make_inputs(p, 0, "cpu")
-    y = fn(*(_nan_padded(x) for x in inputs))
+    y = fn(*(guarded(x) for x in inputs))
     assert bool(torch.isfinite(y).all())
     assert _err(y, op.reference(*inputs)) <= op.tolerance(p)
