@@ -12,14 +12,7 @@ set -u
 T0=$(date +%s)
 . "$(dirname "$0")/../setup.sh" || exit 1
 R=$OUT/res; mkdir -p $R $OUT/zoo; nvidia-smi -L
-N=$(nvidia-smi -L | wc -l); C=$(( $(nproc) / 4 ))
-lane() {  # lane INDEX FILE...
-  local i=$1; shift
-  CUDA_VISIBLE_DEVICES=$(( i % N )) EVO_OUT=$R/lane$i taskset -c $(( i * C ))-$(( i * C + C - 1 )) \
-    python3 -m tests.gpu.run_all --budget-s $(( ${BUDGET_S:-560} - ($(date +%s) - T0) )) --out $R/lane$i "$@" \
-    > $R/lane$i.log 2>&1
-  echo "lane $i exit $? at $(( $(date +%s) - T0 )) s" >> $R/lanes.log
-}
+. "$(dirname "$0")/../lanes.sh"  # lane INDEX FILE..., N GPUs, C cores a lane
 lane 0 tests/gpu/test_decode_ops_gpu.py tests/gpu/test_cache_attention_gpu.py tests/gpu/test_fp8_gemm_gpu.py \
   tests/gpu/test_zoo_layer_kinds_gpu.py tests/gpu/test_moe_gpu.py tests/gpu/test_gemma_ops_gpu.py &
 lane 1 tests/gpu/test_gemm_epilogue_gpu.py tests/gpu/test_gemm_stream_k_gpu.py tests/gpu/test_gemm_long_k_gpu.py &
