@@ -32,8 +32,7 @@ from torch import nn
 from evo.zoo.fp8_linear import FP8Linear, pick_torch_way, quantize_tokens
 from evo.zoo.fp8_problems import FP8_OPERATOR, FP8_ROLES
 from evo.zoo.hf_forward import attend, attribute_at
-from evo.zoo.hf_roles import DTYPE_NAMES, Bound, measured, pick, served_tokens
-from evo.zoo.uses import baseline_tokens
+from evo.zoo.hf_roles import DTYPE_NAMES, Bound, pick, tokens_to_run
 
 __all__ = ["quantize_model_fp8", "is_fp8", "bind", "patch_layer", "fp8_decoder_forward", "FP8LayerRoles", "FP8_ROLES"]
 
@@ -111,12 +110,9 @@ def bind(model: nn.Module, ops: Mapping[str, Callable[..., Any]], dtype: torch.d
         if operator != FP8_OPERATOR:
             kept[key] = f"its operator {operator} cannot serve it (per-channel scales: {FP8_OPERATOR})"
             continue
-        tokens, why = served_tokens(key, measured(op), dims[key], name)
-        baseline = baseline_tokens(op, key, dims[key], name) if tokens else frozenset()
+        tokens, why, baseline = tokens_to_run(op, key, dims[key], name)
         if baseline:
-            torch_at[key] = tuple(sorted(baseline))
-            tokens = tokens - baseline
-            why = why or f"its zoo runs its baseline at every T it measured ({','.join(map(str, torch_at[key]))})"
+            torch_at[key] = baseline
         if tokens is not None and not tokens:
             kept[key] = why
             continue

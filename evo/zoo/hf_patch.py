@@ -63,11 +63,10 @@ from evo.zoo.hf_roles import (
     ROLE_OPERATORS,
     Bound,
     OpForm,
-    measured,
     op_form,
-    served_tokens,
+    tokens_to_run,
 )
-from evo.zoo.uses import base_role, baseline_tokens
+from evo.zoo.uses import base_role
 
 __all__ = ["patch_model", "unpatch_model", "PatchReport", "FAMILIES"]
 
@@ -190,12 +189,9 @@ def _bind(model: nn.Module, ops: Mapping[str, Callable[..., Any]], dtype: torch.
                          "lm_head takes the last")
             continue
         name = DTYPE_NAMES.get(dtype, str(dtype))
-        tokens, why = served_tokens(role, measured(op), dims[role], name)
-        baseline = baseline_tokens(op, role, dims[role], name) if tokens else frozenset()
+        tokens, why, baseline = tokens_to_run(op, role, dims[role], name)
         if baseline:
-            torch_at[key] = tuple(sorted(baseline))
-            tokens = tokens - baseline
-            why = why or f"its zoo runs its baseline at every T it measured ({','.join(map(str, torch_at[key]))})"
+            torch_at[key] = baseline
         if tokens is not None and not tokens:
             kept[key] = why
             continue

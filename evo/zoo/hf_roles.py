@@ -17,7 +17,9 @@ from typing import Any
 
 import torch
 
-__all__ = ["OpForm", "op_form", "measured", "served_tokens", "Bound", "pick", "DEFAULT_OPERATORS",
+from evo.zoo.uses import baseline_tokens
+
+__all__ = ["OpForm", "op_form", "measured", "served_tokens", "tokens_to_run", "Bound", "pick", "DEFAULT_OPERATORS",
            "ROLE_OPERATORS", "TORCH_DTYPES", "DTYPE_NAMES"]
 
 TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
@@ -133,3 +135,16 @@ def served_tokens(role: str, shapes: list[tuple[tuple[int, ...], str]] | None, d
     other = sorted({"x".join(map(str, rest)) for _, rest in pick})
     mine = "x".join(map(str, dims))
     return tokens, f"its kernels are for {', '.join(other) or 'other shapes'}, this model's is {mine}"
+
+
+def tokens_to_run(op: Callable[..., Any], role: str, dims: tuple[int, ...], dtype: str
+                  ) -> tuple[frozenset[int] | None, str, tuple[int, ...]]:
+    """The token counts `op` runs for `role` (`served_tokens`: those measured at this model's `dims` in `dtype`,
+    None for every count), less those where its zoo module runs its baseline; why, when none is left; and those
+    baseline counts, sorted (torch's code runs there)."""
+    tokens, why = served_tokens(role, measured(op), dims, dtype)
+    baseline = tuple(sorted(baseline_tokens(op, role, dims, dtype))) if tokens else ()
+    if baseline:
+        tokens = tokens - frozenset(baseline)
+        why = why or f"its zoo runs its baseline at every T it measured ({','.join(map(str, baseline))})"
+    return tokens, why, baseline
