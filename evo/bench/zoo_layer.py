@@ -57,7 +57,7 @@ from evo.bench.zoo_floor import floor_shares, layer_floor
 from evo.bench.zoo_layer_kind import EXPERT_CHOICES, build_layers, layer_note, pick_experts
 from evo.bench.zoo_layer_results import WAYS, to_markdown, write_zoo
 from evo.bench.zoo_profile import EVO_KERNELS, bucket_table, evo_kernel_names, profile_calls, profile_graph
-from evo.bench.zoo_tolerance import TOLERANCE, fp8_quantization_error, routing_near_ties
+from evo.bench.zoo_tolerance import TOLERANCE, fp8_quantization_error, reference_and_ties
 from evo.experiment.oneline import one_line
 
 __all__ = ["TOLERANCE", "build_parser", "measure_layer", "profile_layer", "main"]
@@ -159,10 +159,9 @@ def measure_layer(plain: Any, patched: Any, tokens: int, dtype: str, device: str
     errors: dict[str, float] = {}
     modules = _modules(plain, patched, cuda)
     tolerance = TOLERANCE[dtype] if tolerance is None else tolerance
-    ties = routing_near_ties(plain, x, TOLERANCE[dtype])  # MoE: tokens either expert may take, left out
+    ref, ties = reference_and_ties(plain, x, TOLERANCE[dtype])  # MoE: tokens either expert may take, left out
     rows = slice(None) if ties is None else ~ties
     with torch.no_grad():
-        ref = plain(x)
         for way in WAYS:
             module = modules[way]
             if module is None:

@@ -9,15 +9,16 @@ Two kinds of layer amplify a rounding into a larger, equally correct difference,
 - Mixture-of-Experts routing: a token whose k-th and (k+1)-th largest router logits lie within the dtype's rounding
   of each other goes to either expert depending on the last bit of its logits, and then its output differs by a whole
   expert's share; torch.compile of the plain layer routes some of them otherwise too. Such near ties are found from
-  the plain layer's own logits (`routing_near_ties`: gap <= the dtype's tolerance times the largest logit magnitude)
-  and left out of every way's comparison; their count is recorded. Every other token must match as a dense layer's.
+  the plain layer's own logits in the reference call (`reference_and_ties`: gap <= the dtype's tolerance times the
+  largest logit magnitude) and left out of every way's comparison; their count is recorded. Every other token must
+  match as a dense layer's.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["TOLERANCE", "fp8_quantization_error", "routing_near_ties"]
+__all__ = ["TOLERANCE", "fp8_quantization_error", "reference_and_ties"]
 
 # bf16 and fp16: gemm_epilogue's tolerances (a layer's output is a residual plus a few such GEMMs' sums); fp32:
 # the GPU's tl.dot rounds fp32 operands to tf32 (11 bits) where the plain layer's matmuls stay fp32, as there.
@@ -34,22 +35,26 @@ def fp8_quantization_error(plain: Any, bf16: Any, x: Any) -> float:
         return relative_error(plain(x), bf16(x))
 
 
-def routing_near_ties(plain: Any, x: Any, margin: float) -> Any:
-    """[T] bool tensor of the tokens of `x` whose top-k routing in `plain` is a near tie (the k-th and (k+1)-th largest
-    router logits within `margin` times the largest logit magnitude), or None for a layer without routing."""
+def reference_and_ties(plain: Any, x: Any, margin: float) -> tuple[Any, Any]:
+    """The plain layer's output on `x` (the reference every way is checked against) and, from the router logits of
+    that same call, the [T] bool tensor of its tokens whose top-k routing is a near tie (the k-th and (k+1)-th largest
+    logits within `margin` times the largest logit magnitude); None in place of the ties for a layer without routing."""
     import torch
 
-    if not hasattr(plain, "keep_router_logits"):
-        return None
-    plain.keep_router_logits = True
+    routed = hasattr(plain, "keep_router_logits")
+    if routed:
+        plain.keep_router_logits = True
     try:
         with torch.no_grad():
-            plain(x)
-        logits = plain.router_logits.float()
+            ref = plain(x)
+        logits = plain.router_logits.float() if routed else None
     finally:
-        plain.keep_router_logits, plain.router_logits = False, None
+        if routed:
+            plain.keep_router_logits, plain.router_logits = False, None
+    if logits is None:
+        return ref, None
     k = plain.spec.experts_per_token
     if k >= logits.shape[-1]:  # every expert is taken: no choice to tie
-        return torch.zeros(logits.shape[0], dtype=torch.bool, device=logits.device)
+        return ref, torch.zeros(logits.shape[0], dtype=torch.bool, device=logits.device)
     top = torch.topk(logits, k + 1, dim=-1).values
-    return (top[:, k - 1] - top[:, k]) <= margin * float(logits.abs().max())
+    return ref, (top[:, k - 1] - top[:, k]) <= margin * float(logits.abs().max())

@@ -10,7 +10,7 @@ import copy
 import torch
 
 from evo.bench.zoo_layer import measure_layer
-from evo.bench.zoo_tolerance import TOLERANCE, routing_near_ties
+from evo.bench.zoo_tolerance import TOLERANCE, reference_and_ties
 from evo.evaluate.check import relative_error
 from evo.zoo.layer import DecoderLayer
 from evo.zoo.layer_moe import MoEDecoderLayer
@@ -44,13 +44,13 @@ def _ids(layer: MoEDecoderLayer, x: torch.Tensor) -> torch.Tensor:
 def test_near_ties_are_the_tokens_a_rounding_can_flip():
     plain, twin = _tied_layers(1e-5)
     x = hidden_states(TINY_MOE, TOKENS)
-    ties = routing_near_ties(plain, x, TOLERANCE["fp32"])
+    ties = reference_and_ties(plain, x, TOLERANCE["fp32"])[1]
     flipped = (_ids(plain, x) != _ids(twin, x)).any(dim=-1)
     assert 0 < int(flipped.sum()) and bool(ties[flipped].all())  # every token the twin routes otherwise is a tie
     assert int(ties.sum()) < TOKENS // 2  # and most tokens are decided
     assert plain.router_logits is None and not plain.keep_router_logits  # the layer is left as it was
-    assert int(routing_near_ties(plain, x, 0.0).sum()) < int(ties.sum())  # a narrower margin finds fewer
-    assert bool(routing_near_ties(plain, x, 2.0).all())  # and the widest (twice the largest) every token
+    assert int(reference_and_ties(plain, x, 0.0)[1].sum()) < int(ties.sum())  # a narrower margin finds fewer
+    assert bool(reference_and_ties(plain, x, 2.0)[1].all())  # and the widest (twice the largest) every token
 
 
 def test_the_bench_leaves_near_ties_out_and_still_sees_a_wrong_layer():
@@ -71,4 +71,8 @@ def test_the_bench_leaves_near_ties_out_and_still_sees_a_wrong_layer():
 
 def test_a_dense_layer_has_no_routing():
     layer = DecoderLayer(TINY, dtype=torch.float32)
-    assert routing_near_ties(layer, hidden_states(TINY, 8), TOLERANCE["fp32"]) is None
+    x = hidden_states(TINY, 8)
+    ref, ties = reference_and_ties(layer, x, TOLERANCE["fp32"])
+    assert ties is None and not hasattr(layer, "keep_router_logits")  # nothing set on a dense layer
+    with torch.no_grad():
+        assert torch.equal(ref, layer(x))  # the reference is the plain layer's own output
