@@ -11,14 +11,14 @@ Two kinds of layer amplify a rounding into a larger, equally correct difference,
   expert's share; torch.compile of the plain layer routes some of them otherwise too. Such near ties are found from
   the plain layer's own logits in the reference call (`reference_and_ties`: gap <= the dtype's tolerance times the
   largest logit magnitude) and left out of every way's comparison; their count is recorded. Every other token must
-  match as a dense layer's.
+  match as a dense layer's. The decode loop (evo.bench.zoo_decode) applies the same rule to its last step's token.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["TOLERANCE", "fp8_quantization_error", "reference_and_ties"]
+__all__ = ["TOLERANCE", "fp8_quantization_error", "near_ties", "reference_and_ties"]
 
 # bf16 and fp16: gemm_epilogue's tolerances (a layer's output is a residual plus a few such GEMMs' sums); fp32:
 # the GPU's tl.dot rounds fp32 operands to tf32 (11 bits) where the plain layer's matmuls stay fp32, as there.
@@ -51,10 +51,16 @@ def reference_and_ties(plain: Any, x: Any, margin: float) -> tuple[Any, Any]:
     finally:
         if routed:
             plain.keep_router_logits, plain.router_logits = False, None
-    if logits is None:
-        return ref, None
-    k = plain.spec.experts_per_token
+    return ref, None if logits is None else near_ties(logits, plain.spec.experts_per_token, margin)
+
+
+def near_ties(logits: Any, k: int, margin: float) -> Any:
+    """The [T] bool tensor of the tokens of router `logits` [T, E] whose top-`k` choice is a near tie: the k-th and
+    (k+1)-th largest logits within `margin` times the largest logit magnitude."""
+    import torch
+
     if k >= logits.shape[-1]:  # every expert is taken: no choice to tie
-        return ref, torch.zeros(logits.shape[0], dtype=torch.bool, device=logits.device)
+        return torch.zeros(logits.shape[0], dtype=torch.bool, device=logits.device)
+    logits = logits.float()
     top = torch.topk(logits, k + 1, dim=-1).values
-    return ref, (top[:, k - 1] - top[:, k]) <= margin * float(logits.abs().max())
+    return (top[:, k - 1] - top[:, k]) <= margin * float(logits.abs().max())

@@ -37,6 +37,15 @@ def test_files_that_do_not_fit_are_listed_not_dropped(tmp_path):
     assert row["outcome"] == "not run" and "out of time" in row["summary"]
 
 
+def test_a_file_cut_by_the_budget_keeps_what_it_printed(tmp_path, monkeypatch):
+    f = tmp_path / "test_slow.py"
+    f.write_text("import time\n\ndef test_slow():\n    print('reached kernel 7', flush=True)\n    time.sleep(60)\n")
+    monkeypatch.setattr(run_all, "_MIN_FILE_S", 0.0)
+    assert run_all.main([str(f), "--out", str(tmp_path / "o"), "--budget-s", "8"]) == 1
+    (row,) = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert row["outcome"] == "timeout" and "reached kernel 7" in (tmp_path / "o" / "test_slow.log").read_text()
+
+
 def test_bad_arguments_are_one_line(tmp_path, capsys):
     assert run_all.main(["--budget-s", "0"]) == 2
     assert run_all.main([str(tmp_path / "nope.py")]) == 2

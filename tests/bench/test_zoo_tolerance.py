@@ -1,7 +1,7 @@
 """The layer bench's tolerances (evo.bench.zoo_tolerance): a MoE layer's near-tie tokens are found from its own router
 logits, two equally correct routers that differ by less than the margin route every other token alike, and the
 bench leaves exactly those tokens out (a flipped token would otherwise fail a correct layer; a wrong one still
-fails); a dense layer has no routing."""
+fails), as the decode loop does with its last step's token; a dense layer has no routing."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import copy
 
 import torch
 
+from evo.bench.zoo_decode import decode_markdown, measure_decode
 from evo.bench.zoo_layer import measure_layer
 from evo.bench.zoo_tolerance import TOLERANCE, reference_and_ties
 from evo.evaluate.check import relative_error
@@ -76,3 +77,29 @@ def test_a_dense_layer_has_no_routing():
     assert ties is None and not hasattr(layer, "keep_router_logits")  # nothing set on a dense layer
     with torch.no_grad():
         assert torch.equal(ref, layer(x))  # the reference is the plain layer's own output
+
+
+def _decode_layers(tied: bool) -> tuple[MoEDecoderLayer, MoEDecoderLayer]:
+    """A MoE layer with a cache of 8 tokens and a twin. tied: every expert's router row is the same but for a 1e-6
+    step (any top-k choice is a near tie), the twin's steps in the other order (it takes the other experts)."""
+    plain = MoEDecoderLayer(TINY_MOE, dtype=torch.float32, init_std=0.2, context=8, max_tokens=4)
+    twin = copy.deepcopy(plain)
+    if tied:
+        with torch.no_grad():
+            w = plain.router.weight
+            w.copy_(w[0] + 1e-6 * torch.arange(w.shape[0], dtype=w.dtype)[:, None])
+            twin.router.weight.copy_(w.flip(0))
+    return plain, twin
+
+
+def test_the_decode_loop_leaves_a_tied_last_token_out_and_still_sees_a_wrong_layer():
+    plain, twin = _decode_layers(tied=True)
+    row = measure_decode(plain, twin, steps=3, dtype="fp32", device="cpu", tolerance=TOLERANCE["fp32"], rounds=1)
+    assert row["routing_near_tie"] and row["errors"]["zoo_eager"] > TOLERANCE["fp32"]  # the flip alone would fail
+    assert row["within_tolerance"] and "near tie" in "\n".join(decode_markdown(row))
+    assert plain.router_logits is None and not plain.keep_router_logits  # the layer is left as it was
+    plain, twin = _decode_layers(tied=False)
+    with torch.no_grad():
+        twin.experts_down.mul_(1.1)  # every token's experts off by 10%
+    row = measure_decode(plain, twin, steps=3, dtype="fp32", device="cpu", tolerance=TOLERANCE["fp32"], rounds=1)
+    assert row["routing_near_tie"] is False and not row["within_tolerance"]

@@ -70,7 +70,10 @@ def main(argv: list[str] | None = None) -> int:
             row.update(outcome="not run", seconds=0.0, summary=f"out of time ({left:.0f} s left)")
         else:
             t0 = time.monotonic()
-            cmd = [sys.executable, "-m", "pytest", "-v", "-rA", "-p", "no:cacheprovider", "--durations=0", str(f)]
+            # tee-sys: what a test prints reaches the log as it goes, so a file cut by the budget still shows how far
+            # it got (a GEMM sample cut at 300 s once left only pytest's header)
+            cmd = [sys.executable, "-m", "pytest", "-v", "-rA", "-p", "no:cacheprovider", "--durations=0",
+                   "--capture=tee-sys", str(f)]
             try:
                 done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=left)
                 code, log = done.returncode, done.stdout + done.stderr

@@ -1,7 +1,8 @@
-"""The decode roles on a GPU (evo.zoo.patch: the linear roles with norms fused, rope_cache writing the KV cache): a
-layer patched with seed kernels of linear+rmsnorm, linear+residual, linear+rmsnorm+swiglu and rope_cache matches the
-plain layer at T = 1 and 16, eager, under torch.compile (fullgraph) and under a CUDA graph; the decode loop
-(evo.bench.zoo_decode) runs them four ways with one graph for every step. Run on the GPU machine:
+"""The decode roles on a GPU (evo.zoo.patch: the linear roles with norms fused, rope_cache writing the KV cache,
+cache_attention reading it): a layer patched with seed kernels of linear+rmsnorm, linear+residual,
+linear+rmsnorm+swiglu, rope_cache and cache_attention matches the plain layer at T = 1 and 16, eager, under
+torch.compile (fullgraph) and under a CUDA graph; the decode loop (evo.bench.zoo_decode) runs them four ways with one
+graph for every step. Run on the GPU machine:
     python3 -m pytest tests/gpu/test_zoo_decode_roles_gpu.py -q
 (a minute or two: a small Llama-like layer, torch.compile of each way)."""
 
@@ -42,7 +43,7 @@ def _layers(tokens: int):
     plan = [p for p in layer_problems(SPEC, [tokens, ROOM], "bf16", CONTEXT) if p.tokens == tokens
             and p.searchable and p.scope == "layer" and p.operator != "attention+causal"]
     ops = {p.role: _kernel(p.operator, p.sizes) for p in plan}
-    assert set(ops) == {"linear_qkv", "rope", "linear_o_proj", "linear_gate_up", "linear_down"}
+    assert set(ops) == {"linear_qkv", "rope", "cache_attention", "linear_o_proj", "linear_gate_up", "linear_down"}
     assert set(ops) <= set(roles_of(layer))
     return plain, patch(layer, ops)
 

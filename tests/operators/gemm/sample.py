@@ -31,7 +31,7 @@ TARGETED: list[tuple[dict[str, Any], tuple[int, int, int]]] = [
     (dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=256, num_warps=2, num_stages=2), (67, 48, 272)),
     (dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=16, split_k=16, GROUP_M=1, loop_unroll=4), (40, 48, 272)),
     (dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, split_k=8, memory="descriptor", loop_stages=4), (40, 48, 272)),
-    (dict(BLOCK_M=64, BLOCK_N=32, BLOCK_K=32, memory="descriptor", warp_specialize=True, loop_stages=2), ALIGNED),
+    (dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, memory="descriptor", warp_specialize=True, loop_stages=2), ALIGNED),
     (dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=32, memory="descriptor", persistent=True, num_stages=5), ALIGNED),
     (dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=32, split_k=2, epilogue_subtile=True, loop_stages=3), RAGGED),
     # host tensor descriptors on ragged tiles of 16-byte rows: persistent with a subtiled epilogue, and split-K
