@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import math
 import shlex
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,10 +69,9 @@ def zoo_command(args: argparse.Namespace) -> int:
         tokens = parse_tokens(args.tokens)
     except ValueError as e:
         raise usage_error(str(e)) from None
-    weights = "bf16"
+    weights, asked = "bf16", args.dtype
     if args.dtype == "fp8":  # FP8 weights, the activations in bf16 (fp16 under --smoke): evo.zoo.fp8_problems
         weights, args.dtype = "fp8", None
-    args.weights = weights
     if args.dtype is None:  # the CPU interpreter of a smoke run computes bf16 wrongly: fp16 is its default
         args.dtype = "fp16" if args.smoke else "bf16"
     if args.dtype not in DTYPES:
@@ -84,6 +84,15 @@ def zoo_command(args: argparse.Namespace) -> int:
         spec = load_model(args.model, name=args.name)
     except ModelError as e:
         raise usage_error(str(e)) from None
+    if asked is None and spec.quantization == "fp8":  # an FP8 checkpoint's config: its plan is the FP8 one
+        if refuse_fp8(spec):
+            why = refuse_fp8(spec).removeprefix("--dtype fp8: ").removesuffix(" (plan it in bf16)")
+            raise usage_error(f"{args.model}: quantization_config: FP8 weights, but {why}; --dtype bf16 plans its "
+                              "unquantized layers")
+        weights = "fp8"
+        print(f"{args.model}: quantization_config says FP8 weights with per-channel scales: the plan is --dtype fp8 "
+              "(--dtype bf16 plans the unquantized model)", file=sys.stderr)
+    args.weights = weights
     if weights == "fp8" and refuse_fp8(spec):
         raise usage_error(refuse_fp8(spec))
     if weights == "fp8" and args.name is None:  # its own folder and runs beside the model's bf16 zoo
@@ -263,7 +272,8 @@ def add_zoo_command(subparsers: Any, usage_error: type[Exception], search_zoo: A
     z.add_argument("--dtype", default=None,
                    help="fp16, bf16 or fp32 (default: bf16; fp16 with --smoke, whose CPU interpreter computes bf16 "
                         "wrongly); fp8: the projections' weights in e4m3 with per-channel scales, the activations "
-                        "in bf16 (fp16 with --smoke); the zoo is named <model>-fp8 unless --name is given")
+                        "in bf16 (fp16 with --smoke); the zoo is named <model>-fp8 unless --name is given; the "
+                        "default for a config whose quantization_config is FP8 with per-channel scales")
     z.add_argument("-o", "--output", metavar="DIR", default="runs/zoo",
                    help="experiments go to DIR/<model>/<operator>.yaml, their runs beside them (default: runs/zoo)")
     z.add_argument("--context", type=int, default=0, metavar="N",

@@ -20,6 +20,7 @@ from evo.experiment.bounded_read import TooLarge, read_text_bounded
 from evo.experiment.yaml_reader import UniqueKeyLoader, describe
 from evo.zoo.gemma import GEMMA_KEYS, gemma2_fields, gemma_checked
 from evo.zoo.model_error import ModelError
+from evo.zoo.model_quant import QUANTIZATIONS, read_quantization
 
 __all__ = ["ModelSpec", "ModelError", "load_model", "parse_model", "MLP_KINDS"]
 
@@ -53,7 +54,7 @@ _UNPLANNED_MOE = {
 _YAML_KEYS = ("name", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
               "vocab_size", "norm", "mlp", "tie_word_embeddings", "attention_bias", "mlp_bias", "rms_norm_eps",
               "rope_theta", "sliding_window", "num_experts", "experts_per_token", "shared_expert_size",
-              "norm_topk_prob", *GEMMA_KEYS)
+              "norm_topk_prob", *GEMMA_KEYS, "quantization")
 _REQUIRED = ("hidden_size", "intermediate_size", "num_attention_heads", "vocab_size")
 
 
@@ -90,6 +91,8 @@ class ModelSpec:
     final_logit_softcapping: float = 0.0
     query_pre_attn_scalar: float = 0.0
     sliding_window_pattern: int = 1
+    quantization: str = ""  # the checkpoint's weights: "" unquantized; "fp8": e4m3 per output channel, which
+    #                         `evo zoo` plans as --dtype fp8 unless told otherwise (evo.zoo.model_quant)
 
     @property
     def q_size(self) -> int:
@@ -261,6 +264,7 @@ def _from_hf(data: Any, file: str, default_name: str) -> ModelSpec:
     if d.get("sliding_window") is not None and d.get("use_sliding_window") is not False:  # Qwen2 turns it off
         fields["sliding_window"] = d["sliding_window"]
     fields.update(_hf_experts(d, file))
+    fields["quantization"] = read_quantization(d, file)
     return _build(fields, file, default_name)
 
 
@@ -332,9 +336,10 @@ def _build(d: dict, file: str, default_name: str) -> ModelSpec:
     window = d.get("sliding_window", 0)
     window = 0 if window == 0 and not isinstance(window, bool) else _size(window, "sliding_window", file)
     theta = _positive(d.get("rope_theta", 10000.0), "rope_theta", 1e12, file)
+    quantization = _choice(d.get("quantization", ""), "quantization", QUANTIZATIONS, file)
     return ModelSpec(name=name, num_key_value_heads=kv_heads, head_dim=head_dim,
                      norm=norm, mlp=mlp, **gemma, rms_norm_eps=eps, rope_theta=theta, sliding_window=window, **sizes,
-                     **flags, **_experts(d, mlp, flags["mlp_bias"], file))
+                     **flags, **_experts(d, mlp, flags["mlp_bias"], file), quantization=quantization)
 
 
 def _experts(d: dict, mlp: str, mlp_bias: bool, file: str) -> dict:
