@@ -1,7 +1,8 @@
 """The seeded GEMM genome sample on a real GPU: every kernel that compiles must be correct.
 
 Each genome of tests.operators.gemm.sample.py (50 random + the targeted ones), and each of the family's
-seeds, is repaired for the problem, rendered, compiled by its first launch and checked against the fp32
+seeds, is repaired for the problem, rendered, compiled ahead in a process pool (the search's compile stage, so the
+first launch loads it from Triton's cache) and checked against the fp32
 reference in bf16 at 4096x4096x4096, 1000x3000x2000 and 1000x3001x588 (rows of A, B and C that are not 16-byte
 multiples: padded rows, Triton's and Gluon's) by the search's own check (evo.evaluate.check);
 correct kernels are also timed against cuBLAS (median of triton.testing.do_bench, for information only).
@@ -44,27 +45,44 @@ def _check(module: Any, a: Any, b: Any, ref: Any, tolerance: float) -> tuple[str
     return status, err, reason
 
 
+def _sample(family: Any, problem: Any, target: Any) -> list[tuple[str, Any, Any]]:
+    """(label, raw genome, the genome repaired for `problem` or None) of the sample and the family's seeds."""
+    from tests.operators.gemm.sample import raw_sample, repaired
+
+    genomes = [(f"s{i:02d}", raw) for i, raw in enumerate(raw_sample(family))]
+    genomes += [(f"seed{i:02d}", g) for i, g in enumerate(family.seeds(problem, target))]
+    return [(label, raw, repaired(family, raw, problem, target)) for label, raw in genomes]
+
+
+def _precompile(op: Any, shapes: tuple[tuple[int, int, int], ...], dtype: str, target: Any) -> None:
+    """Compile every kernel of the sample ahead in a process pool (the search's own compile stage), so that the
+    checks load each from Triton's cache instead of compiling some 360 kernels one after another."""
+    import os
+
+    from tests.gpu.precompile import precompile
+
+    items = {(shape, g.canonical()) for shape in shapes
+             for _, _, g in _sample(op.family, op.problem(shape, dtype), target) if g is not None}
+    precompile([("gemm", shape, dtype, g, target) for shape, g in sorted(items)], min(16, os.cpu_count() or 1))
+
+
 def _run_problem(op: Any, problem: Any, target: Any, time_kernels: bool, device: str = "cuda") -> list[dict[str, Any]]:
     import torch
     import triton
 
     from evo.evaluate.compiler import forget_module
     from evo.evaluate.modules import load_source
-    from tests.operators.gemm.sample import raw_sample, repaired
 
     family = op.family
     a, b = op.make_inputs(problem, SEED, device=device)
     ref = op.reference(a, b)
     tolerance = op.tolerance(problem)
     cublas_ms = triton.testing.do_bench(lambda: torch.matmul(a, b), return_mode="median") if time_kernels else 0.0
-    genomes = [(f"s{i:02d}", raw) for i, raw in enumerate(raw_sample(family))]
-    genomes += [(f"seed{i:02d}", g) for i, g in enumerate(family.seeds(problem, target))]
     rows: list[dict[str, Any]] = []
     crashed = False
-    for label, raw in genomes:
+    for label, raw, genome in _sample(family, problem, target):
         row: dict[str, Any] = {"label": label, "problem": problem.key, "raw": raw.canonical()}
         rows.append(row)
-        genome = repaired(family, raw, problem, target)
         if genome is None:
             row["status"] = "invalid"
             continue
@@ -106,6 +124,7 @@ def run_sample(shapes: tuple[tuple[int, int, int], ...] = SHAPES, dtype: str = D
 
     op = operators.get("gemm")
     target = Target.from_torch()
+    _precompile(op, shapes, dtype, target)
     rows: list[dict[str, Any]] = []
     for shape in shapes:
         rows += _run_problem(op, op.problem(shape, dtype), target, time_kernels)
