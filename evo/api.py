@@ -105,7 +105,7 @@ def _refuse_a_shadowed_evo() -> None:
 
 
 def patch_model(model: Any, zoo: str | Path | Mapping[str, Callable[..., Any]], quiet: bool = False) -> Any:
-    """A Hugging Face model (Llama, Qwen2, Mistral, Phi-3) patched in place to run a zoo's kernels where the zoo
+    """A Hugging Face model (Llama, Qwen2, Qwen3, Mistral, Phi-3) patched in place to run a zoo's kernels where the zoo
     measured them (evo.zoo.hf_patch): `zoo` is the module `evo zoo --collect` wrote, or its ops (role -> op). Returns
     the report (`PatchReport`: what runs where) and prints its one line to stderr unless `quiet`."""
     from evo.zoo.hf_patch import patch_model as patch

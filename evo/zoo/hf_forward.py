@@ -98,12 +98,14 @@ def attend(layer: nn.Module, r: Any, q: torch.Tensor, k: torch.Tensor, v: torch.
            attention_mask: torch.Tensor | None, position_ids: torch.Tensor | None, cache: Any, use_cache: bool | None,
            position_embeddings: tuple[torch.Tensor, torch.Tensor], kwargs: dict[str, Any]) -> torch.Tensor:
     """The attention between a layer's projections as transformers runs it: q, k, v ([tokens, heads * head_dim]) split
-    into heads, rotated (r.rope), K and V written into the cache, then the model's attention interface (r's eager one
-    by default); returns the output as rows [tokens, heads * head_dim]. `r` holds rope, eager_attention and
-    sliding_window (LayerRoles, FP8LayerRoles)."""
+    into heads (Qwen3's q and k normed per head), rotated (r.rope), K and V written into the cache, then the model's
+    attention interface (r's eager one by default); returns the output as rows [tokens, heads * head_dim]. `r` holds
+    rope, eager_attention and sliding_window (LayerRoles, FP8LayerRoles)."""
     attn = layer.self_attn
     heads = (*shape[:-1], -1, attn.head_dim)
     q, k, v = (t.reshape(heads).transpose(1, 2) for t in (q, k, v))
+    if hasattr(attn, "q_norm"):  # Qwen3: an RMSNorm over each head's q and k before RoPE (its module's own)
+        q, k = attn.q_norm(q), attn.k_norm(k)
     cos, sin = position_embeddings
     q, k = r.rope(q, k, cos, sin)
     # what the attention module's **kwargs would hold: the layer's own, position_ids and use_cache

@@ -1,5 +1,5 @@
-"""Patch a Hugging Face `transformers` model (Llama, Qwen2, Mistral, Phi-3; Gemma 2's attention) to run a zoo's
-kernels, and unpatch it.
+"""Patch a Hugging Face `transformers` model (Llama, Qwen2, Qwen3, Mistral, Phi-3; Gemma 2's attention) to run a
+zoo's kernels, and unpatch it.
 
     from evo.api import patch_model, unpatch_model
     report = patch_model(model, "runs/zoo/llama-3-8b/llama-3-8b_kernels.py")   # prints one line: what runs where
@@ -12,7 +12,8 @@ the model's module INSTANCES only (no class is touched, so other models are unaf
 - every decoder layer's `forward` (evo.zoo.hf_forward.decoder_forward): q, k and v as ONE GEMM (the zoo's qkv
   role, merged weights); o_proj and down with the residual add in the GEMM's epilogue (gemm+residual, which is why
   the whole layer's forward is replaced); gate_up as one GEMM with SwiGLU (gemm+swiglu, B = [gate | up]);
-- the RMSNorms' `forward` (the two of each layer and the final one) and the lm_head's;
+- the RMSNorms' `forward` (the two of each layer and the final one) and the lm_head's; Qwen3's per-head q and k
+  norms (`q_norm`, `k_norm`, between the projections and RoPE) stay transformers' own, called by that forward;
 - the attention implementation: `evo` (evo.zoo.hf_attention), which calls the zoo's attention op where
   transformers needs no mask, else SDPA;
 - weights: the zoo's gemm operators take B = W^T, [K, N] row-major, so each patched GEMM's weight is copied ONCE
@@ -70,7 +71,7 @@ from evo.zoo.uses import base_role
 
 __all__ = ["patch_model", "unpatch_model", "PatchReport", "FAMILIES"]
 
-FAMILIES = ("llama", "qwen2", "mistral", "phi3", "gemma2")
+FAMILIES = ("llama", "qwen2", "qwen3", "mistral", "phi3", "gemma2")
 ATTENTION_ONLY = ("gemma2",)  # families whose layers keep their own forward: only attention is routed
 _GEMMS = ("qkv", "o_proj", "gate_up", "down")
 _NOT_ROUTED = {"sampling_softmax": "transformers samples in its own code",

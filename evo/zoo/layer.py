@@ -183,6 +183,10 @@ class DecoderLayer(_Routed):
         super().__init__()
         if spec.head_dim % 2:
             raise ValueError(f"{spec.name}: head_dim {spec.head_dim} is odd; rotary embedding pairs its halves")
+        if spec.qk_norm:
+            raise ValueError(f"{spec.name}: Qwen3's per-head q and k norms (qk_norm) are not in evo's reference "
+                             "layers: the layer would be another model's (evo.api.patch_model serves a transformers "
+                             "Qwen3)")
         self._check_kind(spec)
         self.spec = spec
         h = spec.hidden_size

@@ -54,7 +54,7 @@ _UNPLANNED_MOE = {
 _YAML_KEYS = ("name", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
               "vocab_size", "norm", "mlp", "tie_word_embeddings", "attention_bias", "mlp_bias", "rms_norm_eps",
               "rope_theta", "sliding_window", "num_experts", "experts_per_token", "shared_expert_size",
-              "norm_topk_prob", *GEMMA_KEYS, "quantization")
+              "norm_topk_prob", *GEMMA_KEYS, "quantization", "qk_norm")
 _REQUIRED = ("hidden_size", "intermediate_size", "num_attention_heads", "vocab_size")
 
 
@@ -93,6 +93,7 @@ class ModelSpec:
     sliding_window_pattern: int = 1
     quantization: str = ""  # the checkpoint's weights: "" unquantized; "fp8": e4m3 per output channel, which
     #                         `evo zoo` plans as --dtype fp8 unless told otherwise (evo.zoo.model_quant)
+    qk_norm: bool = False  # Qwen3's RMSNorm over each head's q and k before RoPE (torch runs it: no fused kernel)
 
     @property
     def q_size(self) -> int:
@@ -265,6 +266,7 @@ def _from_hf(data: Any, file: str, default_name: str) -> ModelSpec:
         fields["sliding_window"] = d["sliding_window"]
     fields.update(_hf_experts(d, file))
     fields["quantization"] = read_quantization(d, file)
+    fields["qk_norm"] = model_type in ("qwen3", "qwen3_moe")  # q_norm and k_norm in every attention (no config key)
     return _build(fields, file, default_name)
 
 
@@ -326,7 +328,8 @@ def _build(d: dict, file: str, default_name: str) -> ModelSpec:
                                            f"num_attention_heads ({heads}); give head_dim")
     else:
         head_dim = sizes["hidden_size"] // heads
-    flags = {k: _flag(d.get(k, False), k, file) for k in ("tie_word_embeddings", "attention_bias", "mlp_bias")}
+    flags = {k: _flag(d.get(k, False), k, file)
+             for k in ("tie_word_embeddings", "attention_bias", "mlp_bias", "qk_norm")}
     mlp = _choice(d.get("mlp", "swiglu"), "mlp", MLP_KINDS, file)
     if flags["mlp_bias"] and mlp in ("swiglu", "geglu"):  # gate and up would be biased: the gated ops take no bias
         raise ModelError(file, "mlp_bias", f"a gated MLP ({mlp}) with biases: the fused gated ops take no bias yet")

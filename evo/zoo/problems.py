@@ -199,6 +199,10 @@ def _rope(spec: ModelSpec, t: int, dtype: str, context: int, room: int) -> list[
 
     op = operators.get("rope_cache")
     sizes = (t, spec.num_attention_heads, spec.num_key_value_heads, spec.head_dim, context + room - t)
+    if spec.qk_norm:  # rope_cache rotates qkv's own output; Qwen3 norms each head of q and k first
+        return [KernelProblem("rope", None, sizes, dtype, t, note=f"rope: {spec.name} norms each head's q and k "
+                                                                  "before RoPE (qk_norm), which rope_cache does not; "
+                                                                  "torch runs the norms, RoPE and the KV write")]
     try:
         op.problem(sizes, dtype)
     except ValueError as e:

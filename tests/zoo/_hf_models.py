@@ -1,4 +1,4 @@
-"""Tiny Hugging Face models of the four families evo.zoo.hf_patch serves, built from configs with seeded random
+"""Tiny Hugging Face models of the five families evo.zoo.hf_patch serves, built from configs with seeded random
 weights (nothing downloaded), at the tiny zoo's sizes (experiments/models/tiny.yaml: hidden 64, intermediate 128,
 4 heads of 16, 2 KV heads, vocab 256), and stand-in ops computing each role's operator with its own reference."""
 
@@ -14,7 +14,7 @@ import torch
 
 import operators
 
-FAMILIES = ("llama", "qwen2", "mistral", "phi3")
+FAMILIES = ("llama", "qwen2", "qwen3", "mistral", "phi3")
 SIZES = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
              num_hidden_layers=2, rms_norm_eps=1e-6, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
              pad_token_id=0)
@@ -24,14 +24,18 @@ INIT = 0.1
 
 
 def tiny_model(family: str, dtype: torch.dtype = torch.float32, seed: int = 0, **config: Any) -> torch.nn.Module:
-    """A 2-layer causal LM of `family` in eval mode; Qwen2's Q, K and V biases drawn too (its init zeroes them)."""
+    """A 2-layer causal LM of `family` in eval mode; Qwen2's Q, K and V biases drawn too (its init zeroes them), and
+    Qwen3's q and k norms' weights (around 1, as every norm's)."""
     tf = pytest.importorskip("transformers")
     cfg_cls, model_cls = {"llama": (tf.LlamaConfig, tf.LlamaForCausalLM),
                           "qwen2": (tf.Qwen2Config, tf.Qwen2ForCausalLM),
+                          "qwen3": (tf.Qwen3Config, tf.Qwen3ForCausalLM),
                           "mistral": (tf.MistralConfig, tf.MistralForCausalLM),
                           "phi3": (tf.Phi3Config, tf.Phi3ForCausalLM)}[family]
     torch.manual_seed(seed)
-    model = model_cls(cfg_cls(**{**SIZES, "initializer_range": INIT, **config})).eval()
+    # Qwen3's config states head_dim (128 by default) where the others derive it: the tiny sizes' 16
+    head_dim = {"head_dim": SIZES["hidden_size"] // SIZES["num_attention_heads"]} if family == "qwen3" else {}
+    model = model_cls(cfg_cls(**{**SIZES, **head_dim, "initializer_range": INIT, **config})).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("bias") or name.endswith("norm.weight"):
