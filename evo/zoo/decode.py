@@ -99,10 +99,7 @@ def decode_step(layer: DecoderLayer, x: torch.Tensor, cache: torch.Tensor, lengt
     if rope is not None:  # rotation and the KV write in one launch, at the length tensor's position
         q = rope(qkv, layer.rope_cos, layer.rope_sin, cache, length)
     else:
-        q, k, v = qkv.split([s.q_size, s.kv_size, s.kv_size], dim=-1)
-        q = q.reshape(t, s.num_attention_heads, s.head_dim).transpose(0, 1).unsqueeze(0)
-        k = k.reshape(t, s.num_key_value_heads, s.head_dim).transpose(0, 1).unsqueeze(0)
-        v = v.reshape(t, s.num_key_value_heads, s.head_dim).transpose(0, 1).unsqueeze(0)
+        q, k, v = layer.heads(qkv)
         freqs = positions.float()[:, None] * layer.inv_freq[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
         q, k = apply_rope(q, emb.cos(), emb.sin()), apply_rope(k, emb.cos(), emb.sin())

@@ -3,7 +3,7 @@
 The layer runs exactly the kernels `evo.zoo.problems.layer_problems` lists, under the same role names, so
 `evo.zoo.patch` can route each role through an evo kernel and the result can be checked against this layer:
 
-    x -> input_norm -> qkv -> RoPE -> causal attention (GQA, over the KV cache and x) -> o_proj + x = h
+    x -> input_norm -> qkv -> (qk_norm: q and k per head) -> RoPE -> causal attention (GQA, KV cache) -> o_proj + x = h
     h -> post_attention_norm -> gate_up (SwiGLU) | up (GELU) -> down + h
 
 Weights are nn.Linear's ([out, in]); a GEMM operator's B is their transpose ([in, out], row-major), a linear
@@ -183,10 +183,6 @@ class DecoderLayer(_Routed):
         super().__init__()
         if spec.head_dim % 2:
             raise ValueError(f"{spec.name}: head_dim {spec.head_dim} is odd; rotary embedding pairs its halves")
-        if spec.qk_norm:
-            raise ValueError(f"{spec.name}: Qwen3's per-head q and k norms (qk_norm) are not in evo's reference "
-                             "layers: the layer would be another model's (evo.api.patch_model serves a transformers "
-                             "Qwen3)")
         self._check_kind(spec)
         self.spec = spec
         h = spec.hidden_size
@@ -195,6 +191,8 @@ class DecoderLayer(_Routed):
         self.input_norm = RMSNorm(h, eps)
         self.qkv_proj = nn.Linear(h, spec.q_size + 2 * spec.kv_size, bias=spec.attention_bias)
         self.o_proj = nn.Linear(spec.q_size, h, bias=False)  # ModelSpec's attention_bias is Q, K and V's only
+        if spec.qk_norm:  # Qwen3: each head's q and k normed before RoPE
+            self.q_norm, self.k_norm = RMSNorm(spec.head_dim, eps), RMSNorm(spec.head_dim, eps)
         self.post_attention_norm = RMSNorm(h, eps)
         self._make_mlp(spec, eps)
         _init_(self, seed, dtype, device, init_std, unit_norms=spec.norm != "gemma_rmsnorm")
@@ -283,7 +281,6 @@ class DecoderLayer(_Routed):
     def rotate_and_cache(self, qkv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q [1, H, T, D] rotated, and k, v [1, kv_heads, context + T, D]: the cache up to the new tokens, whose keys
         (rotated) and values are written there in place (by the rope role's one launch where it is patched)."""
-        s = self.spec
         t = qkv.shape[0]
         if self.context and t > self.max_tokens:
             raise ValueError(f"{t} new tokens over a KV cache with room for {self.max_tokens} "
@@ -294,10 +291,7 @@ class DecoderLayer(_Routed):
             end = self.context + t
             k, v = self.kv_cache[0, :, :, :end], self.kv_cache[1, :, :, :end]
         else:
-            q, k, v = qkv.split([s.q_size, s.kv_size, s.kv_size], dim=-1)
-            q = q.reshape(t, s.num_attention_heads, s.head_dim).transpose(0, 1).unsqueeze(0)  # [1, H, T, D]
-            k = k.reshape(t, s.num_key_value_heads, s.head_dim).transpose(0, 1).unsqueeze(0)
-            v = v.reshape(t, s.num_key_value_heads, s.head_dim).transpose(0, 1).unsqueeze(0)
+            q, k, v = self.heads(qkv)
             cos, sin = self.rope(t)
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
             if self.context:  # written after the context in place; attention reads the cache up to them
@@ -306,6 +300,14 @@ class DecoderLayer(_Routed):
                 self.kv_cache[1, :, :, self.context:end].copy_(v)
                 k, v = self.kv_cache[0, :, :, :end], self.kv_cache[1, :, :, :end]
         return q, k, v
+
+    def heads(self, qkv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q [1, H, T, D], k and v [1, kv_heads, T, D] of the projection qkv [T, q + 2 kv], before RoPE (with
+        qk_norm, q and k normed per head)."""
+        s, t = self.spec, qkv.shape[0]
+        q, k, v = qkv.split([s.q_size, s.kv_size, s.kv_size], dim=-1)
+        q, k, v = (x.reshape(t, -1, s.head_dim).transpose(0, 1).unsqueeze(0) for x in (q, k, v))
+        return (self.q_norm(q), self.k_norm(k), v) if s.qk_norm else (q, k, v)
 
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         s = self.spec

@@ -82,6 +82,8 @@ def _unservable(module: DecoderLayer | LMHead) -> dict[str, str]:
     out = {}
     if isinstance(module, DecoderLayer) and not module.context:
         out["rope"] = "it has no KV cache (context 0) for rope_cache to write"
+    elif isinstance(module, DecoderLayer) and module.spec.qk_norm:
+        out["rope"] = "its q and k are normed per head before RoPE (qk_norm), which rope_cache does not"
     return out
 
 
