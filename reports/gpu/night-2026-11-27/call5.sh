@@ -11,14 +11,7 @@ T0=$(date +%s); LIMIT=${LIMIT:-585}
 R=$OUT/res; mkdir -p $R/bench; nvidia-smi -L
 python3 -m tests.gpu.run_all --budget-s 330 --out $R/sample tests/gpu/test_gemm_sample.py > $R/sample.log 2>&1
 echo "sample exit $? at $(( $(date +%s) - T0 )) s"
-bench() {  # bench NAME YAML PROBLEMS...
-  local name=$1 yaml=$2; shift 2
-  local left=$(( LIMIT - 15 - ($(date +%s) - T0) ))
-  if [ $left -lt 40 ]; then echo "$name: not run (${left} s left)"; return; fi
-  timeout $left python3 -m evo bench experiments/$yaml --problems "$@" --wall-s 12 --out $R/bench/$name \
-    --search-dir /tmp/runs/$name > $R/bench/$name.log 2>&1
-  echo "$name exit $? at $(( $(date +%s) - T0 )) s"
-}
+. "$(dirname "$0")/../benches.sh"  # bench NAME YAML PROBLEMS...
 bench gemm bench_gemm_llm.yaml 1 7
 bench attention bench_attention.yaml 1
 bench epilogue bench_gemm_epilogue.yaml 1
