@@ -1,7 +1,7 @@
 """`python -m evo.bench.generate ZOO_MODULE MODEL_CONFIG`: model.generate() tokens per second, four ways.
 
 ZOO_MODULE is the file `evo zoo MODEL --collect` writes, MODEL_CONFIG a Hugging Face config.json of a family
-evo.zoo.hf_patch serves (Llama, Qwen2, Mistral, Phi-3). The model is built from the config with seeded random
+evo.zoo.hf_patch serves (Llama, Qwen2, Qwen3, Mistral, Phi-3). The model is built from the config with seeded random
 weights (nothing downloaded; `--layers N` keeps its first N layers), then a seeded prompt of `--prompt` tokens
 (2048) is given to generate() for `--new-tokens` (128) decode steps, greedy, four ways:
 
@@ -53,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m evo.bench.generate", description=__doc__.split("\n\n")[0])
     p.add_argument("zoo_module", metavar="ZOO_MODULE", help="the module `evo zoo MODEL --collect` wrote")
     p.add_argument("model", metavar="MODEL_CONFIG",
-                   help="a Hugging Face config.json (llama, qwen2, mistral, phi3; gemma2: its attention patched)")
+                   help="a Hugging Face config.json (llama, qwen2, qwen3, mistral, phi3; gemma2: its attention "
+                        "patched)")
     p.add_argument("--prompt", type=int, default=2048, help="prompt tokens: the prefill [2048]")
     p.add_argument("--new-tokens", type=int, default=128, help="decode steps after the prefill [128]")
     p.add_argument("--layers", type=int, default=None, help="keep the first N decoder layers [the config's]")

@@ -1,9 +1,10 @@
 """The forwards a patched Hugging Face model runs (evo.zoo.hf_patch installs them on module instances; the classes
 are never touched): a Llama-like decoder layer's, an RMSNorm's and the lm_head's.
 
-A decoder layer (Llama, Qwen2, Mistral, Phi-3) runs, on its tokens flattened to [T, hidden]:
+A decoder layer (Llama, Qwen2, Qwen3, Mistral, Phi-3) runs, on its tokens flattened to [T, hidden]:
 
-    x -> input norm -> qkv (one GEMM: q, k and v merged) -> RoPE, cache update, attention (the attention interface)
+    x -> input norm -> qkv (one GEMM: q, k and v merged) -> (Qwen3: q and k normed per head) -> RoPE, cache update,
+      attention (the attention interface)
       -> o_proj + x = h -> post-attention norm -> gate_up (SwiGLU: silu(gate) * up) -> down + h
 
 each GEMM role through its zoo op where the op serves T tokens in this dtype (evo.zoo.hf_roles.Bound), else through

@@ -56,8 +56,8 @@ def quantize_model_fp8(model: nn.Module) -> int:
     (its layers keep their own forward) or one already quantized."""
     kind = getattr(getattr(model, "config", None), "model_type", None)
     if kind == "gemma2":
-        raise ValueError("quantize_model_fp8: the FP8 plan serves Llama-style layers (Llama, Qwen2, Mistral, Phi-3); "
-                         "a Gemma-2 model's four norms and capped logits are not in it")
+        raise ValueError("quantize_model_fp8: the FP8 plan serves Llama-style layers (Llama, Qwen2, Qwen3, Mistral, "
+                         "Phi-3); a Gemma-2 model's four norms and capped logits are not in it")
     layers = _layers(model)
     if is_fp8(model):
         raise ValueError(f"quantize_model_fp8: {type(model).__name__}'s projections are FP8 already")

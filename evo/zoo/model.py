@@ -267,6 +267,8 @@ def _from_hf(data: Any, file: str, default_name: str) -> ModelSpec:
     fields.update(_hf_experts(d, file))
     fields["quantization"] = read_quantization(d, file)
     fields["qk_norm"] = model_type in ("qwen3", "qwen3_moe")  # q_norm and k_norm in every attention (no config key)
+    if model_type == "qwen3":  # Qwen3Config's head_dim is 128 unless given, not hidden_size / heads
+        fields.setdefault("head_dim", 128)
     return _build(fields, file, default_name)
 
 

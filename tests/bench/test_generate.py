@@ -75,7 +75,7 @@ def test_layers_cuts_the_depth(tmp_path, zoo_ops):
     (["--layers", "3"], {}, "--layers 3: the config has 2 layers; give 1 to 2"),
     (["--prompt", "0"], {}, "--prompt must be at least 1; got 0"),
     (["--prompt", "61"], {}, "--prompt 61 + --new-tokens 3 passes the model's 64 positions"),
-    ([], {"model_type": "qwen3"}, "model_type 'qwen3': the patch serves llama, qwen2, mistral, phi3"),
+    ([], {"model_type": "olmo2"}, "model_type 'olmo2': the patch serves llama, qwen2, qwen3, mistral, phi3"),
     ([], {"hidden_size": "64"}, "hidden_size: expected a positive integer"),
 ])
 def test_bad_input_is_one_line(tmp_path, zoo_ops, capsys, extra, changes, says):

@@ -250,8 +250,8 @@ def test_refusals_name_the_problem_and_change_nothing():
     with pytest.raises(ValueError, match="takes a transformers model; got Linear"):
         patch_model(torch.nn.Linear(2, 2), stand_ins())
     gpt2 = tf.GPT2LMHeadModel(tf.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64))
-    with pytest.raises(ValueError, match="serves the llama, qwen2, qwen3, mistral, phi3 families and the attention of gemma2; "
-                                         "GPT2LMHeadModel is 'gpt2'"):
+    with pytest.raises(ValueError, match="serves the llama, qwen2, qwen3, mistral, phi3 families and the attention of "
+                                         "gemma2; GPT2LMHeadModel is 'gpt2'"):
         patch_model(gpt2, stand_ins())
     model = tiny_model("llama")
     with pytest.raises(ValueError, match="the op for role 'down' is not callable"):

@@ -32,6 +32,8 @@ def _rel(y: torch.Tensor, ref: torch.Tensor) -> float:
 
 def test_a_qwen3_config_has_qk_norms():
     assert parse_model(json.dumps(QWEN3), "json", "q.json", "q").qk_norm
+    small = {k: v for k, v in QWEN3.items() if k != "head_dim"} | {"hidden_size": 64, "num_attention_heads": 8}
+    assert parse_model(json.dumps(small), "json", "q.json", "q").head_dim == 128  # Qwen3Config's default, as loaded
     assert not parse_model(json.dumps(LLAMA), "json", "l.json", "l").qk_norm
     yaml = "hidden_size: 64\nintermediate_size: 128\nnum_attention_heads: 4\nvocab_size: 256\nqk_norm: true\n"
     assert parse_model(yaml, "yaml").qk_norm
