@@ -34,6 +34,7 @@ def genomes(family: Any) -> list[dict[str, Any]]:
 
 def probe(shape: tuple[int, int, int]) -> list[dict[str, Any]]:
     import operators
+    from evo.evaluate.modules import load_source
     from evo.problem import Target
     from tests.gpu import search_check
 
@@ -48,8 +49,6 @@ def probe(shape: tuple[int, int, int]) -> list[dict[str, Any]]:
         if why:
             rows.append({**row, "status": "invalid", "reason": why[0]})
             continue
-        from evo.evaluate.modules import load_source
-
         module = load_source(op.render(genome, problem, target))
         checks = []
         for seed in range(REPEATS):

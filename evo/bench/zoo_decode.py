@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from evo.bench.zoo_tolerance import TOLERANCE
+from evo.bench.zoo_tolerance import TOLERANCE, near_ties, with_router_logits
 from evo.experiment.oneline import one_line
 from evo.zoo.goals import WAYS
 
@@ -105,17 +105,11 @@ def _last_step_tied(plain: Any, step: Callable[..., Any], x: Any, state: Any, st
     expert is correct), from that step's router logits in an untimed pass; None for a layer without routing."""
     if not hasattr(plain, "keep_router_logits"):
         return None
-    from evo.bench.zoo_tolerance import near_ties
-
     state.reset(plain)
     for _ in range(steps - 1):
         step(x, state.cache, state.length)
-    plain.keep_router_logits = True
-    try:
-        step(x, state.cache, state.length)
-        return bool(near_ties(plain.router_logits, plain.spec.experts_per_token, margin)[-1])
-    finally:
-        plain.keep_router_logits, plain.router_logits = False, None
+    _, logits = with_router_logits(plain, lambda: step(x, state.cache, state.length))
+    return bool(near_ties(logits, plain.spec.experts_per_token, margin)[-1])
 
 
 def measure_decode(plain: Any, patched: Any, steps: int, dtype: str, device: str, tolerance: float, seed: int = 0,

@@ -16,9 +16,10 @@ Two kinds of layer amplify a rounding into a larger, equally correct difference,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["TOLERANCE", "fp8_quantization_error", "near_ties", "reference_and_ties"]
+__all__ = ["TOLERANCE", "fp8_quantization_error", "near_ties", "reference_and_ties", "with_router_logits"]
 
 # bf16 and fp16: gemm_epilogue's tolerances (a layer's output is a residual plus a few such GEMMs' sums); fp32:
 # the GPU's tl.dot rounds fp32 operands to tf32 (11 bits) where the plain layer's matmuls stay fp32, as there.
@@ -41,17 +42,21 @@ def reference_and_ties(plain: Any, x: Any, margin: float) -> tuple[Any, Any]:
     logits within `margin` times the largest logit magnitude); None in place of the ties for a layer without routing."""
     import torch
 
-    routed = hasattr(plain, "keep_router_logits")
-    if routed:
-        plain.keep_router_logits = True
-    try:
-        with torch.no_grad():
-            ref = plain(x)
-        logits = plain.router_logits.float() if routed else None
-    finally:
-        if routed:
-            plain.keep_router_logits, plain.router_logits = False, None
+    with torch.no_grad():
+        ref, logits = with_router_logits(plain, lambda: plain(x))
     return ref, None if logits is None else near_ties(logits, plain.spec.experts_per_token, margin)
+
+
+def with_router_logits(layer: Any, call: Callable[[], Any]) -> tuple[Any, Any]:
+    """(what `call()` returns, the router logits [T, E] of the MoE `layer`'s last forward in it), `layer` keeping its
+    logits only for that call; None in place of the logits for a layer without routing (nothing is set on it)."""
+    if not hasattr(layer, "keep_router_logits"):
+        return call(), None
+    layer.keep_router_logits = True
+    try:
+        return call(), layer.router_logits
+    finally:
+        layer.keep_router_logits, layer.router_logits = False, None
 
 
 def near_ties(logits: Any, k: int, margin: float) -> Any:

@@ -84,17 +84,18 @@ def zoo_command(args: argparse.Namespace) -> int:
         spec = load_model(args.model, name=args.name)
     except ModelError as e:
         raise usage_error(str(e)) from None
+    refusal = refuse_fp8(spec)  # why an FP8 plan cannot serve this model, or None
     if asked is None and spec.quantization == "fp8":  # an FP8 checkpoint's config: its plan is the FP8 one
-        if refuse_fp8(spec):
-            why = refuse_fp8(spec).removeprefix("--dtype fp8: ").removesuffix(" (plan it in bf16)")
+        if refusal:
+            why = refusal.removeprefix("--dtype fp8: ").removesuffix(" (plan it in bf16)")
             raise usage_error(f"{args.model}: quantization_config: FP8 weights, but {why}; --dtype bf16 plans its "
                               "unquantized layers")
         weights = "fp8"
         print(f"{args.model}: quantization_config says FP8 weights with per-channel scales: the plan is --dtype fp8 "
               "(--dtype bf16 plans the unquantized model)", file=sys.stderr)
     args.weights = weights
-    if weights == "fp8" and refuse_fp8(spec):
-        raise usage_error(refuse_fp8(spec))
+    if weights == "fp8" and refusal:
+        raise usage_error(refusal)
     if weights == "fp8" and args.name is None:  # its own folder and runs beside the model's bf16 zoo
         spec = fp8_name(spec)
     # (a Gemma-2 layer's plan computes its window: attention+causal+...+window<W>, evo.zoo.gemma_problems)

@@ -54,33 +54,33 @@ def _sample(family: Any, problem: Any, target: Any) -> list[tuple[str, Any, Any]
     return [(label, raw, repaired(family, raw, problem, target)) for label, raw in genomes]
 
 
-def _precompile(op: Any, shapes: tuple[tuple[int, int, int], ...], dtype: str, target: Any) -> None:
-    """Compile every kernel of the sample ahead in a process pool (the search's own compile stage), so that the
-    checks load each from Triton's cache instead of compiling some 360 kernels one after another."""
+def _precompile(samples: dict[Any, list[tuple[str, Any, Any]]], target: Any) -> None:
+    """Compile every kernel of the samples (problem -> _sample's rows) ahead in a process pool (the search's own
+    compile stage), so that the checks load each from Triton's cache instead of compiling some 360 kernels one after
+    another."""
     import os
 
     from tests.gpu.precompile import precompile
 
-    items = {(shape, g.canonical()) for shape in shapes
-             for _, _, g in _sample(op.family, op.problem(shape, dtype), target) if g is not None}
-    precompile([("gemm", shape, dtype, g, target) for shape, g in sorted(items)], min(16, os.cpu_count() or 1))
+    items = {(p.sizes, p.dtype, g.canonical()) for p, rows in samples.items() for _, _, g in rows if g is not None}
+    precompile([("gemm", sizes, dtype, g, target) for sizes, dtype, g in sorted(items)], min(16, os.cpu_count() or 1))
 
 
-def _run_problem(op: Any, problem: Any, target: Any, time_kernels: bool, device: str = "cuda") -> list[dict[str, Any]]:
+def _run_problem(op: Any, problem: Any, sample: list[tuple[str, Any, Any]], target: Any, time_kernels: bool,
+                 device: str = "cuda") -> list[dict[str, Any]]:
     import torch
     import triton
 
     from evo.evaluate.compiler import forget_module
     from evo.evaluate.modules import load_source
 
-    family = op.family
     a, b = op.make_inputs(problem, SEED, device=device)
     ref = op.reference(a, b)
     tolerance = op.tolerance(problem)
     cublas_ms = triton.testing.do_bench(lambda: torch.matmul(a, b), return_mode="median") if time_kernels else 0.0
     rows: list[dict[str, Any]] = []
     crashed = False
-    for label, raw, genome in _sample(family, problem, target):
+    for label, raw, genome in sample:
         row: dict[str, Any] = {"label": label, "problem": problem.key, "raw": raw.canonical()}
         rows.append(row)
         if genome is None:
@@ -124,10 +124,12 @@ def run_sample(shapes: tuple[tuple[int, int, int], ...] = SHAPES, dtype: str = D
 
     op = operators.get("gemm")
     target = Target.from_torch()
-    _precompile(op, shapes, dtype, target)
+    problems = [op.problem(shape, dtype) for shape in shapes]
+    samples = {p: _sample(op.family, p, target) for p in problems}  # each genome repaired once
+    _precompile(samples, target)
     rows: list[dict[str, Any]] = []
-    for shape in shapes:
-        rows += _run_problem(op, op.problem(shape, dtype), target, time_kernels)
+    for problem in problems:
+        rows += _run_problem(op, problem, samples[problem], target, time_kernels)
         if any(r["status"] == "crashed" for r in rows):
             break  # the CUDA context is gone
         torch.cuda.empty_cache()
