@@ -1,5 +1,5 @@
 #!/bin/bash
-# NOT YET RUN (written after the night's device time was spent): issue 43's last GPU checks in one call on ONE GPU,
+# Ran on 2026-11-27 late (one H100; results in reports/gpu/session-2026-11-27-late/): issue 43's last GPU checks in one call on ONE GPU,
 # carry [".whl"]. First test_gemm_sample.py alone: it now compiles its ~360 kernels ahead in a pool of 16 processes,
 # then checks them. Then the benches call 4 had no time for, one after the other, so nothing shares the GPU with a
 # timing: GEMM (4096^3 and 16x4096x4096), attention, a fused epilogue. Each bench gets 12 s of search and whatever is
