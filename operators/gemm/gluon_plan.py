@@ -37,7 +37,16 @@ _GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
 # row alignment (rows of other than 16-byte multiples are refused, or padded with PAD_ROWS)
 GLUON_FIXED = {"MEMORY": "host_descriptor", "SWIGLU": False, "GEGLU": False, "SUBTILE": False, "ROW_ALIGN": 1,
                "ALIGN_K": False, "ALIGN_N": False}
-REDUCE_R, REDUCE_C = 32, 128  # rows and columns per program of the split-K reduction
+REDUCE_C = 128  # columns per program of the split-K reduction
+
+
+def _reduce_rows(M, N, device):
+    """Rows per program of the split-K reduction: 32, or fewer where 32 would leave it under four programs an SM
+    (640x384 has 60 programs of 32x128 for 132 SMs, each summing its partials at a few hundred GB/s)."""
+    for rows in (32, 16):
+        if triton.cdiv(M, rows) * triton.cdiv(N, REDUCE_C) >= 4 * num_sms(device):
+            return rows
+    return 8
 
 
 def _layout(block, dtype):
@@ -110,8 +119,9 @@ def gluon_plan(a, b, bias, residual, scale, out, config):
     if split:  # fp32 partials of every split, summed by a second launch that applies the epilogue
         partials = torch.empty((config["SPLIT_K"] * M, N), dtype=torch.float32, device=device)
         workspace = (partials, None)  # (partials, arrival counters) as the Triton plan's: none, a launch sums
-        reduce = BoundKernel(split_k_reduce, (triton.cdiv(M, REDUCE_R), triton.cdiv(N, REDUCE_C)), {"num_warps": 4})
-        reduce_sizes = (M, N, config["SPLIT_K"], REDUCE_R, REDUCE_C)
+        reduce_rows = _reduce_rows(M, N, device)
+        reduce = BoundKernel(split_k_reduce, (triton.cdiv(M, reduce_rows), triton.cdiv(N, REDUCE_C)), {"num_warps": 4})
+        reduce_sizes = (M, N, config["SPLIT_K"], reduce_rows, REDUCE_C)
 
     def run(a, b, bias, residual, scale, out):
         if pad is None:

@@ -129,9 +129,14 @@ def _arrive(acc, slots, part, parts, counter_ptr, BLOCK_M: tl.constexpr, BLOCK_N
 def _sum_slots(slots, parts, counter_ptr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """The sum of the `parts` partial tiles from `slots` on, in slot order (deterministic), by the program that
     arrived last; it resets the arrival counter, so that the next launch (a CUDA graph's replay) needs no zeroing."""
-    # .cg reads L2 directly: this SM's L1 must not serve lines other programs have since rewritten
+    # .cg reads L2 directly: this SM's L1 must not serve lines other programs have since rewritten. One SM sums
+    # every partial, so the sum is bound by how many bytes it keeps in flight: up to 128x128 tiles the loop is
+    # software-pipelined (two partials on their way into shared memory, which the finished K loop's ring frees,
+    # while a third is added); larger partial tiles would not fit twice, and load one at a time. The order of the
+    # additions is the same either way.
+    SUM_STAGES: tl.constexpr = 3 if BLOCK_M * BLOCK_N <= 128 * 128 else 1
     total = tl.load(slots, cache_modifier=".cg")
-    for s in range(1, parts):
+    for s in tl.range(1, parts, num_stages=SUM_STAGES):
         total += tl.load(slots + s * (BLOCK_M * BLOCK_N), cache_modifier=".cg")
     tl.atomic_xchg(counter_ptr, 0, sem="relaxed", scope="gpu")
     return total

@@ -10,20 +10,21 @@
 # ZOO_PCT % of LIMIT seconds go to the search, which SIGINT stops (what finished is kept; collect bundles it, and the
 # bench runs torch's code for any role not searched, its line saying so), the rest to the bench, which writes zoo.json
 # and zoo.md after every T (2048 first), then the zoo's report.html with the layer's results. Short searches (WALL s
-# and EVALS evaluations a problem) are what a 10-minute call allows.
+# and EVALS evaluations a problem) are what a 10-minute call allows. TOKENS (the zoo's, default 1,2048) and LAYER_TOKENS
+# (the layer bench's, default 2048,1) narrow a call to one T.
 set -u
 . "$(dirname "$0")/../setup.sh" || exit 1  # the wheels, the project, PYTHONPATH (once per machine call)
 R=$OUT/res; mkdir -p $R; nvidia-smi -L; T0=$(date +%s); LIMIT=${LIMIT:-555}; ZOO_PCT=${ZOO_PCT:-50}
 python3 -c "import torch, triton;print(torch.cuda.get_device_name(), torch.__version__, triton.__version__)"
 M=llama-3-8b; Z=$M-fp8  # the FP8 zoo's name: the model's with -fp8 (runs/zoo/$Z/${Z}_kernels.py)
 left() { echo $(( LIMIT - ($(date +%s) - T0) )); }
-ZOO="experiments/models/$M.json --dtype fp8 --tokens 1,2048 --context 4096 --wall-s ${WALL:-5} --evaluations ${EVALS:-12} -o runs/zoo"
+ZOO="experiments/models/$M.json --dtype fp8 --tokens ${TOKENS:-1,2048} --context 4096 --wall-s ${WALL:-5} --evaluations ${EVALS:-12} -o runs/zoo"
 timeout -s INT $(( $(left) * ZOO_PCT / 100 )) python3 -m evo zoo $ZOO --run > $R/zoo.log 2>&1
 echo "zoo exit $? at $(( $(date +%s) - T0 )) s" >> $R/lanes.log
 python3 -m evo zoo $ZOO --collect >> $R/zoo.log 2>&1
 mkdir -p $R/$Z && cp runs/zoo/$Z/${Z}_kernels.py $R/$Z/ 2>/dev/null
 timeout $(( $(left) - 20 )) python3 -m evo.bench.zoo_layer runs/zoo/$Z/${Z}_kernels.py experiments/models/$M.json \
-  --context 4096 --tokens 2048,1 --out $R/$Z > $R/layer.log 2>&1
+  --context 4096 --tokens ${LAYER_TOKENS:-2048,1} --out $R/$Z > $R/layer.log 2>&1
 echo "layer exit $? at $(( $(date +%s) - T0 )) s" >> $R/lanes.log
 python3 -m evo zoo $ZOO --report --layer-results $R/$Z/zoo.json >> $R/zoo.log 2>&1 && cp runs/zoo/$Z/report.html $R/$Z/
 cat $R/lanes.log

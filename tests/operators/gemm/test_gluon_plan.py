@@ -95,8 +95,17 @@ def test_split_k_launches_the_partials_then_their_reduction_with_the_epilogue():
     assert partials.shape == (3 * M, N) and partials.dtype == torch.float32
     assert gemm.args[4:] == (M, N, K, 128, 128, 64, 8, 4, 1, 8, 3) and gemm.grid[0] == CPU_NUM_SMS
     assert reduce.args[0] is partials and reduce.args[2].shape == (N,)  # the bias goes to the reduction only
-    assert reduce.args[3:] == (M, N, 3, module.REDUCE_R, module.REDUCE_C)
-    assert reduce.grid[:2] == (M // module.REDUCE_R, N // module.REDUCE_C)
+    assert reduce.args[3:] == (M, N, 3, 32, module.REDUCE_C)  # 32 rows a program: 256 programs for 4 SMs
+    assert reduce.grid[:2] == (M // 32, N // module.REDUCE_C)
+
+
+def test_split_k_reduction_takes_fewer_rows_a_program_where_32_leave_sms_idle(monkeypatch):
+    module = _module("gemm", (1024, 1024, 32768), BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=4, split_k=3)
+    monkeypatch.setattr(module, "num_sms", lambda device: 132)
+    cpu = torch.device("cpu")
+    assert module._reduce_rows(4096, 4096, cpu) == 32  # 4096 programs of 32 x 128
+    assert module._reduce_rows(2048, 1024, cpu) == 16  # 32 rows: 512 programs, under 4 an SM; 16 rows: 1024
+    assert module._reduce_rows(640, 384, cpu) == 8  # the long-K class: 240 programs, not 60
 
 
 def test_padded_rows_are_copied_in_and_out_and_one_b_only_once():
