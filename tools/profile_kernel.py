@@ -39,6 +39,30 @@ def _genome(op: Any, problem: Any, target: Any, genome: str | None, bench: str |
     return op.family.seeds(problem, target)[0]
 
 
+def contenders(key: str, genome: str | None = None, bench: str | None = None, rivals: str = "") -> tuple:
+    """(op, problem, genome, {name: callable}, inputs) for KEY: evo's kernel (last) and the named bench baselines
+    (default: the operator's primary one), on CUDA inputs of seed 0. Also used by tools/probe_graph_clock.py."""
+    if __package__ in (None, ""):
+        sys.path.insert(0, str(ROOT))
+    import operators
+    from evo.evaluate.modules import load_source
+    from evo.problem import Target
+
+    name, shape, dtype = key.split(":")
+    op, target = operators.get(name), Target.from_torch()
+    problem = op.problem(tuple(int(x) for x in shape.split("x")), dtype)
+    chosen = _genome(op, problem, target, genome, bench)
+    module = load_source(op.render(chosen, problem, target))
+    wanted = [n for n in rivals.split(",") if n] or [op.baselines()[0].name]
+    known = {b.name: b for b in op.bench_baselines()}
+    missing = [n for n in wanted if n not in known]
+    if missing:
+        raise SystemExit(f"no baseline {missing[0]!r} for {name}; known: {sorted(known)}")
+    calls = {n: known[n].make(problem) for n in wanted}
+    calls["evo"] = getattr(module, op.entry)
+    return op, problem, chosen, calls, op.make_inputs(problem, 0, device="cuda")
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="profile_kernel.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("key", help="operator:shape:dtype")
@@ -49,27 +73,10 @@ def main(argv: list[str]) -> int:
 
     import torch
 
-    if __package__ in (None, ""):
-        sys.path.insert(0, str(ROOT))
-    import operators
-    from evo.evaluate.modules import load_source
+    op, problem, genome, calls, inputs = contenders(args.key, args.genome, args.bench, args.rivals)
     from evo.evaluate.timing import time_interleaved
-    from evo.problem import Target
 
-    name, shape, dtype = args.key.split(":")
-    op, target = operators.get(name), Target.from_torch()
-    problem = op.problem(tuple(int(x) for x in shape.split("x")), dtype)
-    genome = _genome(op, problem, target, args.genome, args.bench)
-    module = load_source(op.render(genome, problem, target))
-    kernel = getattr(module, op.entry)
-    wanted = [n for n in args.rivals.split(",") if n] or [op.baselines()[0].name]
-    known = {b.name: b for b in op.bench_baselines()}
-    missing = [n for n in wanted if n not in known]
-    if missing:
-        raise SystemExit(f"profile_kernel: no baseline {missing[0]!r} for {name}; known: {sorted(known)}")
-    inputs = op.make_inputs(problem, 0, device="cuda")
-    calls = {n: known[n].make(problem) for n in wanted}
-    calls["evo"] = kernel
+    wanted = [n for n in calls if n != "evo"]
     for round_ in range(2):
         if round_:
             torch.cuda.nvtx.range_push("profile")

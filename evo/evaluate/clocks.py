@@ -6,7 +6,8 @@ per-call time whenever the GPU work is shorter than it. Three more clocks, all o
 
 - `call`: back-to-back eager calls, synchronised only at the ends of a round (what a Python loop over the op
   sees: max(host, GPU) per call, roughly); the inputs stay in L2 between calls, as they would in that loop;
-- `graph`: the same calls captured once in a CUDA graph and replayed (what CUDA-graph users see: no host cost);
+- `graph`: rounds of the same calls captured once in a CUDA graph and replayed (what CUDA-graph users see: no
+  host cost);
 - `host`: the host time of one call: a short burst of calls issued back to back, timed before anything waits
   for the GPU (what the call costs the CPU).
 
@@ -98,14 +99,21 @@ def host_us(fns: list[Callable[[], Any]], *, reps: int = 9, burst: int = 8, warm
     return [float(np.median(t)) for t in times]
 
 
-def graph_ms(fns: list[Callable[[], Any]], *, calls: int = 20, replays: int = 7, warmup: int = 3,
-             device: Any = "cuda") -> list[float | None]:
-    """Per-call milliseconds under CUDA-graph replay: `calls` calls of each fn captured in one graph, replayed
-    `replays` times (median of the replays' event times over `calls`). None for a fn that cannot be captured
-    (it synchronises, allocates outside the graph's pool, or launches on another stream)."""
+def graph_ms(fns: list[Callable[[], Any]], *, calls: int | None = None, replays: int = 7, warmup: int = 3,
+             round_ms: float = 5.0, device: Any = "cuda") -> list[float | None]:
+    """Per-call milliseconds under CUDA-graph replay: each fn's calls captured in one graph (`calls` of them, else
+    as many as make a round of about `round_ms`, as call_ms's rounds), then every graph replayed in turn,
+    `replays` times (interleaved, as the other clocks), and the median of each graph's replays over its calls.
+
+    Interleaved and round-sized because a GPU's clock depends on what it ran just before: an H200 ran back-to-back
+    GEMMs at 1965 MHz in bursts of 5 ms and at 1575-1740 MHz in runs of 30 ms, under its power management
+    (reports/gpu/session-2026-11-27-late/call8); contenders timed one after another, in graphs of 20 calls
+    whatever their length, read different clocks (a kernel 26% "slower under graphs" than called, and cuBLAS 14%
+    at 8192^3). None for a fn that cannot be captured (it synchronises, allocates outside the graph's pool, or
+    launches on another stream)."""
     import torch
 
-    out: list[float | None] = []
+    graphs: list[tuple[Any, int] | None] = []
     for fn in fns:
         try:
             side = torch.cuda.Stream(device)
@@ -115,23 +123,34 @@ def graph_ms(fns: list[Callable[[], Any]], *, calls: int = 20, replays: int = 7,
                     fn()
             torch.cuda.current_stream(device).wait_stream(side)
             _sync(device)
+            n = calls
+            if n is None:
+                t = time.perf_counter()
+                fn()
+                _sync(device)
+                n = calls_per_round((time.perf_counter() - t) * 1e3, round_ms)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
-                for _ in range(calls):
+                for _ in range(n):
                     fn()
             graph.replay()
             _sync(device)
-            times = []
-            for _ in range(replays):
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                graph.replay()
-                end.record()
-                end.synchronize()
-                times.append(start.elapsed_time(end) / calls)
-            out.append(float(np.median(times)))
-            del graph
+            graphs.append((graph, n))
         except Exception:  # a contender that cannot be captured has no graph clock; the others still do
             torch.cuda.synchronize(device)
-            out.append(None)
+            graphs.append(None)
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(replays):
+        for i, captured in enumerate(graphs):
+            if captured is None:
+                continue
+            graph, n = captured
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            end.record()
+            end.synchronize()
+            times[i].append(start.elapsed_time(end) / n)
+    out = [float(np.median(t)) if captured is not None else None for t, captured in zip(times, graphs, strict=True)]
+    del graphs
     return out

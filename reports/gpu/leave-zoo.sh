@@ -7,7 +7,8 @@ set -eu
 cd "$(git rev-parse --show-toplevel)"
 EXCLUDE=$(git rev-parse --git-path info/exclude)
 case "${1:-}" in
-  on)  git rm -r -q --cached reports/zoo && echo "reports/zoo/" >> "$EXCLUDE"
+  on)  if [ -z "$(git ls-files reports/zoo | head -1)" ]; then echo "reports/zoo is already left out"; exit 0; fi
+       git rm -r -q --cached reports/zoo && echo "reports/zoo/" >> "$EXCLUDE"
        echo "reports/zoo left out of the call; run '$0 off' after it" ;;
   off) sed -i '\#^reports/zoo/$#d' "$EXCLUDE" && git reset -q -- reports/zoo && echo "reports/zoo tracked again" ;;
   *)   echo "usage: $0 on|off" >&2; exit 2 ;;

@@ -51,3 +51,27 @@ def test_a_slow_kernel_s_clocks_cost_about_its_timing():
           f"clocks {phases['clocks_s']:.2f} s")
     assert ev.median_ms > 1.0 and 0.8 <= ev.call_ms / ev.median_ms <= 1.2
     assert phases["clocks_s"] <= 1.2 * phases["time_s"]  # before: about 2.4 times
+
+
+def test_the_graph_clock_reads_each_contender_and_skips_one_that_cannot_be_captured():
+    """graph_ms captures every contender's round of calls, then replays the graphs in turn: a kernel twice as long
+    reads about twice the time, a call that synchronises inside (not capturable) reads None and the others are still
+    timed, and a graph of one call reads about what a round-sized graph reads."""
+    import torch
+
+    from evo.evaluate.clocks import graph_ms
+
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    once = lambda: a @ b  # noqa: E731
+    twice = lambda: (a @ b, a @ b)  # noqa: E731
+
+    def syncing():
+        torch.cuda.synchronize()
+        return a @ b
+
+    one, none, two = graph_ms([once, syncing, twice])
+    print(f"graph clock: one GEMM {one:.4f} ms, two {two:.4f} ms")
+    assert none is None and one > 0 and 1.6 <= two / one <= 2.4
+    small = graph_ms([once], calls=1)[0]
+    assert small is not None and 0.5 <= small / one <= 2.0
