@@ -1,7 +1,8 @@
 """What the MoE expert GEMMs are measured against, and their exact reference: one description (`MoEMath`) gives the
 fp32 reference, the loop over experts a user writes (transformers 5's MixtralExperts.forward, split at the
 activation), torch.compile of that loop, and torch's grouped GEMM (`torch._grouped_mm`) over the tokens sorted by
-expert. A contender that cannot run here raises `ContenderUnavailable` with why (the bench records it as skipped)."""
+expert, eager and under torch.compile's max-autotune. A contender that cannot run here raises
+`ContenderUnavailable` with why (the bench records it as skipped)."""
 
 from __future__ import annotations
 
@@ -124,13 +125,17 @@ def moe_baselines(math: MoEMath) -> list[Baseline]:
 
 
 def moe_contenders(math: MoEMath) -> list[Baseline]:
-    """torch.compile of the loop, and torch's grouped GEMM where this torch and GPU run it."""
+    """torch.compile of the loop, and torch's grouped GEMM, eager and compiled, where this torch and GPU run it."""
     return [
         Baseline("torch_compile", lambda problem: _compiled(math),
                  "torch.compile (default mode) of the eager loop: its data-dependent expert set breaks the graph"),
         Baseline("grouped_mm", lambda problem: _grouped(math, problem),
                  "torch._grouped_mm over the slots sorted by expert (cuBLAS/CUTLASS grouped GEMM), the activation "
                  "and the routing as torch ops"),
+        Baseline("grouped_mm_compile", lambda problem: _grouped_compiled(math, problem),
+                 "torch.compile (max-autotune-no-cudagraphs) of the grouped-GEMM way: Inductor's grouped-mm Triton "
+                 "templates with the activation and the routing fused around them (what a compiled transformers "
+                 "model with grouped_mm experts runs)"),
     ]
 
 
@@ -160,3 +165,13 @@ def _grouped(math: MoEMath, problem: Problem) -> Any:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ContenderUnavailable(f"torch._grouped_mm cannot run {problem.dtype} on {device} here: {first}") from None
     return math.grouped()
+
+
+def _grouped_compiled(math: MoEMath, problem: Problem) -> Any:
+    """The grouped-GEMM way under torch.compile's max-autotune (its first call autotunes); unavailable where the
+    grouped GEMM itself cannot run."""
+    import torch
+
+    fn = _grouped(math, problem)
+    torch._dynamo.reset()  # a fresh cache per problem
+    return torch.compile(fn, mode="max-autotune-no-cudagraphs")

@@ -181,10 +181,10 @@ def test_baselines_agree_with_the_reference():
         inputs = op.make_inputs(p, 3, device="cpu")
         ref = op.reference(*inputs)
         names = [b.name for b in op.bench_baselines()]
-        assert names == ["eager", "torch_compile", "grouped_mm"]
+        assert names == ["eager", "torch_compile", "grouped_mm", "grouped_mm_compile"]
         for b in op.bench_baselines():
-            if b.name == "torch_compile":
-                continue  # compiling on this CPU takes a C++ toolchain and minutes: the GPU bench runs it
+            if b.name in ("torch_compile", "grouped_mm_compile"):
+                continue  # compiling on this CPU takes a C++ toolchain and minutes: the GPU bench runs them
             got = b.make(p)(*inputs)
             assert got.shape == ref.shape and float((got - ref).norm() / ref.norm()) < 1e-5, b.name
         assert op.torch_schema.startswith("(Tensor ")
@@ -201,9 +201,12 @@ def test_grouped_mm_unavailable_says_why(monkeypatch):
     op = operators.get("moe_gate_up")
     grouped = next(b for b in op.bench_baselines() if b.name == "grouped_mm")
     p = op.problem((10, 4, 2, 24, 32), "fp32")
+    compiled = next(b for b in op.bench_baselines() if b.name == "grouped_mm_compile")
     monkeypatch.delattr(torch, "_grouped_mm", raising=False)
     with pytest.raises(ContenderUnavailable, match=r"torch .* has no torch._grouped_mm"):
         grouped.make(p)
+    with pytest.raises(ContenderUnavailable, match=r"torch .* has no torch._grouped_mm"):  # compiled: the same reason
+        compiled.make(p)
 
 
 def test_selfcheck_source_matches_the_operator():
