@@ -4,7 +4,8 @@
         --bench reports/bench/gemm-geglu-nvidia-h200.json --rivals torch_compile
 
 The bench's call clock is the fastest of 7 rounds of back-to-back calls (evo.evaluate.clocks.call_ms) and its
-graph clock the median of 7 replays of one graph of 20 calls (graph_ms). For evo's elite of KEY (from a bench file,
+graph clock the median of 7 replays of a graph of one such round (graph_ms; until 2026-11-27 late, of 20 calls,
+each contender's replays in a row). For evo's elite of KEY (from a bench file,
 as tools/profile_kernel.py finds it) and the named rivals, this prints per call:
 - `call min` / `call med`: the call clock's rounds, fastest and median (is the gap the clock's min against a median?);
 - `graph`, `graph 20`, `graph 1`: the graph clock (a round of calls a graph), with 20 calls a graph (the clock

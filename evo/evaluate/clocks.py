@@ -44,6 +44,15 @@ def calls_per_round(per_call_ms: float, round_ms: float = 5.0, lo: int = 2, hi: 
     return int(min(hi, max(lo, round_ms / per_call_ms)))
 
 
+def _calls_in_round(fn: Callable[[], Any], round_ms: float, device: Any, hi: int = 200) -> int:
+    """calls_per_round for fn, from the wall time of one call (synchronised at both ends)."""
+    _sync(device)
+    t = time.perf_counter()
+    fn()
+    _sync(device)
+    return calls_per_round((time.perf_counter() - t) * 1e3, round_ms, hi=hi)
+
+
 def call_ms(fns: list[Callable[[], Any]], *, rounds: int = 7, round_ms: float = 5.0, warmup: int = 3,
             device: Any = "cuda") -> list[float]:
     """Per-call milliseconds of back-to-back eager calls of each fn: the fastest of `rounds` rounds, each the wall
@@ -54,11 +63,7 @@ def call_ms(fns: list[Callable[[], Any]], *, rounds: int = 7, round_ms: float = 
     for fn in fns:
         for _ in range(warmup):
             fn()
-        _sync(device)
-        t = time.perf_counter()
-        fn()
-        _sync(device)
-        n.append(calls_per_round((time.perf_counter() - t) * 1e3, round_ms))
+        n.append(_calls_in_round(fn, round_ms, device))
     per_call: list[list[float]] = [[] for _ in fns]
     for _ in range(rounds):
         for i, fn in enumerate(fns):
@@ -82,11 +87,7 @@ def host_us(fns: list[Callable[[], Any]], *, reps: int = 9, burst: int = 8, warm
     for fn in fns:
         for _ in range(warmup):
             fn()
-        _sync(device)
-        t = time.perf_counter()
-        fn()
-        _sync(device)
-        bursts.append(calls_per_round((time.perf_counter() - t) * 1e3, round_ms, hi=burst))
+        bursts.append(_calls_in_round(fn, round_ms, device, hi=burst))
     times: list[list[float]] = [[] for _ in fns]
     for _ in range(reps):
         for i, fn in enumerate(fns):
@@ -122,13 +123,8 @@ def graph_ms(fns: list[Callable[[], Any]], *, calls: int | None = None, replays:
                 for _ in range(warmup):
                     fn()
             torch.cuda.current_stream(device).wait_stream(side)
+            n = calls if calls is not None else _calls_in_round(fn, round_ms, device)
             _sync(device)
-            n = calls
-            if n is None:
-                t = time.perf_counter()
-                fn()
-                _sync(device)
-                n = calls_per_round((time.perf_counter() - t) * 1e3, round_ms)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
                 for _ in range(n):
@@ -151,6 +147,4 @@ def graph_ms(fns: list[Callable[[], Any]], *, calls: int | None = None, replays:
             end.record()
             end.synchronize()
             times[i].append(start.elapsed_time(end) / n)
-    out = [float(np.median(t)) if captured is not None else None for t, captured in zip(times, graphs, strict=True)]
-    del graphs
-    return out
+    return [float(np.median(t)) if captured is not None else None for t, captured in zip(times, graphs, strict=True)]
