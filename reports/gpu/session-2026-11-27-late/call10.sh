@@ -3,7 +3,8 @@
 # they did not have, torch.compile (max-autotune) of the grouped-GEMM way (operators/moe/baselines.py:
 # grouped_mm_compile, what a compiled transformers model with grouped_mm experts runs; in Mixtral's layer at 2048
 # tokens its Inductor templates ran the experts in 2,530 us against the zoo's 3,009: call 7). Mixtral's three
-# token counts (1, 16, 2048) of the gate/up and the down projection, 12 s searches, beside eager grouped_mm.
+# token counts (1, 16, 2048) of the gate/up and the down projection (PROBLEMS, the YAMLs' positions: default 1 2 3),
+# 12 s searches, beside eager grouped_mm.
 #   run(command="bash reports/gpu/session-2026-11-27-late/call10.sh", carry=[".whl"])
 set -u
 T0=$(date +%s); LIMIT=${LIMIT:-570}
@@ -12,7 +13,7 @@ R=$OUT/res; mkdir -p $R; nvidia-smi -L
 left() { echo $(( LIMIT - ($(date +%s) - T0) )); }
 for x in moe_gate_up moe_down; do
   s=$(( $(left) - 15 )); [ $x = moe_gate_up ] && s=$(( s / 2 ))
-  timeout $s python3 -m evo bench experiments/$x.yaml --problems 1 2 3 --gpus 1 --wall-s 12 \
+  timeout $s python3 -m evo bench experiments/$x.yaml --problems ${PROBLEMS:-1 2 3} --gpus 1 --wall-s 12 \
     --contenders grouped_mm,grouped_mm_compile --out $R/$x --search-dir /tmp/runs/$x > $R/$x.log 2>&1
   echo "$x exit $? at $(( $(date +%s) - T0 )) s"
 done
